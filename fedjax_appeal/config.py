@@ -110,6 +110,8 @@ class RunConfig:
                          ("sgd", "momentum", "nesterov", "adam", "yogi"))
     selector: str = _f("random", "cohort selector (random = uniform from the available pool)")
     aggregation: str = _f("proportional", "aggregation weight rule of FedAvg-style algorithms")
+    rho_steps: int = _f(100, "local SGD steps of each client's solo model (MaxFL requirement "
+                             "rho_k, preferred-model metrics)")
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
     seed: int = _f(0, "random seed (data partition and training)")

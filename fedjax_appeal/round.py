@@ -140,6 +140,8 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
             "cohort_loss": jnp.sum(jnp.where(valid, upd.loss, 0.0)) / nv,
             "cohort_size": jnp.sum(valid).astype(jnp.int32),
             "available": jnp.sum(state.pool).astype(jnp.int32),
+            "cohort_idx": idx.astype(jnp.int32),  # [m] who was in the cohort
+            "cohort_weights": w,  # [m] aggregation weights (0 for invalid slots)
         }
         return new, metrics
 

@@ -28,7 +28,7 @@ from .round import ServerState
 @dataclasses.dataclass
 class SimulationResult:
     history: list[dict[str, float]]  # one entry per evaluation (round 0 included)
-    round_metrics: dict[str, np.ndarray]  # per-round scalars, [rounds] each
+    round_metrics: dict[str, np.ndarray]  # per-round values, [rounds] or [rounds, m] each
     final_state: ServerState
     final_eval: dict[str, Any]  # per-client arrays of the last evaluation
     timing: dict[str, float]
