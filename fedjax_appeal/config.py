@@ -55,6 +55,18 @@ class HParams:
                                             "losses they report")
     # MaxFL
     maxfl_eps: float = _hp(1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)")
+    # Baselines of the appeal experiments (branch baselines)
+    qffl_q: float = _hp(1.0, "q-FFL fairness exponent q (q = 0 is uniform FedAvg)")
+    afl_q: float = _hp(10.0, "q of the `afl` algorithm (q-FFL used as the AFL stand-in)")
+    mwfed_eta: float = _hp(1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) when "
+                                "the client's requirement is unmet")
+    perfedavg_alpha: float = _hp(0.02, "Per-FedAvg inner (adaptation) step size alpha")
+    perfedavg_beta: float = _hp(0.05, "Per-FedAvg outer (meta) step size beta")
+    perfedavg_delta: float = _hp(1e-3, "Per-FedAvg HF: finite-difference delta of the "
+                                       "Hessian-vector product (0 = exact jvp)")
+    pfedme_lambda: float = _hp(15.0, "pFedMe regularisation lambda of the personal models")
+    pfedme_lr: float = _hp(0.05, "pFedMe personal learning rate (K inner steps)")
+    pfedme_beta: float = _hp(1.0, "pFedMe server mixing beta: w <- (1-beta) w + beta avg(w_k)")
 
     def as_arrays(self) -> HParams:
         """Every leaf as a float32 array, so that the pytree can be traced and stacked."""
@@ -112,6 +124,10 @@ class RunConfig:
     aggregation: str = _f("proportional", "aggregation weight rule of FedAvg-style algorithms")
     rho_steps: int = _f(100, "local SGD steps of each client's solo model (MaxFL requirement "
                              "rho_k, preferred-model metrics)")
+    # Baselines (branch baselines)
+    perfedavg_variant: str = _f("fo", "Per-FedAvg variant: fo (first-order) or hf "
+                                      "(Hessian-free)", ("fo", "hf"))
+    pfedme_k: int = _f(5, "pFedMe inner steps K per local step")
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
     seed: int = _f(0, "random seed (data partition and training)")

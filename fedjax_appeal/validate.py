@@ -61,3 +61,17 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"--server-lr must be > 0 (got {float(hp.server_lr)})")
     if float(hp.prox_mu) < 0:
         raise ConfigError(f"--prox-mu must be >= 0 (got {float(hp.prox_mu)})")
+    # Baselines (branch baselines)
+    if cfg.perfedavg_variant not in ("fo", "hf"):
+        raise ConfigError(f"unknown --perfedavg-variant '{cfg.perfedavg_variant}'; choose fo "
+                          "or hf")
+    if cfg.pfedme_k < 1:
+        raise ConfigError(f"--pfedme-k must be >= 1 (got {cfg.pfedme_k})")
+    for name in ("qffl_q", "afl_q", "mwfed_eta", "perfedavg_alpha", "perfedavg_delta"):
+        if float(getattr(hp, name)) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 "
+                              f"(got {float(getattr(hp, name))})")
+    for name in ("perfedavg_beta", "pfedme_lambda", "pfedme_lr", "pfedme_beta"):
+        if float(getattr(hp, name)) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0 "
+                              f"(got {float(getattr(hp, name))})")

@@ -1,0 +1,91 @@
+"""q-FFL / q-FedAvg (Li, Sanjabi, Beirami, Smith, ICLR 2020, "Fair Resource Allocation in
+Federated Learning", Algorithm 2), and `afl`: q-FFL with a large q as the stand-in for AFL
+(Mohri et al. 2019, "Agnostic Federated Learning"), as in the MaxFL fairness table.
+
+Round (eta = `HParams.client_lr`, the paper's L = 1/eta; q = `HParams.qffl_q`, or
+`HParams.afl_q` (default 10) for `afl`):
+  1. each sampled client reports F_k = F_k(w), its train loss at the received model
+     (`loss_before`; Byzantine clients inflate it), runs tau local SGD steps to w_k and
+     sends Delta w_k = w - w_k;
+  2. Delta_k = F_k^q Delta w_k / eta,
+     h_k = q F_k^(q-1) ||Delta w_k / eta||^2 + F_k^q / eta;
+  3. the server steps w <- w - sum_k Delta_k / sum_k h_k (over the valid cohort slots).
+
+Step 3 is `make_round` with aggregation weights a_k = (F_k^q / eta) / sum_j h_j on the
+Delta w_k and the configured server optimizer (`--server-opt sgd` with `--server-lr 1`,
+the defaults, is exactly the paper's step; another server lr scales it).
+
+Numerics: F_k is clipped below at 1e-12 (so F_k^(q-1) stays finite for q < 1 and F_k = 0),
+and F_k^q is computed as exp(q log F_k - max_j q log F_j): the ratio sum Delta / sum h is
+unchanged by the common factor, and nothing overflows for large q.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..adversary import byzantine
+from ..config import RunConfig
+from ..models import Model
+from ..round import attach_selector, init_state, make_round
+from ..selection import make_selector
+from ..server import server_optimizer
+from .base import FederatedAlgorithm, global_evaluator, register
+from .fedavg import sgd_local
+
+LOSS_FLOOR = 1e-12
+
+
+def qffl_weights(loss: jax.Array, sq_norm: jax.Array, valid: jax.Array, q: jax.Array,
+                 lr: jax.Array) -> jax.Array:
+    """Weights a_k with sum_k a_k Delta w_k = sum_k Delta_k / sum_k h_k.
+
+    Args:
+      loss: [m] F_k at the received model.
+      sq_norm: [m] ||Delta w_k||^2.
+      valid: [m] cohort slots that count.
+      q, lr: the fairness exponent and the local learning rate eta.
+    """
+    f = jnp.maximum(loss, LOSS_FLOOR)
+    logp = jnp.where(valid, q * jnp.log(f), -jnp.inf)
+    fq = jnp.where(valid, jnp.exp(logp - jnp.max(jnp.where(valid, logp, 0.0))), 0.0)
+    # h_k = F_k^q (q ||Delta w_k/eta||^2 / F_k + 1/eta), in units of the common factor
+    h = fq * (q * sq_norm / (lr * lr) / f + 1.0 / lr)
+    tot = jnp.sum(h)
+    return jnp.where(tot > 0, fq / lr / jnp.where(tot > 0, tot, 1.0), 0.0)
+
+
+def sq_norms(delta) -> jax.Array:
+    """[m] squared norm of each cohort slot's update (leading axis of every leaf)."""
+    return sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1) for d in jax.tree.leaves(delta))
+
+
+def _build(model: Model, cfg: RunConfig, name: str, q_of) -> FederatedAlgorithm:
+    selector = make_selector(model, cfg)
+
+    def init(key, data, hp):
+        k_model, k_sel = jax.random.split(key)
+        params, mstate = model.init(k_model)
+        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
+                           data.num_clients)
+        return attach_selector(state, selector, k_sel, data, hp)
+
+    def weights(upd, valid, state, hp):
+        return qffl_weights(upd.extra["loss_before"], sq_norms(upd.delta), valid, q_of(hp),
+                            hp.client_lr)
+
+    rnd = make_round(select=selector, local=sgd_local(model, cfg, loss_before=True),
+                     weights=weights, corrupt=byzantine,
+                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
+    return FederatedAlgorithm(name, init, rnd, global_evaluator(model))
+
+
+@register("qffl")
+def qffl(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+    return _build(model, cfg, "qffl", lambda hp: hp.qffl_q)
+
+
+@register("afl")
+def afl(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+    return _build(model, cfg, "afl", lambda hp: hp.afl_q)
