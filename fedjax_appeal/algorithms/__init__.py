@@ -3,6 +3,7 @@
 from . import (
     fedavg,  # noqa: F401  (registers fedavg, fedprox)
     qffl,  # noqa: F401  (registers qffl, afl)
+    scaffold,  # noqa: F401
 )
 from .base import ALGORITHMS, FederatedAlgorithm, build, global_evaluator, register
 
