@@ -1,0 +1,87 @@
+"""MW-Fed (Blum, Haghtalab, Phillips, Shao, ICML 2021, "One for One, or All for All:
+Equilibria and Optimality of Collaboration in Federated Learning"): multiplicative weights
+over clients, so that clients whose requirement is unmet gain weight in the aggregation.
+
+The paper's MW-FED raises, multiplicatively, the contribution of the agents whose accuracy
+constraint is not yet met. As a federated-training baseline (as in the MaxFL paper) we
+implement it as follows:
+
+  * requirement rho_k = F_k(w_hat_k), the train loss of client k's solo model (`--rho-steps`
+    local SGD steps from the initial global model, `solo.solo_stats`), computed once in
+    init and kept in `state.extra["rho"]` [M];
+  * weights v_k > 0, all 1 at the start, kept as log v_k in `state.extra["mw_logv"]` [M];
+  * round: the sampled clients report F_k(w), their train loss at the received model
+    (`loss_before`; Byzantine clients inflate it), run tau local SGD steps and send
+    Delta_k = w - w_k; the server aggregates with weights
+        a_k = v_k n_k / sum_{j in S} v_j n_j
+    (over the valid cohort slots) and the configured server optimizer, then updates
+        v_k <- v_k * exp(eta_mw * 1[F_k(w) > rho_k])   for every sampled client k,
+    eta_mw = `HParams.mwfed_eta` (eta_mw = 0 is FedAvg).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..adversary import byzantine
+from ..config import RunConfig
+from ..models import Model
+from ..round import attach_selector, init_state, make_round
+from ..selection import make_selector
+from ..server import server_optimizer
+from ..solo import solo_stats
+from .base import FederatedAlgorithm, global_evaluator, register
+from .fedavg import sgd_local
+
+SOLO_TAG = 0x5010  # fold_in tag of the solo-model key (the same as MaxFL's requirement)
+
+
+def mw_weights(logv: jax.Array, num_samples: jax.Array, valid: jax.Array) -> jax.Array:
+    """a_k = v_k n_k / sum_valid v_j n_j from log v_k (stable; zero for invalid slots)."""
+    s = jnp.where(valid, logv + jnp.log(num_samples.astype(jnp.float32)), -jnp.inf)
+    top = jnp.max(jnp.where(valid, s, 0.0))
+    r = jnp.where(valid, jnp.exp(s - top), 0.0)
+    tot = jnp.sum(r)
+    return jnp.where(tot > 0, r / jnp.where(tot > 0, tot, 1.0), 0.0)
+
+
+def mw_update(logv: jax.Array, idx: jax.Array, valid: jax.Array, loss: jax.Array,
+              rho: jax.Array, eta: jax.Array) -> jax.Array:
+    """log v_k += eta * 1[F_k(w) > rho_k] for the valid sampled clients."""
+    unmet = valid & (loss > rho[idx])
+    return logv.at[idx].add(jnp.where(unmet, eta, 0.0))
+
+
+@register("mwfed")
+def mwfed(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+    selector = make_selector(model, cfg)
+
+    def init(key, data, hp):
+        k_model, k_sel = jax.random.split(key)
+        params, mstate = model.init(k_model)
+        solo_key = jax.random.fold_in(jax.random.fold_in(key, SOLO_TAG), 0)
+        rho = solo_stats(model, params, mstate, data.train, data.test, solo_key, hp.client_lr,
+                         steps=cfg.rho_steps, batch_size=cfg.batch_size).train_loss
+        extra = {"rho": rho,  # [M] requirement rho_k
+                 "mw_logv": jnp.zeros((data.num_clients,), jnp.float32)}  # [M] log v_k
+        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
+                           data.num_clients, extra)
+        return attach_selector(state, selector, k_sel, data, hp)
+
+    def weights(upd, valid, state, hp):
+        logv = state.extra["mw_logv"][upd.extra["idx"]]
+        return mw_weights(logv, upd.num_samples, valid)
+
+    def local(state, data, k, key, hp):
+        upd = sgd_local(model, cfg, loss_before=True)(state, data, k, key, hp)
+        return upd._replace(extra={**upd.extra, "idx": k})
+
+    def post(old, new, upd, idx, valid, w, hp):
+        logv = mw_update(old.extra["mw_logv"], idx, valid, upd.extra["loss_before"],
+                         old.extra["rho"], hp.mwfed_eta)
+        return new.replace(extra={**new.extra, "mw_logv": logv})
+
+    rnd = make_round(select=selector, local=local, weights=weights, post=post,
+                     corrupt=byzantine, tx=lambda hp: server_optimizer(cfg.server_opt, hp))
+    return FederatedAlgorithm("mwfed", init, rnd, global_evaluator(model))
