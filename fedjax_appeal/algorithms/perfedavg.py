@@ -1,0 +1,133 @@
+"""Per-FedAvg (Fallah, Mokhtari, Ozdaglar, NeurIPS 2020, "Personalized Federated Learning with
+Theoretical Guarantees: A Model-Agnostic Meta-Learning Approach", Algorithm 1), first-order
+(`--perfedavg-variant fo`) and Hessian-free (`hf`) versions.
+
+Local step (tau = `--local-steps` of them per round, alpha = `HParams.perfedavg_alpha`,
+beta = `HParams.perfedavg_beta`), with three independent minibatches D, D', D'' of the
+client (`--batch-size` rows each):
+    tmp = w_k - alpha grad f(w_k; D)
+    g   = grad f(tmp; D')
+    FO: w_k <- w_k - beta g
+    HF: w_k <- w_k - beta (g - alpha d),  d ~ Hessian f(w_k; D'') g, with
+        d = (grad f(w_k + delta g; D'') - grad f(w_k - delta g; D'')) / (2 delta)
+        (the paper's finite difference, delta = `HParams.perfedavg_delta` > 0), or the exact
+        Hessian-vector product by `jax.jvp` of the gradient when delta = 0.
+The server averages the local models (Delta_k = w - w_k with the `--aggregation` weights and
+the configured server optimizer; the defaults give w <- sum_k n_k w_k / sum n_k).
+
+Evaluation (after the one-step adaptation the method is designed for): every client, seen
+and unseen, takes one SGD step with step size alpha on one minibatch (`--batch-size`) of
+its own train data from the global model, and that model is evaluated on its train and
+test split (`personal.personal_evaluator`).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from ..adversary import byzantine
+from ..aggregation import make_weights
+from ..client import client_loss, tree_sub
+from ..config import RunConfig
+from ..data.arrays import sample_batch
+from ..models import Model
+from ..round import ClientUpdate, attach_selector, init_state, make_round
+from ..selection import make_selector
+from ..server import server_optimizer
+from .base import FederatedAlgorithm, register
+from .personal import eval_key_data, personal_evaluator
+
+
+def _axpy(a, x, y):
+    """y + a x over pytrees."""
+    return jax.tree.map(lambda u, v: v + a * u, x, y)
+
+
+def hvp(grad_fn, w, v, delta):
+    """Hessian-vector product H(w) v of the function whose gradient is `grad_fn`.
+
+    delta > 0: central finite difference (grad(w + delta v) - grad(w - delta v)) / (2 delta);
+    delta = 0: exact, `jax.jvp` of the gradient (forward-over-reverse).
+    """
+
+    def finite(_):
+        gp, gm = grad_fn(_axpy(delta, v, w)), grad_fn(_axpy(-delta, v, w))
+        return jax.tree.map(lambda a, b: (a - b) / (2.0 * delta), gp, gm)
+
+    def exact(_):
+        return jax.jvp(grad_fn, (w,), (v,))[1]
+
+    return jax.lax.cond(delta > 0, finite, exact, None)
+
+
+def meta_step(grad_fn, w, batches, alpha, beta, delta, variant: str):
+    """One Per-FedAvg local step; `grad_fn(w, b)`: gradient on batch b of (D, D', D'')."""
+    tmp = _axpy(-alpha, grad_fn(w, batches[0]), w)
+    g = grad_fn(tmp, batches[1])
+    if variant == "hf":
+        d = hvp(lambda p: grad_fn(p, batches[2]), w, g, delta)
+        g = _axpy(-alpha, d, g)
+    return _axpy(-beta, g, w)
+
+
+def perfedavg_local(model: Model, cfg: RunConfig, loss_before: bool, loss_after: bool):
+    def local(state, data, k, key, hp):
+        def grad_fn(p, batch):
+            x, y, kd = batch
+            return jax.grad(lambda q: model.loss(q, state.model_state, x, y, train=True,
+                                                 key=kd)[0])(p)
+
+        def step(w, step_key):
+            kb = jax.random.split(step_key, 3)
+            batches = []
+            for i in range(3):
+                k_row, k_drop = jax.random.split(kb[i])
+                batches.append((*sample_batch(data.train, k, k_row, cfg.batch_size), k_drop))
+            x, y, kd = batches[1]
+            loss = model.loss(w, state.model_state, x, y, train=True, key=kd)[0]
+            return meta_step(grad_fn, w, batches, hp.perfedavg_alpha, hp.perfedavg_beta,
+                             hp.perfedavg_delta, cfg.perfedavg_variant), loss
+
+        params, losses = jax.lax.scan(step, state.params, jax.random.split(key, cfg.local_steps))
+        extra = {}
+        if loss_before:
+            extra["loss_before"] = client_loss(model, state.params, state.model_state,
+                                               data.train, k)[0]
+        if loss_after:
+            extra["loss_after"] = client_loss(model, params, state.model_state, data.train, k)[0]
+        return ClientUpdate(delta=tree_sub(state.params, params), model_state=state.model_state,
+                            num_samples=data.train.count[k], loss=losses.mean(), extra=extra)
+
+    return local
+
+
+def one_step_adapt(model: Model, cfg: RunConfig):
+    """adapt(...): one SGD step (alpha) on one minibatch of the client's train data."""
+
+    def adapt(params, mstate, arrays, k, key, hp):
+        k_row, k_drop = jax.random.split(key)
+        x, y = sample_batch(arrays, k, k_row, cfg.batch_size)
+        g = jax.grad(lambda p: model.loss(p, mstate, x, y, train=True, key=k_drop)[0])(params)
+        return _axpy(-hp.perfedavg_alpha, g, params), mstate
+
+    return adapt
+
+
+@register("perfedavg")
+def perfedavg(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+    selector = make_selector(model, cfg)
+    weights, before, after = make_weights(cfg)
+
+    def init(key, data, hp):
+        k_model, k_sel = jax.random.split(key)
+        params, mstate = model.init(k_model)
+        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
+                           data.num_clients, {"eval_key": eval_key_data(key)})
+        return attach_selector(state, selector, k_sel, data, hp)
+
+    rnd = make_round(select=selector, local=perfedavg_local(model, cfg, before, after),
+                     weights=weights, corrupt=byzantine,
+                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
+    return FederatedAlgorithm("perfedavg", init, rnd,
+                              personal_evaluator(model, one_step_adapt(model, cfg)))
+
