@@ -4,6 +4,7 @@ from . import (
     fedavg,  # noqa: F401  (registers fedavg, fedprox)
     mwfed,  # noqa: F401
     perfedavg,  # noqa: F401
+    pfedme,  # noqa: F401
     qffl,  # noqa: F401  (registers qffl, afl)
     scaffold,  # noqa: F401
 )

@@ -1,0 +1,106 @@
+"""pFedMe (T. Dinh, Tran, Nguyen, NeurIPS 2020, "Personalized Federated Learning with Moreau
+Envelopes", Algorithm 1).
+
+Client k, from the global model w (w_k = w, personal model theta = w), tau = `--local-steps`
+local steps, each on a fresh minibatch D (`--batch-size` rows):
+    theta <- K = `--pfedme-k` gradient steps (personal lr = `HParams.pfedme_lr`) on
+             h(theta) = f(theta; D) + lambda/2 ||theta - w_k||^2, warm-started from the
+             previous theta (the approximate personalized model theta_hat(w_k));
+    w_k   <- w_k - eta lambda (w_k - theta)   (eta = `HParams.client_lr`,
+                                               lambda = `HParams.pfedme_lambda`).
+Server: w <- (1 - beta) w + beta sum_k a_k w_k with the `--aggregation` weights a_k
+(proportional n_k by default; the paper averages uniformly: `--aggregation uniform`) and
+beta = `HParams.pfedme_beta`. Implemented as `make_round` with weights beta a_k on
+Delta_k = w - w_k and the configured server optimizer (defaults: SGD, server lr 1).
+
+Evaluation with personalized models: every client, seen and unseen alike, runs the local
+procedure above (tau steps, K inner steps each) from the current global model on its own
+train data, and its final personal model theta_k is evaluated on its train and test split.
+For a seen client this is the personal model it would hold after being sampled in the
+current round; for an unseen client it is the same procedure (it never trains the global
+model). The adaptation minibatches are drawn with the evaluation key
+(`personal.personal_evaluator`).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from ..adversary import byzantine
+from ..aggregation import make_weights
+from ..client import client_loss, tree_sub
+from ..config import RunConfig
+from ..data.arrays import sample_batch
+from ..models import Model
+from ..round import ClientUpdate, attach_selector, init_state, make_round
+from ..selection import make_selector
+from ..server import server_optimizer
+from .base import FederatedAlgorithm, register
+from .personal import eval_key_data, personal_evaluator
+
+
+def inner_solve(grad_fn, theta, w, lam, lr, steps: int):
+    """`steps` gradient steps on f(theta) + lam/2 ||theta - w||^2 from `theta`."""
+
+    def body(_, th):
+        g = grad_fn(th)
+        return jax.tree.map(lambda t, gi, wi: t - lr * (gi + lam * (t - wi)), th, g, w)
+
+    return jax.lax.fori_loop(0, steps, body, theta)
+
+
+def pfedme_local_run(model: Model, cfg: RunConfig, params, mstate, arrays, k, key, hp):
+    """The client's tau local steps from `params`: (w_k, theta_k, mean minibatch loss)."""
+
+    def step(carry, step_key):
+        w, theta = carry
+        k_row, k_drop = jax.random.split(step_key)
+        x, y = sample_batch(arrays, k, k_row, cfg.batch_size)
+
+        def f(p):
+            return model.loss(p, mstate, x, y, train=True, key=k_drop)[0]
+
+        loss = f(theta)
+        theta = inner_solve(jax.grad(f), theta, w, hp.pfedme_lambda, hp.pfedme_lr, cfg.pfedme_k)
+        w = jax.tree.map(lambda a, t: a - hp.client_lr * hp.pfedme_lambda * (a - t), w, theta)
+        return (w, theta), loss
+
+    (w, theta), losses = jax.lax.scan(step, (params, params),
+                                      jax.random.split(key, cfg.local_steps))
+    return w, theta, losses.mean()
+
+
+@register("pfedme")
+def pfedme(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+    selector = make_selector(model, cfg)
+    base_weights, before, after = make_weights(cfg)
+
+    def init(key, data, hp):
+        k_model, k_sel = jax.random.split(key)
+        params, mstate = model.init(k_model)
+        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
+                           data.num_clients, {"eval_key": eval_key_data(key)})
+        return attach_selector(state, selector, k_sel, data, hp)
+
+    def local(state, data, k, key, hp):
+        w, _, loss = pfedme_local_run(model, cfg, state.params, state.model_state, data.train,
+                                      k, key, hp)
+        extra = {}
+        if before:
+            extra["loss_before"] = client_loss(model, state.params, state.model_state,
+                                               data.train, k)[0]
+        if after:
+            extra["loss_after"] = client_loss(model, w, state.model_state, data.train, k)[0]
+        return ClientUpdate(delta=tree_sub(state.params, w), model_state=state.model_state,
+                            num_samples=data.train.count[k], loss=loss, extra=extra)
+
+    def weights(upd, valid, state, hp):
+        return hp.pfedme_beta * base_weights(upd, valid, state, hp)
+
+    def adapt(params, mstate, arrays, k, key, hp):
+        return pfedme_local_run(model, cfg, params, mstate, arrays, k, key, hp)[1], mstate
+
+    rnd = make_round(select=selector, local=local, weights=weights, corrupt=byzantine,
+                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
+    return FederatedAlgorithm("pfedme", init, rnd, personal_evaluator(model, adapt))
+
