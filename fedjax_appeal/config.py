@@ -132,6 +132,19 @@ class RunConfig:
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
     seed: int = _f(0, "random seed (data partition and training)")
     out: str = _f("", "output directory (results.json, history.csv, accuracy.png)")
+    # --- appeal protocol (issue 3; fedjax_appeal/appeal.py, requirement.py) ---
+    appeal: bool = _f(True, "apply the appeal protocol: solo models, GM-Appeal and preferred-"
+                            "model metrics, opt-out participation, fine-tuning evaluation")
+    requirement: str = _f("solo", "client requirement rho_k: 'solo' (train loss of the solo "
+                                  "model), a constant, or a .npy/.txt file of M (or M+U) values")
+    appeal_split: str = _f("test", "split on which GM-Appeal compares the global model with the "
+                                   "requirement (test: solo test loss; train: rho_k)",
+                           ("test", "train"))
+    opt_out_after: int = _f(10, "flexible participation: after this many rounds only clients "
+                                "the global model appeals to (on their train data) are "
+                                "available (0 or negative = everyone always available)")
+    finetune_steps: int = _f(5, "local SGD steps of the personalization evaluation from the "
+                                "final global model (0 = skip)")
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)

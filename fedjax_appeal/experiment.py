@@ -9,14 +9,33 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 from . import __version__
 from .algorithms import build
+from .appeal import personalize, with_appeal
 from .config import HParams, RunConfig
 from .data import Dataset, FederatedData, load_federated
 from .models import model_for
 from .simulate import SimulationResult, simulate
 from .validate import validate
+
+
+def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: FederatedData,
+                    hp: HParams) -> dict[str, Any] | None:
+    """Personalization after training (`appeal.personalize`): scalars go into the last
+    history entry, and the whole block (with per-client arrays) is returned."""
+    if cfg.finetune_steps <= 0 or not sim.history:
+        return None
+    t0 = time.perf_counter()
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
+    out = jax.device_get(jax.jit(lambda s, d, k, h: personalize(model, cfg, s, d, k, h))(
+        sim.final_state, data, key, hp.as_arrays()))
+    block = {k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist())
+             for k, v in out.items()}
+    sim.history[-1].update({k: v for k, v in block.items() if isinstance(v, float)})
+    sim.timing["finetune_s"] = time.perf_counter() - t0
+    return {"finetune_steps": cfg.finetune_steps, "round": sim.history[-1]["round"], **block}
 
 
 def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None,
@@ -35,8 +54,11 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     load_s = time.perf_counter() - t0
     model = model_for(cfg.model, data, dataset)
     alg = build(cfg.algorithm, model, cfg)
+    if cfg.appeal:  # the appeal protocol (issue 3) around every algorithm
+        alg = with_appeal(alg, model, cfg)
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval)
+    personalized = finetune_report(model, cfg, sim, data, hp) if cfg.appeal else None
     results = {
         "config": {**dataclasses.asdict(cfg), "model": model.name},
         "hparams": {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
@@ -48,6 +70,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         "round_metrics": {k: v.tolist() for k, v in sim.round_metrics.items()},
         "participation": sim.final_state.participation.tolist(),
         "final_clients": sim.final_eval,
+        **({"personalized": personalized} if personalized else {}),
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,
                         "backend": jax.default_backend(), "python": platform.python_version(),
                         "machine": platform.machine()},

@@ -75,3 +75,16 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         if float(getattr(hp, name)) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be > 0 "
                               f"(got {float(getattr(hp, name))})")
+    # --- appeal protocol (issue 3) ---
+    if cfg.appeal_split not in ("test", "train"):
+        raise ConfigError(f"--appeal-split must be test or train (got {cfg.appeal_split!r})")
+    for name in ("rho_steps", "finetune_steps"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
+    from .requirement import parse_requirement
+
+    solo_rho = parse_requirement(cfg.requirement) is None
+    if cfg.rho_steps < 1 and (cfg.appeal or (solo_rho and cfg.algorithm in ("maxfl", "incfl"))):
+        raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
+    if float(hp.maxfl_eps) < 0:
+        raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")

@@ -2,6 +2,7 @@
 
 from . import (
     fedavg,  # noqa: F401  (registers fedavg, fedprox)
+    maxfl,  # noqa: F401  (registers maxfl, incfl)
     mwfed,  # noqa: F401
     perfedavg,  # noqa: F401
     pfedme,  # noqa: F401

@@ -76,7 +76,9 @@ class Context:
 
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 # Modules whose import registers experiments.
-MODULES: list[str] = []
+MODULES: list[str] = [
+    "fedjax_appeal.reproduce.appeal",  # issue 3: MaxFL appeal tables, mean estimation
+]
 
 
 def experiment(name: str, help: str):

@@ -1,0 +1,178 @@
+"""The appeal protocol of MaxFL (Cho et al., TMLR, "Maximizing Global Model Appeal in
+Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
+
+`with_appeal(alg, model, cfg)` returns an algorithm with the same round and evaluation plus:
+
+* init: every client (seen and unseen) trains a solo model w_hat_k once, `--rho-steps`
+  local SGD steps from the initial global model (client lr, batch size); only its loss and
+  accuracy on the client's train and test split are kept, in `state.extra["appeal"]`,
+  together with the requirements rho_k (`requirement.py`; default: solo TRAIN loss).
+* metrics at every evaluation (added to `evaluate(...)["metrics"]`), for S in {seen,
+  unseen} with the global model's per-client loss L_k and accuracy A_k:
+    - appeal_k = [L_k < r_k] (strict). Default `--appeal-split test`: L_k is the global
+      model's loss on client k's held-out TEST split and r_k the solo model's test loss
+      (a given `--requirement` is used as r_k instead). `--appeal-split train`: L_k is the
+      loss on the client's TRAIN split and r_k = rho_k.
+    - `gm_appeal_S` = (1/|S|) sum_k appeal_k  (GM-Appeal, a fraction in [0, 1]);
+    - `preferred_acc_S` = (1/|S|) sum_k (appeal_k ? A_k^test : A_hat_k^test), the test
+      accuracy of the model each client prefers (global if it appeals, else solo);
+    - `solo_acc_S` = mean solo test accuracy; `train_loss_S_mean` / `test_loss_S_mean`:
+      mean over clients of F_k (train) and f_k (test) of the global model (the paper's
+      f_k ~ F_k check); `appeal_S`, `solo_test_acc_S`, `requirement_S` per client ([M]/[U]
+      arrays, in the final per-client results).
+* flexible participation (`--opt-out-after R0` > 0): in rounds r < R0 every seen client is
+  available; from round R0 on, `state.pool` = {k : F_k^train(w) < rho_k}, the clients the
+  current global model appeals to on their own train data, recomputed at the start of
+  every round (one evaluation pass over all seen train rows, inside the jitted round), so a
+  client that left comes back once the model appeals to it again. Round metric `appealed`.
+* personalization (`personalize`): after training every client runs `--finetune-steps` local
+  SGD steps from the final global model; GM-Appeal and preferred-model accuracy of the
+  fine-tuned models (`gm_appeal_ft_S`, `preferred_acc_ft_S`, `test_acc_ft_S`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .algorithms.base import FederatedAlgorithm
+from .config import HParams, RunConfig
+from .data.arrays import FederatedData
+from .evaluation import evaluate_split
+from .models import Model
+from .requirement import parse_requirement, requirement_values, seen_solo, unseen_solo
+from .round import ServerState
+from .solo import SoloStats, solo_stats
+
+FT_TAG = 0xF17E  # fold_in tag of the fine-tuning key
+
+
+def appeal_stats(loss: jax.Array, acc: jax.Array, requirement: jax.Array, solo_acc: jax.Array
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(appeal_k [n] bool, GM-Appeal [], preferred-model accuracy []).
+
+    appeal_k = loss_k < requirement_k; preferred accuracy = mean_k of acc_k where the
+    global model appeals and solo_acc_k where it does not.
+    """
+    appeal = loss < requirement
+    return appeal, jnp.mean(appeal.astype(jnp.float32)), jnp.mean(jnp.where(appeal, acc,
+                                                                            solo_acc))
+
+
+def _requirement(cfg: RunConfig, solo: SoloStats, rho: jax.Array, split: str) -> jax.Array:
+    if split == "test" and parse_requirement(cfg.requirement) is None:
+        return solo.test_loss
+    return rho
+
+
+def init_appeal(model: Model, cfg: RunConfig, state: ServerState, data: FederatedData,
+                key: jax.Array, hp: HParams) -> dict:
+    """Solo statistics and requirements of the seen (and unseen) clients."""
+    req = parse_requirement(cfg.requirement)
+    solo = state.extra.get("solo")
+    if solo is None:
+        solo = seen_solo(model, cfg, state.params, state.model_state, data, key, hp)
+    out = {"solo_seen": solo,
+           "rho_seen": requirement_values(req, solo.train_loss, data.num_clients,
+                                          data.num_unseen)}
+    if data.num_unseen:
+        us = unseen_solo(model, cfg, state.params, state.model_state, data, key, hp)
+        out["solo_unseen"] = us
+        out["rho_unseen"] = requirement_values(req, us.train_loss, data.num_clients,
+                                               data.num_unseen, unseen=True)
+    return out
+
+
+def appeal_metrics(cfg: RunConfig, info: dict, ev: dict, suffix: str = ""
+                   ) -> dict[str, jax.Array]:
+    """GM-Appeal and preferred-model metrics of an evaluation `ev` (split -> ClientEval)."""
+    out = {}
+    for tag, tr, te in (("seen", "train", "test"), ("unseen", "unseen_train", "unseen_test")):
+        if f"solo_{tag}" not in info or te not in ev:
+            continue
+        solo, rho = info[f"solo_{tag}"], info[f"rho_{tag}"]
+        split = cfg.appeal_split
+        r = _requirement(cfg, solo, rho, split)
+        loss = ev[te].loss if split == "test" else ev[tr].loss
+        appeal, gm, pref = appeal_stats(loss, ev[te].acc, r, solo.test_acc)
+        out[f"gm_appeal{suffix}_{tag}"] = gm
+        out[f"preferred_acc{suffix}_{tag}"] = pref
+        out[f"appeal{suffix}_{tag}"] = appeal.astype(jnp.float32)
+        if not suffix:
+            out[f"solo_acc_{tag}"] = jnp.mean(solo.test_acc)
+            out[f"train_loss_{tag}_mean"] = jnp.mean(ev[tr].loss)
+            out[f"test_loss_{tag}_mean"] = jnp.mean(ev[te].loss)
+            out[f"solo_test_acc_{tag}"] = solo.test_acc
+            out[f"requirement_{tag}"] = r
+    return out
+
+
+def appeal_pool(model: Model, state: ServerState, data: FederatedData, rho: jax.Array,
+                opt_out_after: int) -> tuple[jax.Array, jax.Array]:
+    """(pool [M] bool, appealed [M] bool) of flexible participation at `state.round`.
+
+    appealed_k = F_k^train(w) < rho_k at the current global model; the pool is everyone
+    before round `opt_out_after` and the appealed clients from then on.
+    """
+    loss = evaluate_split(model, state.params, state.model_state, data.train).loss
+    appealed = loss < rho
+    return jnp.where(state.round < opt_out_after, True, appealed), appealed
+
+
+def with_appeal(alg: FederatedAlgorithm, model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+    """`alg` with solo models, appeal metrics and (optionally) appeal-based opt-out."""
+
+    def init(key, data, hp):
+        state = alg.init(key, data, hp)
+        return state.replace(extra={**state.extra,
+                                    "appeal": init_appeal(model, cfg, state, data, key, hp)})
+
+    def round_fn(state, data, key, hp):
+        appealed = None
+        if cfg.opt_out_after > 0:
+            pool, appealed = appeal_pool(model, state, data, state.extra["appeal"]["rho_seen"],
+                                         cfg.opt_out_after)
+            state = state.replace(pool=pool)
+        new, metrics = alg.round(state, data, key, hp)
+        if appealed is not None:
+            metrics = {**metrics, "appealed": jnp.sum(appealed).astype(jnp.int32)}
+        return new, metrics
+
+    def evaluate(state, data, hp):
+        ev = alg.evaluate(state, data, hp)
+        extra = appeal_metrics(cfg, state.extra["appeal"], ev)
+        return {**ev, "metrics": {**ev.get("metrics", {}), **extra}}
+
+    return FederatedAlgorithm(alg.name, init, round_fn, evaluate)
+
+
+def personalize(model: Model, cfg: RunConfig, state: ServerState, data: FederatedData,
+                key: jax.Array, hp: HParams) -> dict[str, Any]:
+    """GM-Appeal / preferred accuracy after `cfg.finetune_steps` local steps per client.
+
+    Every client (seen and unseen; vmapped in chunks) fine-tunes the final global model
+    with its client lr and batch size; its fine-tuned model is compared with its
+    requirement exactly as the global model is in `appeal_metrics`. Returns
+    `{name: scalar or per-client array}` (keys `gm_appeal_ft_S`, `preferred_acc_ft_S`,
+    `test_acc_ft_S`, `appeal_ft_S`). Not jitted: wrap it in `jax.jit`.
+    """
+    from .evaluation import ClientEval
+
+    info = state.extra["appeal"]
+    ev = {}
+    pairs = [("train", "test", data.train, data.test)]
+    if data.num_unseen:
+        pairs.append(("unseen_train", "unseen_test", data.unseen_train, data.unseen_test))
+    for i, (tr, te, a_tr, a_te) in enumerate(pairs):
+        ft = solo_stats(model, state.params, state.model_state, a_tr, a_te,
+                        jax.random.fold_in(jax.random.fold_in(key, FT_TAG), i), hp.client_lr,
+                        steps=cfg.finetune_steps, batch_size=cfg.batch_size)
+        ev[tr] = ClientEval(ft.train_loss, ft.train_acc, a_tr.count)
+        ev[te] = ClientEval(ft.test_loss, ft.test_acc, a_te.count)
+    out = appeal_metrics(cfg, info, ev, suffix="_ft")
+    out["test_acc_ft_seen"] = jnp.mean(ev["test"].acc)
+    if data.num_unseen:
+        out["test_acc_ft_unseen"] = jnp.mean(ev["unseen_test"].acc)
+    return out
