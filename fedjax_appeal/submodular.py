@@ -78,10 +78,16 @@ def pairwise_distances(features: jax.Array, scale: jax.Array | float = 1.0,
     f = jnp.asarray(features, jnp.float32)
     n = f.shape[0]
     if block <= 0 or block >= n:
-        return feature_distances(f, f, scale)
+        return _zero_self(feature_distances(f, f, scale), jnp.arange(n), jnp.arange(n))
     rows, _ = _blocks(n, block)
-    out = jax.lax.map(lambda r: feature_distances(f[r], f, scale), rows)
+    out = jax.lax.map(lambda r: _zero_self(feature_distances(f[r], f, scale), r, jnp.arange(n)), rows)
     return out.reshape(-1, n)[:n]
+
+
+def _zero_self(d: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
+    """d[a, b] = 0 where rows[a] == cols[b]: the norm expansion leaves sqrt(rounding) ~ 1e-3
+    on the diagonal otherwise."""
+    return jnp.where(rows[:, None] == cols[None, :], 0.0, d)
 
 
 def feature_oracle(features: jax.Array, scale: jax.Array | float = 1.0,
@@ -93,7 +99,7 @@ def feature_oracle(features: jax.Array, scale: jax.Array | float = 1.0,
     """
     f = jnp.asarray(features, jnp.float32)
     n = f.shape[0]
-    cols = lambda idx: feature_distances(f, f[idx], scale)
+    cols = lambda idx: _zero_self(feature_distances(f, f[idx], scale), jnp.arange(n), idx)
 
     def gains(c, w):
         idx, ok = _blocks(n, block)
@@ -138,13 +144,13 @@ def greedy(oracle: DistanceOracle, k: int, *, available: jax.Array | None = None
       `GreedyResult(idx, valid, gains)`.
     """
     n = oracle.n
-    avail = jnp.ones((n,), bool) if available is None else available.astype(bool)
-    w = (avail if cover is None else cover).astype(jnp.float32)
+    avail = jnp.ones((n,), bool) if available is None else jnp.asarray(available, bool)
+    w = jnp.asarray(avail if cover is None else cover, jnp.float32)
     if normalize:
         w = w / jnp.maximum(jnp.sum(w), 1.0)
     use_trunc = phi is not None
-    phi = jnp.zeros((n,), jnp.float32) if phi is None else phi.astype(jnp.float32)
-    pen = jnp.zeros((n,), jnp.float32) if penalty is None else penalty.astype(jnp.float32)
+    phi = jnp.zeros((n,), jnp.float32) if phi is None else jnp.asarray(phi, jnp.float32)
+    pen = jnp.zeros((n,), jnp.float32) if penalty is None else jnp.asarray(penalty, jnp.float32)
     if r > 0:
         if key is None:
             raise ValueError("stochastic greedy (r > 0) needs a key")
