@@ -80,7 +80,8 @@ def pairwise_distances(features: jax.Array, scale: jax.Array | float = 1.0,
     if block <= 0 or block >= n:
         return _zero_self(feature_distances(f, f, scale), jnp.arange(n), jnp.arange(n))
     rows, _ = _blocks(n, block)
-    out = jax.lax.map(lambda r: _zero_self(feature_distances(f[r], f, scale), r, jnp.arange(n)), rows)
+    cols = jnp.arange(n)
+    out = jax.lax.map(lambda r: _zero_self(feature_distances(f[r], f, scale), r, cols), rows)
     return out.reshape(-1, n)[:n]
 
 

@@ -145,22 +145,23 @@ def test_masks_no_unavailable_no_duplicates_and_surplus_slots():
     d, x = rand_dist(rng, 20)
     avail = np.zeros(20, bool)
     avail[[1, 4, 5, 9, 13, 17, 18]] = True
-    for r in (0, 3, 20):
-        for jit in (False, True):
-            fn = lambda dd, a, key: sm.greedy(sm.dense_oracle(dd), 5, available=a,
-                                              c0=float(d.max()), key=key, r=r)
-            fn = jax.jit(fn) if jit else fn
-            res = fn(d, avail, jax.random.key(r))
-            idx = np.asarray(res.idx)
-            assert len(set(idx.tolist())) == 5 and avail[idx].all() and res.valid.all()
-            # more slots than available clients: the surplus is distinct and marked invalid
-            res = fn(d, avail, jax.random.key(1))._replace() if False else sm.greedy(
-                sm.dense_oracle(d), 10, available=avail, c0=float(d.max()),
-                key=jax.random.key(2), r=r)
-            idx, valid = np.asarray(res.idx), np.asarray(res.valid)
+    c0 = float(d.max())
+    for r in (0, 3):
+        # k = 5 of 7 available; k = 10: the surplus slots are distinct and marked invalid
+        fn = jax.jit(lambda dd, a, key, r=r: (
+            sm.greedy(sm.dense_oracle(dd), 5, available=a, c0=c0, key=key, r=r),
+            sm.greedy(sm.dense_oracle(dd), 10, available=a, c0=c0, key=key, r=r)))
+        for s in range(2):
+            five, ten = fn(d, avail, jax.random.key(s))
+            idx = np.asarray(five.idx)
+            assert len(set(idx.tolist())) == 5 and avail[idx].all() and five.valid.all()
+            idx, valid = np.asarray(ten.idx), np.asarray(ten.valid)
             assert len(set(idx.tolist())) == 10
             assert valid.sum() == 7 and set(idx[valid]) == set(np.flatnonzero(avail))
             assert not avail[idx[~valid]].any()
+    # not jitted
+    res = sm.greedy(sm.dense_oracle(d), 5, available=avail, c0=c0)
+    assert avail[np.asarray(res.idx)].all() and len(set(np.asarray(res.idx).tolist())) == 5
 
 
 def test_blocked_distances_equal_dense():
@@ -243,9 +244,8 @@ def test_every_selector_returns_distinct_available_clients(name, kw, data10, tin
     pool[[0, 2, 7]] = False
     state = state.replace(pool=jnp.asarray(pool))
     sel = make_selector(tiny_model, cfg)
-    for jit in (False, True):
-        fn = jax.jit(sel.select) if jit else sel.select
-        for s in range(3):
+    for fn, keys in ((sel.select, (0,)), (jax.jit(sel.select), (1, 2))):
+        for s in keys:
             idx, valid = fn(jax.random.key(s), state, data10, hp)
             idx = np.asarray(idx)
             assert idx.shape == (3,) and len(set(idx.tolist())) == 3
@@ -258,16 +258,13 @@ def test_unionfl_selector_avoids_window(data10, tiny_model):
     alg = build("fedavg", tiny_model, cfg)
     state = alg.init(jax.random.key(0), data10, hp)
     sel = make_selector(tiny_model, cfg)
-    first = np.asarray(sel.select(jax.random.key(0), state, data10, hp)[0])
+    select = jax.jit(sel.select)
+    first = np.asarray(select(jax.random.key(0), state, data10, hp)[0])
     mem = dict(state.extra["selector"])
     mem["window"] = jnp.asarray([first.tolist(), [-1, -1, -1]], jnp.int32)
-    state = state.replace(extra={**state.extra, "selector": mem})
-    second = np.asarray(sel.select(jax.random.key(0), state, data10, hp)[0])
+    second = np.asarray(select(jax.random.key(0), state.replace(
+        extra={**state.extra, "selector": mem}), data10, hp)[0])
     assert not set(second.tolist()) & set(first.tolist())
-    # a full round writes the cohort into the window
-    state, met = jax.jit(alg.round)(state, data10, jax.random.key(1), hp)
-    np.testing.assert_array_equal(np.asarray(state.extra["selector"]["window"][0]),
-                                  np.asarray(met["cohort_idx"]))
 
 
 def test_power_of_choice_picks_top_loss_candidates(data10, tiny_model):
@@ -285,26 +282,29 @@ def test_power_of_choice_picks_top_loss_candidates(data10, tiny_model):
     assert sorted(np.asarray(idx).tolist()) == sorted(top)
 
 
-def test_divfl_features_are_full_gradients_refreshed_for_the_cohort(data10, tiny_model):
-    cfg = _cfg(selector="divfl")
+def test_features_are_full_gradients_refreshed_for_the_cohort(data10, tiny_model):
+    cfg = _cfg(selector="unionfl", union_window=2)
     hp = HParams().as_arrays()
     alg = build("fedavg", tiny_model, cfg)
     state = alg.init(jax.random.key(0), data10, hp)
     f0 = np.asarray(state.extra["selector"]["features"])
-    # client 4's feature: its full-data gradient, checked against a numpy-summed reference
+    # client 4's feature: its full-data gradient (one batch of all its rows)
     x, y = data10.train.client_numpy(4)
     g = jax.grad(lambda p: tiny_model.loss(p, {}, jnp.asarray(x), jnp.asarray(y),
                                            train=False)[0])(state.params)
     np.testing.assert_allclose(f0[4], np.asarray(flatten(g)), rtol=1e-4, atol=1e-6)
     new, met = jax.jit(alg.round)(state, data10, jax.random.key(1), hp)
     f1 = np.asarray(new.extra["selector"]["features"])
-    cohort = set(np.asarray(met["cohort_idx"]).tolist())
+    cohort = np.asarray(met["cohort_idx"])
     for k in range(10):  # the cohort's features were recomputed at the received model
         if k in cohort:
             _, gk = client_grad(tiny_model, state.params, {}, data10.train, k)
             np.testing.assert_allclose(f1[k], np.asarray(flatten(gk)), rtol=1e-4, atol=1e-6)
         else:
             np.testing.assert_array_equal(f1[k], f0[k])
+    # the UnionFL window now holds this cohort, then the empty row
+    np.testing.assert_array_equal(np.asarray(new.extra["selector"]["window"]),
+                                  [cohort.tolist(), [-1, -1, -1]])
 
 
 def test_selector_in_jitted_simulation_does_not_retrace(data10, tiny_model, monkeypatch):
@@ -316,12 +316,12 @@ def test_selector_in_jitted_simulation_does_not_retrace(data10, tiny_model, monk
         return orig(*a, **k)
 
     monkeypatch.setattr(sm, "greedy", counting)
-    cfg = _cfg(selector="subtrunc", rounds=6, eval_every=2, feature_refresh=3)
+    cfg = _cfg(selector="subtrunc", rounds=4, eval_every=2, feature_refresh=3)
     alg = build("fedavg", tiny_model, cfg)
-    sim = simulate(alg, data10, HParams(), jax.random.key(0), rounds=6, eval_every=2)
+    sim = simulate(alg, data10, HParams(), jax.random.key(0), rounds=4, eval_every=2)
     assert len(traces) == 1
-    assert np.asarray(sim.round_metrics["cohort_idx"]).shape == (6, 3)
-    assert int(np.sum(np.asarray(sim.final_state.participation))) == 18
+    assert np.asarray(sim.round_metrics["cohort_idx"]).shape == (4, 3)
+    assert int(np.sum(np.asarray(sim.final_state.participation))) == 12
     h = sim.history[-1]
     assert {"client_dissimilarity", "client_dissimilarity_range",
             "client_dissimilarity_mad"} <= set(h)
