@@ -77,6 +77,7 @@ class Context:
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 # Modules whose import registers experiments.
 MODULES: list[str] = []
+MODULES.append("fedjax_appeal.reproduce.selection")  # issue 4: client selection tables
 
 
 def experiment(name: str, help: str):
