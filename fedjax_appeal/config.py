@@ -67,6 +67,10 @@ class HParams:
     pfedme_lambda: float = _hp(15.0, "pFedMe regularisation lambda of the personal models")
     pfedme_lr: float = _hp(0.05, "pFedMe personal learning rate (K inner steps)")
     pfedme_beta: float = _hp(1.0, "pFedMe server mixing beta: w <- (1-beta) w + beta avg(w_k)")
+    # --- client selection (issue 4: SubTrunc / UnionFL) ---
+    subtrunc_lambda: float = _hp(0.5, "SubTrunc weight lambda of the truncated loss term")
+    subtrunc_b: float = _hp(1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))")
+    union_mu: float = _hp(1.0, "UnionFL penalty mu per selected client of the recent window")
 
     def as_arrays(self) -> HParams:
         """Every leaf as a float32 array, so that the pytree can be traced and stacked."""
@@ -128,6 +132,24 @@ class RunConfig:
     perfedavg_variant: str = _f("fo", "Per-FedAvg variant: fo (first-order) or hf "
                                       "(Hessian-free)", ("fo", "hf"))
     pfedme_k: int = _f(5, "pFedMe inner steps K per local step")
+    # --- client selection (issue 4: Power-of-Choice, DivFL, SubTrunc, UnionFL) ---
+    poc_d: int = _f(0, "Power-of-Choice candidates d drawn per round (0 = 2 x cohort, at most "
+                       "the number of clients)")
+    greedy_candidates: int = _f(0, "stochastic greedy: random candidates r scored per pick "
+                                   "(0 = exact greedy over all clients)")
+    selector_features: str = _f("grad", "DivFL client features: full local gradient at the "
+                                        "received model, or the last update Delta_k",
+                                ("grad", "delta"))
+    feature_refresh: int = _f(0, "recompute every client's selector features every R rounds "
+                                 "(0 = only at round 0; selected clients refresh every round)")
+    feature_dim: int = _f(0, "random Gaussian projection of the selector features to this "
+                             "many dimensions (0 = the flattened parameter-sized vector)")
+    distance_budget_mb: float = _f(256.0, "largest N x N distance matrix (MB) the exact greedy "
+                                          "materialises; above it columns are computed in blocks")
+    union_window: int = _f(5, "UnionFL window u: number of past rounds whose cohorts are "
+                              "penalised")
+    union_base: str = _f("divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"))
+    subtrunc_phi: str = _f("log", "SubTrunc phi: log = ln(1+x), or identity", ("log", "identity"))
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
     seed: int = _f(0, "random seed (data partition and training)")

@@ -8,6 +8,8 @@ Definitions (all fractions in [0, 1]):
     accuracy on its own test split (every client counts once, as in the MaxFL papers).
   * `test_acc_seen_pooled`: accuracy over all seen test rows, sample-weighted.
   * `test_*_unseen`: the same for the unseen clients (absent when there are none).
+  * `client_dissimilarity*`: spread of the seen clients' test accuracy, in percent (see
+    `dissimilarity`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,30 @@ def summarize(evals: dict[str, Any]) -> dict[str, float]:
         out[f"test_loss_{tag}"] = float(np.mean(ev.loss))
         out[f"test_acc_{tag}"] = float(np.mean(ev.acc))
         out[f"test_acc_{tag}_pooled"] = _pooled(np.asarray(ev.acc), np.asarray(ev.count))
+    if "test" in evals:  # client dissimilarity (issue 4), in percent
+        out.update(dissimilarity(np.asarray(evals["test"].acc)))
     for k, v in evals.get("metrics", {}).items():
         a = np.asarray(v)
         if a.ndim == 0:
             out[k] = float(a)
     return out
+
+
+def dissimilarity(acc: np.ndarray) -> dict[str, float]:
+    """Spread of per-client test accuracy (fractions in, percentage points out).
+
+    `client_dissimilarity`: population standard deviation across clients (the default);
+    `client_dissimilarity_range`: max - min; `client_dissimilarity_mad`: mean absolute
+    difference over the unordered pairs of distinct clients. The SubTrunc/UnionFL paper's
+    wording does not pin down which spread it reports, hence all three.
+    """
+    a = np.sort(np.asarray(acc, np.float64)) * 100.0
+    n = a.size
+    mad = (float(np.sum(a * (2.0 * np.arange(n) - n + 1)) / (n * (n - 1) / 2)) if n > 1
+           else 0.0)
+    return {"client_dissimilarity": float(np.std(a)),
+            "client_dissimilarity_range": float(a[-1] - a[0]) if n else 0.0,
+            "client_dissimilarity_mad": mad}
 
 
 def per_client(evals: dict[str, Any]) -> dict[str, list[float]]:

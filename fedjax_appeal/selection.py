@@ -39,6 +39,17 @@ def weighted(key: jax.Array, pool: jax.Array, m: int, weights: jax.Array
 
 
 SELECTORS = ("random",)
+# --- issue 4: submodular / loss-aware selectors (see `selectors.py`, `submodular.py`) ---
+SELECTORS = SELECTORS + ("poc", "divfl", "subtrunc", "unionfl")
+from .submodular import (  # noqa: E402  (public, jit-able selection without a simulation)
+    facility_location,
+    greedy,
+    stochastic_facility_location,
+    stochastic_facility_location_features,
+)
+
+__all__ = ["uniform", "weighted", "make_selector", "SELECTORS", "facility_location",
+           "stochastic_facility_location", "stochastic_facility_location_features", "greedy"]
 
 
 def make_selector(model, cfg):
@@ -48,4 +59,8 @@ def make_selector(model, cfg):
 
     if cfg.selector == "random":
         return uniform_selector(cfg.cohort)
+    if cfg.selector in SELECTORS:  # issue 4
+        from .selectors import build_selector
+
+        return build_selector(model, cfg)
     raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: {', '.join(SELECTORS)}")

@@ -88,3 +88,27 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
     if float(hp.maxfl_eps) < 0:
         raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")
+    # --- client selection (issue 4) ---
+    _validate_selection(cfg, hp)
+
+
+def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
+    """Options of the poc / divfl / subtrunc / unionfl selectors."""
+    if cfg.poc_d and not cfg.cohort <= cfg.poc_d <= cfg.clients:
+        raise ConfigError(f"--poc-d {cfg.poc_d} must lie between --cohort {cfg.cohort} and "
+                          f"--clients {cfg.clients} (0 = 2 x cohort)")
+    for name in ("greedy_candidates", "feature_refresh", "feature_dim"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
+    if cfg.union_window < 1:
+        raise ConfigError(f"--union-window must be >= 1 (got {cfg.union_window})")
+    if cfg.distance_budget_mb <= 0:
+        raise ConfigError(f"--distance-budget-mb must be > 0 (got {cfg.distance_budget_mb})")
+    for name, choices in (("selector_features", ("grad", "delta")),
+                          ("union_base", ("divfl", "subtrunc")),
+                          ("subtrunc_phi", ("log", "identity"))):
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"--{name.replace('_', '-')} must be one of: {', '.join(choices)} "
+                              f"(got {getattr(cfg, name)!r})")
+    if float(hp.subtrunc_lambda) < 0 or float(hp.union_mu) < 0:
+        raise ConfigError("--subtrunc-lambda and --union-mu must be >= 0")

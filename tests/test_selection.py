@@ -1,0 +1,339 @@
+"""Submodular selection: greedy vs numpy reference and brute force, masks, blocked distances,
+stochastic greedy, UnionFL penalty, Power-of-Choice, no retrace, dissimilarity metrics."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import make_tiny_data
+
+from fedjax_appeal import submodular as sm
+from fedjax_appeal.algorithms import build
+from fedjax_appeal.client import client_loss
+from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.metrics import dissimilarity
+from fedjax_appeal.selection import (
+    facility_location,
+    make_selector,
+    stochastic_facility_location,
+    weighted,
+)
+from fedjax_appeal.selectors import client_grad, flatten
+from fedjax_appeal.simulate import simulate
+
+# ----------------------------------------------------------------------------- references
+
+
+def ref_greedy(d, k, avail=None, c0=None, phi=None, lam=0.0, b=np.inf, pen=None):
+    """Plain sequential greedy in float64 (ties: lowest index)."""
+    d = np.asarray(d, np.float64)
+    n = d.shape[0]
+    avail = np.ones(n, bool) if avail is None else np.asarray(avail)
+    c = np.full(n, d.max() if c0 is None else c0)
+    w = avail.astype(np.float64)
+    phi = np.zeros(n) if phi is None else np.asarray(phi, np.float64)
+    pen = np.zeros(n) if pen is None else np.asarray(pen, np.float64)
+    picked, big_phi = [], 0.0
+    for _ in range(k):
+        best, best_g = None, -np.inf
+        for j in range(n):
+            if j in picked or not avail[j]:
+                continue
+            g = (np.sum(w * np.maximum(c - d[:, j], 0.0))
+                 + lam * (min(b, big_phi + phi[j]) - min(b, big_phi)) - pen[j])
+            if g > best_g:
+                best, best_g = j, g
+        if best is None:
+            break
+        picked.append(best)
+        c = np.minimum(c, d[:, best])
+        big_phi += phi[best]
+    return picked
+
+
+def value(d, s, c0=None, phi=None, lam=0.0, b=np.inf, pen=None):
+    """W(S) = sum_i (C - min_{j in S} D_ij) + lam min(b, sum phi) - sum pen."""
+    d = np.asarray(d, np.float64)
+    c0 = d.max() if c0 is None else c0
+    s = list(s)
+    fl = np.sum(c0 - (d[:, s].min(axis=1) if s else np.full(d.shape[0], c0)))
+    t = lam * min(b, float(np.sum(np.asarray(phi)[s]))) if phi is not None and s else 0.0
+    p = float(np.sum(np.asarray(pen)[s])) if pen is not None and s else 0.0
+    return fl + t - p
+
+
+def rand_dist(rng, n, dim=3):
+    x = rng.normal(size=(n, dim))
+    return np.linalg.norm(x[:, None] - x[None], axis=-1).astype(np.float32), x
+
+
+# ----------------------------------------------------------------------------- greedy core
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_matches_numpy_reference(seed):
+    rng = np.random.default_rng(seed)
+    n, k = int(rng.integers(6, 30)), int(rng.integers(1, 6))
+    d, _ = rand_dist(rng, n)
+    np.testing.assert_array_equal(np.asarray(facility_location(d, k)), ref_greedy(d, k))
+    # SubTrunc + a modular penalty + availability, jitted
+    phi = np.log1p(rng.uniform(0, 3, n)).astype(np.float32)
+    pen = rng.uniform(0, 0.5, n).astype(np.float32) * (rng.uniform(size=n) < 0.5)
+    avail = rng.uniform(size=n) < 0.8
+    avail[:k] = True
+    c0 = float(d.max())
+    fn = jax.jit(lambda dd, a, ph, pe: sm.greedy(sm.dense_oracle(dd), k, available=a, c0=c0,
+                                                 phi=ph, lam=0.7, b=1.1, penalty=pe))
+    res = fn(d, avail, phi, pen)
+    ref = ref_greedy(d, k, avail, c0, phi, 0.7, 1.1, pen)
+    np.testing.assert_array_equal(np.asarray(res.idx), ref)
+    assert bool(np.all(res.valid))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_within_1_minus_1_over_e_of_brute_force(seed):
+    rng = np.random.default_rng(100 + seed)
+    n, k = int(rng.integers(4, 9)), int(rng.integers(1, 4))
+    d, _ = rand_dist(rng, n)
+    phi = np.log1p(rng.uniform(0, 2, n)).astype(np.float32)
+    for kw in ({}, {"phi": phi, "lam": 0.5, "b": 1.1}):
+        c0 = float(d.max())
+        got = sm.greedy(sm.dense_oracle(d), k, c0=c0, **kw).idx
+        opt = max(value(d, s, c0, **kw) for s in itertools.combinations(range(n), k))
+        assert value(d, np.asarray(got), c0, **kw) >= (1 - 1 / math.e) * opt - 1e-5
+
+
+def test_greedy_optimal_on_separated_clusters():
+    # three tight, far-apart clusters of different sizes: any optimum takes one per cluster
+    # and the greedy does too (first pick: the centre of the largest cluster, ...).
+    rng = np.random.default_rng(3)
+    centers = np.array([[0.0, 0.0], [100.0, 0.0], [0.0, 100.0]])
+    x = np.concatenate([c + rng.normal(scale=0.1, size=(m, 2))
+                        for c, m in zip(centers, (3, 3, 2), strict=True)])
+    d = np.linalg.norm(x[:, None] - x[None], axis=-1).astype(np.float32)
+    phi = np.log1p(rng.uniform(0, 1, len(x))).astype(np.float32)
+    for kw in ({}, {"phi": phi, "lam": 0.5, "b": 1.1}):
+        c0 = float(d.max())
+        got = np.asarray(sm.greedy(sm.dense_oracle(d), 3, c0=c0, **kw).idx)
+        opt = max(value(d, s, c0, **kw) for s in itertools.combinations(range(len(x)), 3))
+        assert value(d, got, c0, **kw) == pytest.approx(opt, rel=1e-6)
+        assert sorted(np.searchsorted([3, 6], got, side="right")) == [0, 1, 2]
+
+
+def test_objective_monotone_and_submodular_on_nested_sets():
+    rng = np.random.default_rng(7)
+    d, _ = rand_dist(rng, 10)
+    phi = np.log1p(rng.uniform(0, 2, 10))
+    for _ in range(50):
+        perm = rng.permutation(10)
+        a_len = int(rng.integers(0, 4))
+        b_len = int(rng.integers(a_len, 9))
+        a, bset, x = list(perm[:a_len]), list(perm[:b_len]), int(perm[9])
+        for kw in ({}, {"phi": phi, "lam": 0.8, "b": 1.1}):
+            ga = value(d, a + [x], **kw) - value(d, a, **kw)
+            gb = value(d, bset + [x], **kw) - value(d, bset, **kw)
+            assert ga >= gb - 1e-9 and gb >= -1e-9
+
+
+def test_masks_no_unavailable_no_duplicates_and_surplus_slots():
+    rng = np.random.default_rng(1)
+    d, x = rand_dist(rng, 20)
+    avail = np.zeros(20, bool)
+    avail[[1, 4, 5, 9, 13, 17, 18]] = True
+    c0 = float(d.max())
+    for r in (0, 3):
+        # k = 5 of 7 available; k = 10: the surplus slots are distinct and marked invalid
+        fn = jax.jit(lambda dd, a, key, r=r: (
+            sm.greedy(sm.dense_oracle(dd), 5, available=a, c0=c0, key=key, r=r),
+            sm.greedy(sm.dense_oracle(dd), 10, available=a, c0=c0, key=key, r=r)))
+        for s in range(2):
+            five, ten = fn(d, avail, jax.random.key(s))
+            idx = np.asarray(five.idx)
+            assert len(set(idx.tolist())) == 5 and avail[idx].all() and five.valid.all()
+            idx, valid = np.asarray(ten.idx), np.asarray(ten.valid)
+            assert len(set(idx.tolist())) == 10
+            assert valid.sum() == 7 and set(idx[valid]) == set(np.flatnonzero(avail))
+            assert not avail[idx[~valid]].any()
+    # not jitted
+    res = sm.greedy(sm.dense_oracle(d), 5, available=avail, c0=c0)
+    assert avail[np.asarray(res.idx)].all() and len(set(np.asarray(res.idx).tolist())) == 5
+
+
+def test_blocked_distances_equal_dense():
+    rng = np.random.default_rng(2)
+    f = rng.normal(size=(37, 6)).astype(np.float32)
+    ref = np.linalg.norm(f[:, None].astype(np.float64) - f[None], axis=-1)
+    for block in (0, 5, 16, 37):
+        np.testing.assert_allclose(np.asarray(sm.pairwise_distances(f, 1.0, block)), ref,
+                                   atol=2e-4)
+    c = jnp.asarray(rng.uniform(0, 5, 37).astype(np.float32))
+    w = jnp.ones(37)
+    dense = sm.dense_oracle(sm.pairwise_distances(f)).gains(c, w)
+    for block in (4, 10, 64):
+        np.testing.assert_allclose(np.asarray(sm.feature_oracle(f, 1.0, block).gains(c, w)),
+                                   np.asarray(dense), rtol=1e-5, atol=1e-4)
+    scale = 2 * float(np.linalg.norm(f, axis=1).max())
+    a = sm.greedy(sm.feature_oracle(f, scale, 8), 6, c0=1.0).idx
+    b = sm.greedy(sm.dense_oracle(sm.pairwise_distances(f, scale)), 6, c0=1.0).idx
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(a), ref_greedy(ref / scale, 6, c0=1.0))
+
+
+def test_stochastic_greedy_with_all_candidates_equals_exact():
+    rng = np.random.default_rng(4)
+    d, x = rand_dist(rng, 25)
+    exact = np.asarray(facility_location(d, 6))
+    for s in range(3):
+        got = jax.jit(stochastic_facility_location, static_argnums=(2, 3))(
+            jax.random.key(s), d, 6, 25)
+        np.testing.assert_array_equal(np.asarray(got), exact)
+    got = sm.stochastic_facility_location_features(jax.random.key(0), x.astype(np.float32), 6,
+                                                   25)
+    np.testing.assert_array_equal(np.asarray(got), exact)
+    # r < N: the picks are distinct and the first pick is the best of its r candidates
+    few = np.asarray(stochastic_facility_location(jax.random.key(9), d, 6, 4))
+    assert len(set(few.tolist())) == 6
+
+
+def test_union_penalty_avoids_window_clients():
+    rng = np.random.default_rng(5)
+    d, _ = rand_dist(rng, 12)
+    plain = np.asarray(facility_location(d, 4))
+    window = np.zeros(12, np.float32)
+    window[plain[:2]] = 1.0  # the two best clients were selected recently
+    for mu in (1e3, 1e6):
+        got = np.asarray(sm.greedy(sm.dense_oracle(d), 4, c0=float(d.max()),
+                                   penalty=mu * window).idx)
+        assert not window[got].any()
+    # mu = 0: no effect
+    got = np.asarray(sm.greedy(sm.dense_oracle(d), 4, c0=float(d.max()),
+                               penalty=0.0 * window).idx)
+    np.testing.assert_array_equal(got, plain)
+
+
+# ----------------------------------------------------------------------------- selectors
+
+
+def _cfg(**kw):
+    base = dict(clients=10, unseen_clients=0, cohort=3, local_steps=2, batch_size=4, rounds=4,
+                eval_every=2)
+    base.update(kw)
+    return RunConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def data10():
+    return make_tiny_data(num_clients=10, seed=3)
+
+
+@pytest.mark.parametrize("name,kw", [("random", {}), ("poc", {}), ("divfl", {}),
+                                     ("divfl", {"greedy_candidates": 4}),
+                                     ("subtrunc", {"feature_dim": 6}),
+                                     ("unionfl", {"selector_features": "delta"})])
+def test_every_selector_returns_distinct_available_clients(name, kw, data10, tiny_model):
+    cfg = _cfg(selector=name, **kw)
+    hp = HParams().as_arrays()
+    alg = build("fedavg", tiny_model, cfg)
+    state = alg.init(jax.random.key(0), data10, hp)
+    pool = np.ones(10, bool)
+    pool[[0, 2, 7]] = False
+    state = state.replace(pool=jnp.asarray(pool))
+    sel = make_selector(tiny_model, cfg)
+    for fn, keys in ((sel.select, (0,)), (jax.jit(sel.select), (1, 2))):
+        for s in keys:
+            idx, valid = fn(jax.random.key(s), state, data10, hp)
+            idx = np.asarray(idx)
+            assert idx.shape == (3,) and len(set(idx.tolist())) == 3
+            assert pool[idx].all() and np.asarray(valid).all()
+
+
+def test_unionfl_selector_avoids_window(data10, tiny_model):
+    cfg = _cfg(selector="unionfl", union_window=2)
+    hp = HParams(union_mu=1e4).as_arrays()
+    alg = build("fedavg", tiny_model, cfg)
+    state = alg.init(jax.random.key(0), data10, hp)
+    sel = make_selector(tiny_model, cfg)
+    select = jax.jit(sel.select)
+    first = np.asarray(select(jax.random.key(0), state, data10, hp)[0])
+    mem = dict(state.extra["selector"])
+    mem["window"] = jnp.asarray([first.tolist(), [-1, -1, -1]], jnp.int32)
+    second = np.asarray(select(jax.random.key(0), state.replace(
+        extra={**state.extra, "selector": mem}), data10, hp)[0])
+    assert not set(second.tolist()) & set(first.tolist())
+
+
+def test_power_of_choice_picks_top_loss_candidates(data10, tiny_model):
+    cfg = _cfg(selector="poc", poc_d=6)
+    hp = HParams().as_arrays()
+    alg = build("fedavg", tiny_model, cfg)
+    state = alg.init(jax.random.key(0), data10, hp)
+    sel = make_selector(tiny_model, cfg)
+    key = jax.random.key(11)
+    idx, valid = sel.select(key, state, data10, hp)
+    cand, _ = weighted(key, state.pool, 6, data10.train.count.astype(jnp.float32))
+    losses = {int(k): float(client_loss(tiny_model, state.params, state.model_state,
+                                        data10.train, k)[0]) for k in np.asarray(cand)}
+    top = sorted(losses, key=lambda k: -losses[k])[:3]
+    assert sorted(np.asarray(idx).tolist()) == sorted(top)
+
+
+def test_features_are_full_gradients_refreshed_for_the_cohort(data10, tiny_model):
+    cfg = _cfg(selector="unionfl", union_window=2)
+    hp = HParams().as_arrays()
+    alg = build("fedavg", tiny_model, cfg)
+    state = alg.init(jax.random.key(0), data10, hp)
+    f0 = np.asarray(state.extra["selector"]["features"])
+    # client 4's feature: its full-data gradient (one batch of all its rows)
+    x, y = data10.train.client_numpy(4)
+    g = jax.grad(lambda p: tiny_model.loss(p, {}, jnp.asarray(x), jnp.asarray(y),
+                                           train=False)[0])(state.params)
+    np.testing.assert_allclose(f0[4], np.asarray(flatten(g)), rtol=1e-4, atol=1e-6)
+    new, met = jax.jit(alg.round)(state, data10, jax.random.key(1), hp)
+    f1 = np.asarray(new.extra["selector"]["features"])
+    cohort = np.asarray(met["cohort_idx"])
+    for k in range(10):  # the cohort's features were recomputed at the received model
+        if k in cohort:
+            _, gk = client_grad(tiny_model, state.params, {}, data10.train, k)
+            np.testing.assert_allclose(f1[k], np.asarray(flatten(gk)), rtol=1e-4, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(f1[k], f0[k])
+    # the UnionFL window now holds this cohort, then the empty row
+    np.testing.assert_array_equal(np.asarray(new.extra["selector"]["window"]),
+                                  [cohort.tolist(), [-1, -1, -1]])
+
+
+def test_selector_in_jitted_simulation_does_not_retrace(data10, tiny_model, monkeypatch):
+    traces = []
+    orig = sm.greedy
+
+    def counting(*a, **k):
+        traces.append(1)
+        return orig(*a, **k)
+
+    monkeypatch.setattr(sm, "greedy", counting)
+    cfg = _cfg(selector="subtrunc", rounds=4, eval_every=2, feature_refresh=3)
+    alg = build("fedavg", tiny_model, cfg)
+    sim = simulate(alg, data10, HParams(), jax.random.key(0), rounds=4, eval_every=2)
+    assert len(traces) == 1
+    assert np.asarray(sim.round_metrics["cohort_idx"]).shape == (4, 3)
+    assert int(np.sum(np.asarray(sim.final_state.participation))) == 12
+    h = sim.history[-1]
+    assert {"client_dissimilarity", "client_dissimilarity_range",
+            "client_dissimilarity_mad"} <= set(h)
+
+
+def test_dissimilarity_metrics_against_numpy():
+    rng = np.random.default_rng(0)
+    acc = rng.uniform(0.3, 1.0, 13)
+    out = dissimilarity(acc)
+    p = acc * 100
+    pairs = [abs(p[i] - p[j]) for i in range(13) for j in range(i + 1, 13)]
+    assert out["client_dissimilarity"] == pytest.approx(np.std(p))
+    assert out["client_dissimilarity_range"] == pytest.approx(p.max() - p.min())
+    assert out["client_dissimilarity_mad"] == pytest.approx(np.mean(pairs))
+    assert dissimilarity(np.array([0.5, 0.7]))["client_dissimilarity_mad"] == pytest.approx(20)
