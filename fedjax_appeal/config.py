@@ -55,6 +55,9 @@ class HParams:
                                             "losses they report")
     # MaxFL
     maxfl_eps: float = _hp(1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)")
+    # Exp-alpha (issue 5)
+    exp_alpha: float = _hp(0.2, "Exp-alpha temperature alpha in rho_i ∝ exp((F_i(w_i) - "
+                                "F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)")
 
     def as_arrays(self) -> HParams:
         """Every leaf as a float32 array, so that the pytree can be traced and stacked."""

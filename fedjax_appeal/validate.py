@@ -61,3 +61,6 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"--server-lr must be > 0 (got {float(hp.server_lr)})")
     if float(hp.prox_mu) < 0:
         raise ConfigError(f"--prox-mu must be >= 0 (got {float(hp.prox_mu)})")
+    # --- issue 5: Exp-alpha, heterogeneity generators
+    if float(hp.exp_alpha) <= 0:
+        raise ConfigError(f"--exp-alpha must be > 0 (got {float(hp.exp_alpha)})")
