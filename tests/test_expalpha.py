@@ -134,3 +134,191 @@ def test_server_adaptive_textbook(name):
     if name == "adam":  # first step is lr * g / (|g| + tau): tau sets the adaptivity
         np.testing.assert_allclose(
             got[0], np.array([0.5, -1.0, 2.0]) - lr * G[0] / (np.abs(G[0]) + tau), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- FedBN
+
+
+def _bn_setup(num_clients=3):
+    import flax.linen as nn
+    from conftest import arrays_from_clients
+
+    from fedjax_appeal.data import FederatedData
+    from fedjax_appeal.models import Model
+
+    class BNNet(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            x = nn.Dense(4)(x)
+            x = nn.BatchNorm(use_running_average=not train, momentum=0.5)(x)
+            return nn.Dense(2)(nn.relu(x))
+
+    rng = np.random.default_rng(0)
+    locs, scales = [0.0, 20.0, -5.0], [1.0, 5.0, 0.1]
+    xs = [rng.normal(locs[k], scales[k], (8, 3)).astype(np.float32) for k in range(num_clients)]
+    ys = [rng.integers(0, 2, 8) for _ in range(num_clients)]
+    arr = arrays_from_clients(xs, ys)
+    data = FederatedData(train=arr, test=arr, num_classes=2, name="bn")
+    return Model(BNNet(), (3,), jnp.float32, "bnnet"), data
+
+
+def test_fedbn_keeps_bn_per_client_and_averages_the_rest():
+    from fedjax_appeal.algorithms import build
+    from fedjax_appeal.algorithms.fedbn import bn_part, with_bn
+    from fedjax_appeal.client import local_sgd
+
+    model, data = _bn_setup()
+    cfg = RunConfig(algorithm="fedbn", clients=3, unseen_clients=0, cohort=2, local_steps=3,
+                    batch_size=4)
+    hp = HParams(client_lr=0.1).as_arrays()
+    alg = build("fedbn", model, cfg)
+    s0 = alg.init(jax.random.key(0), data, hp)
+    key = jax.random.key(5)
+    s1, met = jax.jit(alg.round)(s0, data, key, hp)
+    idx = np.asarray(met["cohort_idx"])
+    w = np.asarray(met["cohort_weights"])
+    # sequential reference with the round's own keys
+    _, k_loc, _ = jax.random.split(key, 3)
+    keys = jax.random.split(k_loc, 2)
+    bn0 = jax.tree.map(lambda a: a[0], s0.extra["bn_params"])
+    ms0 = jax.tree.map(lambda a: a[0], s0.extra["bn_state"])
+    p0 = with_bn(s0.params, bn0)
+    refs = [local_sgd(model, p0, ms0, data.train, int(k), kk, hp.client_lr, steps=3,
+                      batch_size=4) for k, kk in zip(idx, keys, strict=True)]
+    for j, k in enumerate(idx):
+        got_ms = jax.tree.map(lambda a, k=k: a[k], s1.extra["bn_state"])
+        for a, b in zip(jax.tree.leaves(got_ms), jax.tree.leaves(refs[j].state), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        got_bn = jax.tree.map(lambda a, k=k: a[k], s1.extra["bn_params"])
+        ref_bn = bn_part(refs[j].params)
+        for name in ref_bn:
+            np.testing.assert_allclose(np.asarray(got_bn[name]), np.asarray(ref_bn[name]),
+                                       rtol=1e-5, atol=1e-6)
+    # the client outside the cohort keeps its initial BN
+    out = ({0, 1, 2} - set(idx.tolist())).pop()
+    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda a: a[out], s1.extra["bn_state"])),
+                    jax.tree.leaves(ms0), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # very different data -> very different BN statistics (never averaged)
+    means = np.asarray(s1.extra["bn_state"]["batch_stats"]["BatchNorm_0"]["mean"])
+    assert np.abs(means[idx[0]] - means[idx[1]]).max() > 1.0
+    # non-BN params: FedAvg average of the deltas (server sgd, lr 1); global BN untouched
+    from flax import traverse_util
+    f0 = traverse_util.flatten_dict(s0.params, sep="/")
+    f1 = traverse_util.flatten_dict(s1.params, sep="/")
+    fr = [traverse_util.flatten_dict(r.params, sep="/") for r in refs]
+    for name in f0:
+        if "BatchNorm" in name:
+            np.testing.assert_array_equal(np.asarray(f1[name]), np.asarray(f0[name]))
+        else:
+            expect = f0[name] - sum(w[j] * (f0[name] - fr[j][name]) for j in range(2))
+            np.testing.assert_allclose(np.asarray(f1[name]), np.asarray(expect), rtol=1e-5,
+                                       atol=1e-6)
+    np.testing.assert_allclose(w, np.array([8, 8]) / 16.0)
+    ev = jax.jit(alg.evaluate)(s1, data, hp)
+    assert ev["test"].acc.shape == (3,)
+
+
+def test_fedbn_needs_batchnorm(tiny_model):
+    from fedjax_appeal.algorithms import build
+    from fedjax_appeal.config import ConfigError
+
+    with pytest.raises(ConfigError, match="BatchNorm"):
+        build("fedbn", tiny_model, RunConfig(algorithm="fedbn"))
+
+
+# ----------------------------------------------------------------------------- generators
+
+
+def test_imbalance_recipe_ldam_numbers():
+    from fedjax_appeal.data.heterogeneity import imbalance_counts
+
+    assert imbalance_counts(5000, 0.01, 10).tolist() == [5000, 2997, 1796, 1077, 645, 387,
+                                                          232, 139, 83, 50]
+    assert imbalance_counts(100, 1.0, 10).tolist() == [100] * 10
+
+
+def test_composition_pool_and_stratified_cohorts():
+    from fedjax_appeal.data.heterogeneity import client_ratios, parse_ratio_spec
+    from fedjax_appeal.selection import stratified, stratified_counts
+
+    assert parse_ratio_spec("1.0x4,0.01x3,0.1x3") == [(1.0, 4), (0.01, 3), (0.1, 3)]
+    ratios, groups, _ = client_ratios(20, "1.0x4,0.01x3,0.1x3", np.random.default_rng(0))
+    assert np.bincount(groups).tolist() == [8, 6, 6]
+    assert sorted(set(ratios.tolist())) == [0.01, 0.1, 1.0]
+    np.testing.assert_array_equal(ratios, np.array([1.0, 0.01, 0.1])[groups])
+    r, g, _ = client_ratios(500, "random", np.random.default_rng(1))
+    assert set(r.tolist()) == {1.0, 0.5, 0.1, 0.05, 0.01, 0.005, 0.001}
+    cfg = RunConfig(imbalance_ratios="1.0x4,0.01x3,0.1x3", cohort=10, clients=20)
+    assert stratified_counts(cfg) == (4, 3, 3)
+    assert stratified_counts(RunConfig(label_flip_fraction=1 / 3, cohort=6)) == (4, 2)
+    pool = jnp.ones(20, bool)
+    for s in range(5):
+        idx, valid = stratified(jax.random.key(s), pool, jnp.asarray(groups), (4, 3, 3))
+        assert np.asarray(valid).all() and len(set(np.asarray(idx).tolist())) == 10
+        assert np.bincount(groups[np.asarray(idx)], minlength=3).tolist() == [4, 3, 3]
+
+
+def test_imbalanced_federation_counts_and_balanced_test():
+    from fedjax_appeal.data.generated import imbalanced_federation
+    from fedjax_appeal.data.heterogeneity import imbalance_counts
+    from fedjax_appeal.data.sources import Dataset
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 200)
+    ds = Dataset("toy", rng.integers(0, 255, (800, 2, 2)).astype(np.uint8), y, 4)
+    cfg = RunConfig(imbalance_ratios="1.0x1,0.1x1", imbalance_nmax=25,
+                    imbalance_test_per_class=5, clients=4, unseen_clients=2,
+                    label_flip_fraction=0.5, flip_ratio=1.0)
+    fd = imbalanced_federation(ds, cfg, np.random.default_rng(3))
+    ratio = np.asarray(fd.info["imbalance_ratio"])
+    for k in range(4):
+        _, yk = fd.train.client_numpy(k)
+        _, yt = fd.test.client_numpy(k)
+        counts = np.bincount(yk, minlength=4)
+        expect = imbalance_counts(25, float(ratio[k]), 4)
+        if bool(fd.info["flipped"][k]):  # labels deranged: same multiset of counts
+            assert sorted(counts.tolist()) == sorted(expect.tolist())
+            assert ratio[k] == 1.0 or not np.array_equal(counts, expect)
+        else:
+            assert counts.tolist() == expect.tolist()
+        assert sorted(np.bincount(yt, minlength=4).tolist()) == [5, 5, 5, 5]
+    assert int(np.asarray(fd.info["flipped"]).sum()) == 2
+    assert np.asarray(fd.info["imbalanced"]).tolist() == (ratio < 1).tolist()
+
+
+@pytest.mark.parametrize("flip_ratio,changed", [(1.0, 10), (0.5, 5), (0.2, 2)])
+def test_flip_fraction_and_ratio(flip_ratio, changed):
+    from fedjax_appeal.data.heterogeneity import choose_fraction, flip_labels
+
+    rng = np.random.default_rng(0)
+    mask = choose_fraction(30, 1 / 3, rng)
+    assert mask.sum() == 10
+    labels = np.tile(np.arange(10), 30 * 5)  # 30 clients x 50 rows, every class 5 times
+    clients = [np.arange(k * 50, (k + 1) * 50) for k in range(30)]
+    new, maps = flip_labels(labels, clients, mask, 10, flip_ratio, rng)
+    for k in range(30):
+        wrong = np.mean(new[clients[k]] != labels[clients[k]])
+        assert wrong == pytest.approx(changed / 10 if mask[k] else 0.0)
+        assert int(np.sum(maps[k] != np.arange(10))) == (changed if mask[k] else 0)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def test_accx_half_final_and_group_weights_by_hand():
+    from fedjax_appeal.expalpha_metrics import acc_at, acc_x, group_weights, summary
+
+    hist = [{"round": 0, "test_acc_seen": 0.1}, {"round": 2, "test_acc_seen": 0.35},
+            {"round": 4, "test_acc_seen": 0.41}, {"round": 6, "test_acc_seen": 0.39},
+            {"round": 8, "test_acc_seen": 0.5}, {"round": 10, "test_acc_seen": 0.6}]
+    assert acc_x(hist, 0.4) == 4 and acc_x(hist, 0.55) == 10 and acc_x(hist, 0.7) is None
+    assert acc_at(hist, 5) == 0.41 and acc_at(hist, 10) == 0.6
+    assert summary(hist, 10, 0.4) == {"acc40": 4, "acc_half": 0.41, "acc_final": 0.6}
+    idx = np.array([[0, 1], [2, 1]])
+    w = np.array([[0.2, 0.8], [0.5, 0.5]])
+    g = group_weights(idx, w, np.array([True, False, True]))
+    assert g["mean"]["True"] == pytest.approx(0.35)  # (0.2 + 0.5) / 2
+    assert g["mean"]["False"] == pytest.approx(0.65)  # (0.8 + 0.5) / 2
+    assert g["count"] == {"True": 2, "False": 2}
+    np.testing.assert_allclose(g["trace"]["True"], [0.2, 0.5])

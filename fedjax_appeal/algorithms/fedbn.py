@@ -27,6 +27,7 @@ from ..client import client_loss, local_sgd, proximal, tree_sub
 from ..config import ConfigError, RunConfig
 from ..data.arrays import sample_batch
 from ..evaluation import evaluate_personal
+from ..expalpha_metrics import tag_metrics
 from ..models import Model
 from ..round import ClientUpdate, attach_selector, init_state, make_round
 from ..selection import make_selector
@@ -125,7 +126,8 @@ def fedbn_evaluator(model: Model, cfg: RunConfig):
             up = jax.tree.map(lambda a: jnp.broadcast_to(a, (u, *a.shape)), p)
             out["unseen_train"] = evaluate_personal(model, up, ums, data.unseen_train)
             out["unseen_test"] = evaluate_personal(model, up, ums, data.unseen_test)
-        return out
+        tags = tag_metrics(out, data.info)
+        return {**out, "metrics": tags} if tags else out
 
     return evaluate
 
