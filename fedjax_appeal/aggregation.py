@@ -30,6 +30,49 @@ def uniform(valid: jax.Array) -> jax.Array:
 AGGREGATIONS = ("proportional", "uniform")
 
 
+# --- Exp-alpha (issue 5) -------------------------------------------------------------------
+
+def masked_softmax(logits: jax.Array, valid: jax.Array) -> jax.Array:
+    """softmax(logits) over the valid slots (0 elsewhere; all zeros if none is valid).
+
+    The largest valid logit is subtracted before `exp`, so gaps of any size (1e4 and more)
+    neither overflow nor give NaN: the largest valid slot always has exp(0) = 1.
+    """
+    z = jnp.where(valid, logits, -jnp.inf)
+    top = jnp.max(z)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    e = jnp.where(valid, jnp.exp(jnp.where(valid, logits - top, 0.0)), 0.0)
+    tot = jnp.sum(e)
+    return jnp.where(tot > 0, e / jnp.where(tot > 0, tot, 1.0), 0.0)
+
+
+def exp_alpha(loss_before: jax.Array, loss_after: jax.Array, valid: jax.Array,
+              alpha: jax.Array, num_samples: jax.Array | None = None) -> jax.Array:
+    """Exp-alpha weights rho_i ∝ exp((F_i(w_i) - F_i(w)) / alpha) over the valid slots.
+
+    Seed paper ("EXP-alpha: Beyond Proportional Aggregation in Federated Learning"): a
+    client whose local update lowers its own risk a lot (F_i(w_i) << F_i(w): easy,
+    imbalanced or label-flipped data it can memorise) gets an exponentially smaller share.
+    With `num_samples` the data-size-scaled form of its Corollary 1.1,
+    rho_i ∝ n_i exp((F_i(w_i) - F_i(w)) / alpha), computed as a softmax of
+    log n_i + (F_i(w_i) - F_i(w)) / alpha (also overflow-free).
+
+    Args:
+      loss_before: [m] F_i(w), each client's train risk at the received global model.
+      loss_after: [m] F_i(w_i), its train risk after its local update.
+      valid: [m] bool cohort mask; invalid slots get weight 0.
+      alpha: [] temperature (> 0); alpha -> inf gives uniform (or proportional) weights.
+      num_samples: [m] n_i for the data-size-scaled form, or None.
+    """
+    logits = (loss_after - loss_before) / alpha
+    if num_samples is not None:
+        logits = logits + jnp.log(jnp.maximum(num_samples.astype(jnp.float32), 1e-30))
+    return masked_softmax(logits, valid)
+
+
+AGGREGATIONS = AGGREGATIONS + ("exp-alpha", "exp-alpha-n")
+
+
 def make_weights(cfg):
     """The weight rule named by `cfg.aggregation`, as `weights(updates, valid, state, hp)`.
 
@@ -42,5 +85,13 @@ def make_weights(cfg):
         return (lambda upd, valid, state, hp: proportional(upd.num_samples, valid)), False, False
     if cfg.aggregation == "uniform":
         return (lambda upd, valid, state, hp: uniform(valid)), False, False
+    if cfg.aggregation in ("exp-alpha", "exp-alpha-n"):
+        scaled = cfg.aggregation == "exp-alpha-n"
+
+        def rule(upd, valid, state, hp):
+            return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
+                             hp.exp_alpha, upd.num_samples if scaled else None)
+
+        return rule, True, True
     raise ConfigError(f"unknown aggregation '{cfg.aggregation}'; choose one of: "
                       f"{', '.join(AGGREGATIONS)}")

@@ -71,6 +71,9 @@ class HParams:
     subtrunc_lambda: float = _hp(0.5, "SubTrunc weight lambda of the truncated loss term")
     subtrunc_b: float = _hp(1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))")
     union_mu: float = _hp(1.0, "UnionFL penalty mu per selected client of the recent window")
+    # Exp-alpha (issue 5)
+    exp_alpha: float = _hp(0.2, "Exp-alpha temperature alpha in rho_i ∝ exp((F_i(w_i) - "
+                                "F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)")
 
     def as_arrays(self) -> HParams:
         """Every leaf as a float32 array, so that the pytree can be traced and stacked."""
@@ -83,6 +86,7 @@ class HParams:
 DATASETS = ("fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
             "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10")
 PARTITIONS = ("dirichlet", "clusters", "classes", "natural")
+DATASETS = DATASETS + ("digits",)  # issue 5: Digits domain shift (MNIST, USPS, MNIST-M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +171,21 @@ class RunConfig:
                                 "available (0 or negative = everyone always available)")
     finetune_steps: int = _f(5, "local SGD steps of the personalization evaluation from the "
                                 "final global model (0 = skip)")
+    # --- issue 5: heterogeneity generators (Exp-alpha) ---
+    imbalance_ratios: str = _f("", "generated pool of class-imbalanced clients (LDAM recipe "
+                                   "n_c = n_max ratio^(c/(C-1))): 'random' draws each client's "
+                                   "ratio from {1,.5,.1,.05,.01,.005,.001}, or a composition "
+                                   "like '1.0x4,0.01x3,0.1x3'; '' = off (use --partition)")
+    imbalance_nmax: int = _f(100, "rows of the largest class of each imbalanced client (n_max)")
+    imbalance_test_per_class: int = _f(20, "balanced test rows per class of each generated "
+                                           "client (its test split; a proxy for the global test "
+                                           "set)")
+    cohort_groups: str = _f("", "selector 'stratified': cohort slots per client group, e.g. "
+                                "'4,2' (group = composition entry of --imbalance-ratios, else "
+                                "0 clean / 1 flipped); '' = derived from the pool's mix")
+    domains: str = _f("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
+                                           "round-robin from this list")
+    domain_samples: int = _f(500, "dataset 'digits': rows per client (train + test)")
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)

@@ -191,3 +191,73 @@ def model_for(cfg_model: str, data, dataset) -> Model:
     """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants."""
     return make_model(cfg_model, data.name, data.num_classes, data.input_shape,
                       data.train.x.dtype, dataset.scale, dataset.mean, dataset.std)
+
+
+# --- issue 5: BatchNorm models (FedBN, Exp-alpha's ResNet20) -------------------------------
+
+class CNNBN(nn.Module):
+    """The `cnn` of MaxFL with BatchNorm after every conv and the first FC layer.
+
+    conv5x5(6)-BN-relu-pool, conv5x5(16)-BN-relu-pool, FC 120-BN-relu, FC 84-relu, FC C.
+    A small stand-in for FedBN's Digits CNN (Li et al. 2021) on a 2-core CPU.
+    """
+
+    num_classes: int
+    norm: Normalize = dataclasses.field(default_factory=Normalize)
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        x = _as_image(self.norm(x))
+        for ch in (6, 16):
+            x = nn.Conv(ch, (5, 5), padding="VALID")(x)
+            x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
+            x = nn.max_pool(x, (2, 2), (2, 2))
+        x = x.reshape((x.shape[0], -1))
+        x = nn.Dense(120)(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
+        x = nn.relu(nn.Dense(84)(x))
+        return nn.Dense(self.num_classes)(x)
+
+
+class _BasicBlock(nn.Module):
+    channels: int
+    stride: int
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        bn = lambda: nn.BatchNorm(use_running_average=not train, momentum=0.9)
+        y = nn.Conv(self.channels, (3, 3), (self.stride, self.stride), padding="SAME",
+                    use_bias=False)(x)
+        y = nn.relu(bn()(y))
+        y = nn.Conv(self.channels, (3, 3), padding="SAME", use_bias=False)(y)
+        y = bn()(y)
+        if self.stride != 1 or x.shape[-1] != self.channels:
+            x = nn.Conv(self.channels, (1, 1), (self.stride, self.stride), use_bias=False)(x)
+            x = bn()(x)
+        return nn.relu(x + y)
+
+
+class ResNet20(nn.Module):
+    """ResNet-20 for 32x32 inputs (He et al. 2016, Sec. 4.2): conv3x3(16), 3 stages of 3
+    basic blocks with 16/32/64 channels (stride 2 at stages 2 and 3; 1x1 conv projection
+    shortcuts), global average pooling, FC. The Exp-alpha seed's CIFAR-10 model (for GPU
+    runs; `--model resnet20`)."""
+
+    num_classes: int
+    norm: Normalize = dataclasses.field(default_factory=Normalize)
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        x = _as_image(self.norm(x))
+        x = nn.Conv(16, (3, 3), padding="SAME", use_bias=False)(x)
+        x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
+        for stage, ch in enumerate((16, 32, 64)):
+            for b in range(3):
+                x = _BasicBlock(ch, 2 if stage > 0 and b == 0 else 1)(x, train)
+        x = jnp.mean(x, axis=(1, 2))
+        return nn.Dense(self.num_classes)(x)
+
+
+MODELS["cnn_bn"] = lambda c, n: CNNBN(c, norm=n)
+MODELS["resnet20"] = lambda c, n: ResNet20(c, norm=n)
+DEFAULT_MODEL["digits"] = "cnn_bn"

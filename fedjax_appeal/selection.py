@@ -52,6 +52,73 @@ __all__ = ["uniform", "weighted", "make_selector", "SELECTORS", "facility_locati
            "stochastic_facility_location", "stochastic_facility_location_features", "greedy"]
 
 
+# --- issue 5: stratified cohorts (deterministic number of clients per group) ---------------
+
+def stratified(key: jax.Array, pool: jax.Array, groups: jax.Array, counts: tuple[int, ...]
+               ) -> tuple[jax.Array, jax.Array]:
+    """counts[g] clients uniformly without replacement from the available members of group g.
+
+    Models the Exp-alpha seed's cohorts of a fixed make-up (e.g. 2 label-flipped out of 6,
+    or 4 balanced + 3 + 3 imbalanced clients per round). A group with too few available
+    members fills its surplus slots with invalid ones (mask False).
+    """
+    idx, valid = [], []
+    for g, (c, k) in enumerate(zip(counts, jax.random.split(key, len(counts)), strict=True)):
+        if c == 0:
+            continue
+        member = pool & (groups == g)
+        scores = jax.random.uniform(k, pool.shape)
+        scores = jnp.where(member, scores, -1.0 - scores)
+        _, i = jax.lax.top_k(scores, c)
+        idx.append(i)
+        valid.append(member[i])
+    return jnp.concatenate(idx), jnp.concatenate(valid)
+
+
+SELECTORS = SELECTORS + ("stratified",)
+
+
+def stratified_counts(cfg) -> tuple[int, ...]:
+    """Per-group cohort slots: `cfg.cohort_groups`, or derived from the configured mix."""
+    from .config import ConfigError
+    from .data import heterogeneity as het
+
+    if cfg.cohort_groups:
+        try:
+            counts = tuple(int(c) for c in cfg.cohort_groups.split(","))
+        except ValueError:
+            raise ConfigError(f"--cohort-groups must be comma-separated integers (got "
+                              f"{cfg.cohort_groups!r})") from None
+    elif cfg.imbalance_ratios and cfg.imbalance_ratios != "random":
+        comp = het.parse_ratio_spec(cfg.imbalance_ratios)
+        counts = tuple(het.cohort_group_counts([k for _, k in comp], cfg.cohort))
+    elif cfg.label_flip_fraction > 0:
+        nf = int(round(cfg.label_flip_fraction * cfg.cohort))
+        counts = (cfg.cohort - nf, nf)
+    else:
+        raise ConfigError("--selector stratified needs --cohort-groups, an --imbalance-ratios "
+                          "composition, or --label-flip-fraction")
+    if sum(counts) != cfg.cohort or min(counts) < 0:
+        raise ConfigError(f"--cohort-groups {counts} must be >= 0 and sum to --cohort "
+                          f"{cfg.cohort}")
+    return counts
+
+
+def stratified_selector(cfg):
+    from .config import ConfigError
+    from .round import Selector
+
+    counts = stratified_counts(cfg)
+
+    def select(key, state, data, hp):
+        if "group" not in data.info:
+            raise ConfigError("--selector stratified needs client groups: use "
+                              "--imbalance-ratios or --label-flip-fraction")
+        return stratified(key, state.pool, data.info["group"], counts)
+
+    return Selector(init=lambda key, state, data, hp: {}, select=select)
+
+
 def make_selector(model, cfg):
     """The `round.Selector` named by `cfg.selector` for a cohort of `cfg.cohort`."""
     from .config import ConfigError
@@ -59,6 +126,8 @@ def make_selector(model, cfg):
 
     if cfg.selector == "random":
         return uniform_selector(cfg.cohort)
+    if cfg.selector == "stratified":  # issue 5
+        return stratified_selector(cfg)
     if cfg.selector in SELECTORS:  # issue 4
         from .selectors import build_selector
 

@@ -112,3 +112,6 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
                               f"(got {getattr(cfg, name)!r})")
     if float(hp.subtrunc_lambda) < 0 or float(hp.union_mu) < 0:
         raise ConfigError("--subtrunc-lambda and --union-mu must be >= 0")
+    # --- issue 5: Exp-alpha, heterogeneity generators
+    if float(hp.exp_alpha) <= 0:
+        raise ConfigError(f"--exp-alpha must be > 0 (got {float(hp.exp_alpha)})")

@@ -34,7 +34,14 @@ class FederatedAlgorithm(NamedTuple):
 
 def global_evaluator(model: Model) -> EvalFn:
     """Evaluate the global model on every split (the default)."""
-    return lambda state, data, hp: evaluate_global(model, state.params, state.model_state, data)
+    def evaluate(state, data, hp):
+        out = evaluate_global(model, state.params, state.model_state, data)
+        from ..expalpha_metrics import tag_metrics  # issue 5: per-group test accuracy
+
+        tags = tag_metrics(out, data.info)
+        return {**out, "metrics": tags} if tags else out
+
+    return evaluate
 
 
 Builder = Callable[[Model, RunConfig], FederatedAlgorithm]

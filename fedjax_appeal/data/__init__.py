@@ -37,6 +37,8 @@ def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Data
         rng = rng if rng is not None else np.random.default_rng(cfg.seed)
         return sources.synthetic(cfg.synthetic_alpha, cfg.synthetic_beta,
                                  cfg.clients + cfg.unseen_clients, rng)
+    if name == "digits":
+        raise ConfigError("dataset 'digits' is built per client: use load_federated")
     if name.startswith("tfds:"):
         return sources.load_tfds(name[5:], cache=cfg.cache_dir or None)
     raise ConfigError(f"unknown dataset '{name}'; choose one of: "
@@ -104,6 +106,8 @@ def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.nda
         labels, _ = heterogeneity.flip_labels(labels, unseen, fu, ds.num_classes, cfg.flip_ratio,
                                               rng)
         info["flipped"], uinfo["flipped"] = fs, fu
+        # issue 5: group tag (0 clean / 1 flipped) for --selector stratified
+        info["group"], uinfo["group"] = fs.astype(np.int32), fu.astype(np.int32)
     if cfg.byzantine_fraction > 0:
         info["byzantine"] = heterogeneity.choose_fraction(len(seen), cfg.byzantine_fraction, rng)
     return labels, info, uinfo
@@ -111,6 +115,10 @@ def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.nda
 
 def load_federated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
     """Load, partition and split the data of a run; everything seeded by `cfg.seed`."""
+    if cfg.imbalance_ratios or cfg.dataset == "digits":  # issue 5: generated client pools
+        from .generated import load_generated
+
+        return load_generated(cfg)
     rng = np.random.default_rng([cfg.seed, 0xDA7A])
     ds = load_dataset(cfg, rng)
     if cfg.max_samples and cfg.max_samples < len(ds):

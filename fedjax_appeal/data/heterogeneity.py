@@ -62,3 +62,113 @@ def flip_labels(labels: np.ndarray, clients: list[np.ndarray], flipped: np.ndarr
         maps[k] = flip_map(num_classes, flip_ratio, rng)
         out[clients[k]] = maps[k][labels[clients[k]]]
     return out, maps
+
+
+# --- issue 5: exponential class imbalance (Exp-alpha; LDAM recipe) -------------------------
+
+IMBALANCE_RATIOS = (1.0, 0.5, 0.1, 0.05, 0.01, 0.005, 0.001)
+
+
+def imbalance_counts(n_max: int, ratio: float, num_classes: int) -> np.ndarray:
+    """Per-class counts n_c = floor(n_max * ratio^(c / (C - 1))), c = 0..C-1.
+
+    The long-tailed recipe of LDAM (Cao et al. 2019, "Learning Imbalanced Datasets with
+    Label-Distribution-Aware Margin Loss"): class 0 keeps n_max rows, the last class
+    n_max * ratio. ratio = 1 is balanced.
+    """
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"imbalance ratio must be in (0, 1] (got {ratio})")
+    c = np.arange(num_classes, dtype=np.float64)
+    expo = c / max(num_classes - 1, 1)
+    # a tiny relative slack so that exact products (5000 * 1.0) are not floored to 4999
+    return np.floor(n_max * ratio ** expo * (1 + 1e-12)).astype(np.int64)
+
+
+def parse_ratio_spec(spec: str) -> list[tuple[float, int]]:
+    """'1.0x4,0.01x3,0.1x3' -> [(1.0, 4), (0.01, 3), (0.1, 3)]; '0.5,0.1' -> counts 1."""
+    out = []
+    for part in spec.replace(" ", "").split(","):
+        if not part:
+            continue
+        r, _, n = part.partition("x")
+        try:
+            ratio, count = float(r), int(n) if n else 1
+        except ValueError:
+            raise ValueError(f"bad imbalance entry '{part}': use RATIOxCOUNT, e.g. 0.01x3"
+                             ) from None
+        if not 0.0 < ratio <= 1.0 or count < 1:
+            raise ValueError(f"bad imbalance entry '{part}': ratio in (0, 1], count >= 1")
+        out.append((ratio, count))
+    if not out:
+        raise ValueError("empty imbalance specification")
+    return out
+
+
+def client_ratios(num_clients: int, spec: str, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Imbalance ratio and group id of every client of a generated pool.
+
+    `spec` = 'random': each client's ratio drawn uniformly from `IMBALANCE_RATIOS` (group
+    = index in that tuple). Otherwise a composition 'r1xk1,r2xk2,...': the pool holds the
+    groups in proportions k1 : k2 : ... (largest-remainder rounding), in random order.
+    Returns (ratios [M] float, groups [M] int, group ratios [G]).
+    """
+    if spec == "random":
+        g = rng.integers(0, len(IMBALANCE_RATIOS), num_clients)
+        return np.asarray(IMBALANCE_RATIOS)[g], g, list(IMBALANCE_RATIOS)
+    comp = parse_ratio_spec(spec)
+    counts = proportional_counts([k for _, k in comp], num_clients)
+    g = rng.permutation(np.repeat(np.arange(len(comp)), counts))
+    ratios = np.asarray([r for r, _ in comp])
+    return ratios[g], g, [float(r) for r in ratios]
+
+
+def proportional_counts(weights: list[int] | np.ndarray, total: int) -> np.ndarray:
+    """Integers proportional to `weights` summing to `total` (largest remainder)."""
+    w = np.asarray(weights, np.float64)
+    exact = w / w.sum() * total
+    base = np.floor(exact).astype(np.int64)
+    rest = total - base.sum()
+    order = np.argsort(-(exact - base), kind="stable")
+    base[order[:rest]] += 1
+    return base
+
+
+def deal_counts(pools: list[np.ndarray], counts: np.ndarray, rng: np.random.Generator
+                ) -> tuple[list[np.ndarray], bool]:
+    """Index arrays for clients wanting `counts[k, c]` rows of class c from `pools[c]`.
+
+    Disjoint across clients when every class pool is large enough (dealt from a shuffled
+    pool); otherwise each client draws its rows independently without replacement
+    (clients may then share rows, as the seed's clients re-sampled from one training set).
+    Returns (per-client sorted index arrays, disjoint?).
+    """
+    need = counts.sum(axis=0)
+    disjoint = all(need[c] <= len(pools[c]) for c in range(len(pools)))
+    if not disjoint and any(counts[:, c].max() > len(pools[c]) for c in range(len(pools))):
+        raise ValueError("a client needs more rows of a class than the dataset holds")
+    shuffled = [rng.permutation(p) for p in pools]
+    pos = np.zeros(len(pools), np.int64)
+    out = []
+    for k in range(counts.shape[0]):
+        parts = []
+        for c, p in enumerate(shuffled):
+            n = int(counts[k, c])
+            if disjoint:
+                parts.append(p[pos[c]:pos[c] + n])
+                pos[c] += n
+            else:
+                parts.append(rng.choice(p, n, replace=False))
+        out.append(np.sort(np.concatenate(parts)))
+    return out, disjoint
+
+
+# --- issue 5: label-flip corruption rate per cohort -----------------------------------------
+
+def cohort_group_counts(group_sizes: list[int] | np.ndarray, cohort: int) -> list[int]:
+    """How many cohort slots each group gets so that a cohort mirrors the pool's mix.
+
+    E.g. a pool of 2/3 clean and 1/3 flipped clients with a cohort of 6 gives [4, 2]:
+    a deterministic corruption count per cohort (the seed's "1/3 of the sampled clients").
+    """
+    return [int(c) for c in proportional_counts(group_sizes, cohort)]

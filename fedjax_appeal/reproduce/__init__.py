@@ -79,7 +79,6 @@ EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 MODULES: list[str] = [
     "fedjax_appeal.reproduce.appeal",  # issue 3: MaxFL appeal tables, mean estimation
 ]
-MODULES: list[str] = []
 MODULES.append("fedjax_appeal.reproduce.selection")  # issue 4: client selection tables
 
 

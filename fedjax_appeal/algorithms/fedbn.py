@@ -1,0 +1,163 @@
+"""FedBN (Li et al. 2021, "FedBN: Federated Learning on Non-IID Features via Local Batch
+Normalization", ICLR).
+
+Every client keeps its own BatchNorm layers: the BN affine parameters (scale, bias) and the
+BN statistics (`batch_stats`) of client k live in `state.extra` with a leading client axis
+[M, ...]; a round gathers them for the cohort, trains, and scatters the cohort's new
+values back. They are never averaged. All other parameters are aggregated as in FedAvg
+(any `--aggregation`, e.g. Exp-alpha, and any `--server-opt`); their BN leaves in
+`state.params` stay at their initial values and are unused.
+
+Evaluation: each seen client with its own BN (`evaluation.evaluate_personal`). An unseen
+client has no BN of its own: it gets the mean over seen clients of the BN affine
+parameters and BN statistics recomputed on its own train rows (`ADAPT_STEPS` forward passes
+in training mode over minibatches of its train data, no gradient step: test-time BN
+adaptation, data the client holds).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import traverse_util
+
+from ..adversary import byzantine
+from ..aggregation import make_weights
+from ..client import client_loss, local_sgd, proximal, tree_sub
+from ..config import ConfigError, RunConfig
+from ..data.arrays import sample_batch
+from ..evaluation import evaluate_personal
+from ..expalpha_metrics import tag_metrics
+from ..models import Model
+from ..round import ClientUpdate, attach_selector, init_state, make_round
+from ..selection import make_selector
+from ..server import server_optimizer
+from .base import FederatedAlgorithm, register
+
+ADAPT_STEPS = 20  # train-mode forward passes that set an unseen client's BN statistics
+
+
+def is_bn(path: str) -> bool:
+    """Whether a flattened parameter path ('a/BatchNorm_0/scale') belongs to a BN layer."""
+    return any(part.startswith("BatchNorm") for part in path.split("/"))
+
+
+def bn_part(params) -> dict:
+    """{path: leaf} of the BN parameters of a params tree."""
+    flat = traverse_util.flatten_dict(params, sep="/")
+    return {k: v for k, v in flat.items() if is_bn(k)}
+
+
+def with_bn(params, bn: dict):
+    """`params` with its BN leaves replaced by `bn` ({path: leaf})."""
+    flat = traverse_util.flatten_dict(params, sep="/")
+    return traverse_util.unflatten_dict({**flat, **bn}, sep="/")
+
+
+def _scatter(table, rows, idx, valid):
+    """table[idx] = rows where valid (leaves with leading axes M and m)."""
+    def one(t, r):
+        mask = valid.reshape((-1,) + (1,) * (r.ndim - 1))
+        return t.at[idx].set(jnp.where(mask, r, t[idx]))
+
+    return jax.tree.map(one, table, rows)
+
+
+def fedbn_local(model: Model, cfg: RunConfig, prox: bool, loss_before: bool,
+                loss_after: bool):
+    """Local update of client k with its own BN parameters and statistics."""
+
+    def local(state, data, k, key, hp):
+        bn_k = jax.tree.map(lambda a: a[k], state.extra["bn_params"])
+        ms_k = jax.tree.map(lambda a: a[k], state.extra["bn_state"])
+        params = with_bn(state.params, bn_k)
+        reg = proximal(params, hp.prox_mu) if prox else None
+        res = local_sgd(model, params, ms_k, data.train, k, key, hp.client_lr,
+                        steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg)
+        delta = tree_sub(params, res.params)
+        delta = with_bn(delta, jax.tree.map(jnp.zeros_like, bn_k))  # BN never aggregated
+        extra = {"bn_params": bn_part(res.params)}
+        if loss_before:
+            extra["loss_before"] = client_loss(model, params, ms_k, data.train, k)[0]
+        if loss_after:
+            extra["loss_after"] = client_loss(model, res.params, res.state, data.train, k)[0]
+        return ClientUpdate(delta=delta, model_state=res.state, num_samples=data.train.count[k],
+                            loss=res.loss, extra=extra)
+
+    return local
+
+
+def personal_params(state, num: int | None = None):
+    """Per-client params [M, ...]: the global non-BN leaves with each client's BN."""
+    bn = state.extra["bn_params"]
+    m = jax.tree.leaves(bn)[0].shape[0] if num is None else num
+    tiled = jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), state.params)
+    return with_bn(tiled, bn)
+
+
+def adapt_bn(model: Model, params, mstate, arrays, key, batch_size: int):
+    """BN statistics of every client of `arrays` recomputed on its own rows (no training)."""
+    def one(k, kk):
+        def step(s, kb):
+            x, _ = sample_batch(arrays, k, kb, batch_size)
+            _, s = model.apply(params, s, x, train=True, key=kb)
+            return s, None
+
+        s, _ = jax.lax.scan(step, mstate, jax.random.split(kk, ADAPT_STEPS))
+        return s
+
+    ks = jnp.arange(arrays.num_clients)
+    return jax.vmap(one)(ks, jax.random.split(key, arrays.num_clients))
+
+
+def fedbn_evaluator(model: Model, cfg: RunConfig):
+    def evaluate(state, data, hp):
+        pp = personal_params(state)
+        ms = state.extra["bn_state"]
+        out = {"train": evaluate_personal(model, pp, ms, data.train),
+               "test": evaluate_personal(model, pp, ms, data.test)}
+        if data.unseen_train is not None:
+            mean_bn = jax.tree.map(lambda a: a.mean(0), state.extra["bn_params"])
+            mean_ms = jax.tree.map(lambda a: a.mean(0), ms)
+            p = with_bn(state.params, mean_bn)
+            key = jax.random.fold_in(jax.random.key(0), state.round)
+            ums = adapt_bn(model, p, mean_ms, data.unseen_train, key, cfg.batch_size)
+            u = data.num_unseen
+            up = jax.tree.map(lambda a: jnp.broadcast_to(a, (u, *a.shape)), p)
+            out["unseen_train"] = evaluate_personal(model, up, ums, data.unseen_train)
+            out["unseen_test"] = evaluate_personal(model, up, ums, data.unseen_test)
+        tags = tag_metrics(out, data.info)
+        return {**out, "metrics": tags} if tags else out
+
+    return evaluate
+
+
+@register("fedbn")
+def fedbn(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+    """FedBN on the FedAvg backbone (any aggregation rule and server optimizer)."""
+    params_shape, _ = jax.eval_shape(model.init, jax.random.key(0))
+    if not bn_part(params_shape):
+        raise ConfigError(f"fedbn needs a model with BatchNorm (got '{model.name}'): use "
+                          "--model cnn_bn or --model resnet20")
+    selector = make_selector(model, cfg)
+    weights, before, after = make_weights(cfg)
+
+    def init(key, data, hp):
+        k_model, k_sel = jax.random.split(key)
+        params, mstate = model.init(k_model)
+        m = data.num_clients
+        tile = lambda t: jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), t)
+        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp), m,
+                           extra={"bn_params": tile(bn_part(params)), "bn_state": tile(mstate)})
+        return attach_selector(state, selector, k_sel, data, hp)
+
+    def post(old, new, upd, idx, valid, w, hp):
+        ex = dict(new.extra)
+        ex["bn_params"] = _scatter(ex["bn_params"], upd.extra["bn_params"], idx, valid)
+        ex["bn_state"] = _scatter(ex["bn_state"], upd.model_state, idx, valid)
+        return new.replace(extra=ex)
+
+    rnd = make_round(select=selector, local=fedbn_local(model, cfg, False, before, after),
+                     weights=weights, corrupt=byzantine, post=post, average_state=False,
+                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
+    return FederatedAlgorithm("fedbn", init, rnd, fedbn_evaluator(model, cfg))

@@ -1,0 +1,160 @@
+"""Generated client pools of the Exp-alpha seed: class-imbalanced clients, Digits domains.
+
+* `imbalanced_federation`: a pool of `clients + unseen_clients` clients, each with an
+  imbalance ratio (`heterogeneity.client_ratios`) and per-class train counts
+  n_c = n_max ratio^(c/(C-1)) (LDAM recipe; class 0 is the head for every client, as in
+  LDAM's long-tailed CIFAR-10). Each client's test split is balanced
+  (`imbalance_test_per_class` rows per class, disjoint from every train row), so the mean
+  test accuracy over clients estimates accuracy on the balanced global test set. The seed
+  re-samples fresh clients every round; here a pool several times the cohort is generated
+  once and a cohort is sampled from it each round (`--selector random|stratified`).
+* `digits_federation`: domain shift (FedBN, Li et al. 2021): one domain per client,
+  assigned round-robin from `--domains` (mnist, usps, mnistm), `domain_samples` rows each,
+  all converted to 28x28x3 uint8 (USPS resized 16->28 bilinear, grey repeated to 3
+  channels; MNIST-M resized 32->28). SVHN and SynthDigits of the FedBN/Exp-alpha Digits
+  benchmark are not in the data directory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import ConfigError, RunConfig
+from . import heterogeneity, partition, sources
+from .arrays import ClientArrays, FederatedData
+from .sources import Dataset
+
+DIGIT_DOMAINS = ("mnist", "usps", "mnistm")
+
+
+def _federated(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
+               test: list[np.ndarray], num_seen: int, info: dict, uinfo: dict
+               ) -> FederatedData:
+    import jax.numpy as jnp
+
+    fd = dict(train=ClientArrays.from_indices(ds.x, labels, train[:num_seen]),
+              test=ClientArrays.from_indices(ds.x, labels, test[:num_seen]))
+    if len(train) > num_seen:
+        fd.update(unseen_train=ClientArrays.from_indices(ds.x, labels, train[num_seen:]),
+                  unseen_test=ClientArrays.from_indices(ds.x, labels, test[num_seen:]))
+    tags = lambda d: {k: jnp.asarray(v) for k, v in d.items()}
+    return FederatedData(**fd, info=tags(info), unseen_info=tags(uinfo),
+                         num_classes=ds.num_classes, name=ds.name)
+
+
+def _split_info(values: dict[str, np.ndarray], num_seen: int) -> tuple[dict, dict]:
+    return ({k: v[:num_seen] for k, v in values.items()},
+            {k: v[num_seen:] for k, v in values.items()})
+
+
+def imbalanced_federation(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
+                          ) -> FederatedData:
+    """A pool of class-imbalanced clients with balanced test splits (see module doc)."""
+    from . import apply_heterogeneity
+
+    total = cfg.clients + cfg.unseen_clients
+    num_classes = ds.num_classes
+    try:
+        ratios, groups, _ = heterogeneity.client_ratios(total, cfg.imbalance_ratios, rng)
+    except ValueError as e:
+        raise ConfigError(f"--imbalance-ratios: {e}") from None
+    t = cfg.imbalance_test_per_class
+    pools = [rng.permutation(np.flatnonzero(ds.y == c)) for c in range(num_classes)]
+    if any(len(p) < total * t + cfg.imbalance_nmax for p in pools):
+        raise ConfigError(f"{total} clients x {t} test rows per class + n_max "
+                          f"{cfg.imbalance_nmax} exceed a class of {ds.name}: lower "
+                          "--imbalance-test-per-class, --imbalance-nmax or --clients")
+    test_pools = [p[:total * t] for p in pools]
+    train_pools = [p[total * t:] for p in pools]
+    test = [np.sort(np.concatenate([tp[k * t:(k + 1) * t] for tp in test_pools]))
+            for k in range(total)]
+    counts = np.stack([heterogeneity.imbalance_counts(cfg.imbalance_nmax, r, num_classes)
+                       for r in ratios])
+    counts = np.maximum(counts, 0)
+    counts[:, 0] = np.maximum(counts[:, 0], 1)  # every client keeps at least one train row
+    train, disjoint = heterogeneity.deal_counts(train_pools, counts, rng)
+    info, uinfo = _split_info({"imbalance_ratio": ratios.astype(np.float32),
+                               "imbalanced": ratios < 1.0,
+                               "group": groups.astype(np.int32)}, cfg.clients)
+    labels = ds.y
+    if cfg.label_flip_fraction > 0:
+        if not disjoint:
+            raise ConfigError("label flipping needs disjoint clients: lower --imbalance-nmax "
+                              "or --clients so that the pool fits the dataset")
+        whole = [np.sort(np.concatenate([a, b])) for a, b in zip(train, test, strict=True)]
+        lab, finfo, fu = apply_heterogeneity(ds, whole[:cfg.clients], whole[cfg.clients:], cfg)
+        labels = ds.y if lab is None else lab
+        info.update({k: v for k, v in finfo.items() if k != "group"})
+        uinfo.update({k: v for k, v in fu.items() if k != "group"})
+    return _federated(ds, labels, train, test, cfg.clients, info, uinfo)
+
+
+def _to_rgb28(x: np.ndarray) -> np.ndarray:
+    """uint8 images [N, H, W] or [N, H, W, 3] -> [N, 28, 28, 3]."""
+    if x.shape[1:3] != (28, 28):
+        x = sources.resize_images(x, (28, 28))
+    if x.ndim == 3:
+        x = np.repeat(x[..., None], 3, axis=-1)
+    return np.ascontiguousarray(x, np.uint8)
+
+
+def digits_federation(cfg: RunConfig, rng: np.random.Generator
+                      ) -> tuple[FederatedData, Dataset]:
+    """One Digits domain per client (see module doc); returns (data, pooled dataset)."""
+    from . import apply_heterogeneity
+
+    names = [d.strip() for d in cfg.domains.split(",") if d.strip()]
+    bad = [d for d in names if d not in DIGIT_DOMAINS]
+    if not names or bad:
+        raise ConfigError(f"--domains must be a comma list of {', '.join(DIGIT_DOMAINS)} "
+                          f"(got {cfg.domains!r}); SVHN and SynthDigits are not available")
+    total = cfg.clients + cfg.unseen_clients
+    dom = np.arange(total) % len(names)
+    n = cfg.domain_samples
+    if n < 2:
+        raise ConfigError("--domain-samples must be >= 2")
+    xs, ys, clients, start = [], [], [], 0
+    loaders = {"mnist": sources.load_mnist, "usps": sources.load_usps,
+               "mnistm": sources.load_mnistm}
+    per_client: list[np.ndarray] = [np.empty(0, np.int64)] * total
+    for d, name in enumerate(names):
+        members = np.flatnonzero(dom == d)
+        src = loaders[name](cfg.data_dir or None)
+        need = len(members) * n
+        if need > len(src):
+            raise ConfigError(f"{len(members)} clients x {n} rows exceed {name} ({len(src)} "
+                              "rows): lower --domain-samples or --clients")
+        pick = rng.choice(len(src), need, replace=False)
+        xs.append(_to_rgb28(src.x[pick]))
+        ys.append(src.y[pick])
+        for j, k in enumerate(members):
+            per_client[k] = start + np.arange(j * n, (j + 1) * n)
+        start += need
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    mean, std = sources._image_stats(x, 1.0 / 255.0)
+    ds = Dataset("digits", x, y.astype(np.int64), 10, None, 1.0 / 255.0, mean, std)
+    clients = per_client
+    seen, unseen = clients[:cfg.clients], clients[cfg.clients:]
+    labels, finfo, fu = apply_heterogeneity(ds, seen, unseen, cfg)
+    tr, te = partition.train_test_split(clients, cfg.train_fraction, rng)
+    info, uinfo = _split_info({"domain": dom.astype(np.int32), "group": dom.astype(np.int32)},
+                              cfg.clients)
+    info.update({k: v for k, v in finfo.items() if k != "group"})
+    uinfo.update({k: v for k, v in fu.items() if k != "group"})
+    return _federated(ds, ds.y if labels is None else labels, tr, te, cfg.clients, info,
+                      uinfo), ds
+
+
+def load_generated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
+    """The federation of a generated pool (`--imbalance-ratios` or `--dataset digits`)."""
+    from . import load_dataset
+
+    rng = np.random.default_rng([cfg.seed, 0xE7A])
+    if cfg.dataset == "digits":
+        if cfg.imbalance_ratios:
+            raise ConfigError("--imbalance-ratios does not combine with --dataset digits")
+        return digits_federation(cfg, rng)
+    ds = load_dataset(cfg, rng)
+    if cfg.max_samples and cfg.max_samples < len(ds):
+        ds = ds.subset(np.sort(rng.choice(len(ds), cfg.max_samples, replace=False)))
+    return imbalanced_federation(ds, cfg, rng), ds

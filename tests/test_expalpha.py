@@ -1,0 +1,324 @@
+"""Exp-alpha weights, optax server optimizers, FedBN, heterogeneity generators, metrics."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_appeal.aggregation import exp_alpha, make_weights, masked_softmax
+from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.server import server_optimizer
+
+# ----------------------------------------------------------------------------- Exp-alpha
+
+
+def test_exp_alpha_hand_numbers():
+    before = jnp.array([2.0, 1.0, 3.0])
+    after = jnp.array([1.0, 0.8, 0.5])
+    valid = jnp.array([True, True, True])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(0.5)))
+    # gaps -1.0, -0.2, -2.5 / 0.5 -> exp(-2), exp(-0.4), exp(-5)
+    raw = np.exp([-2.0, -0.4, -5.0])
+    np.testing.assert_allclose(w, raw / raw.sum(), rtol=1e-6)
+    np.testing.assert_allclose(w, [0.166588, 0.825118, 0.008294], atol=1e-5)
+
+
+def test_exp_alpha_n_scaled_and_masked():
+    before = jnp.array([2.0, 1.0, 3.0, 9.0])
+    after = jnp.array([1.0, 0.8, 0.5, 0.0])
+    valid = jnp.array([True, True, True, False])
+    n = jnp.array([10, 30, 60, 1000])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(1.0), n))
+    raw = np.array([10, 30, 60]) * np.exp([-1.0, -0.2, -2.5])
+    np.testing.assert_allclose(w[:3], raw / raw.sum(), rtol=1e-6)
+    assert w[3] == 0.0
+
+
+def test_exp_alpha_extreme_gaps_no_overflow():
+    valid = jnp.array([True, True, True, False])
+    before = jnp.zeros(4)
+    # gaps of 1e4 / alpha 0.2 = 5e4 in the exponent, both signs, and an invalid huge slot
+    after = jnp.array([1e4, 0.0, -1e4, 1e6])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(0.2)))
+    assert np.all(np.isfinite(w))
+    np.testing.assert_allclose(w, [1.0, 0.0, 0.0, 0.0], atol=0)
+    after = jnp.array([1e4, 1e4 - 0.2 * np.log(3.0), -1e4, 0.0])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(0.2)))
+    # float32 spacing at 1e4 is ~1e-3, i.e. ~5e-3 in the exponent: compare to 1e-3
+    np.testing.assert_allclose(w, [0.75, 0.25, 0.0, 0.0], atol=1e-3)
+    w = np.asarray(exp_alpha(before, -after, valid, jnp.float32(0.2)))
+    np.testing.assert_allclose(w, [0.0, 0.0, 1.0, 0.0], atol=0)
+
+
+def test_masked_softmax_nothing_valid_and_large_alpha():
+    w = masked_softmax(jnp.array([1.0, 2.0]), jnp.array([False, False]))
+    assert np.asarray(w).tolist() == [0.0, 0.0]
+    # alpha -> inf: uniform over valid slots
+    w = exp_alpha(jnp.array([5.0, 1.0, 2.0]), jnp.array([0.0, 1.0, 0.1]),
+                  jnp.array([True, False, True]), jnp.float32(1e9))
+    np.testing.assert_allclose(np.asarray(w), [0.5, 0.0, 0.5], rtol=1e-6)
+
+
+def test_make_weights_exp_alpha_reads_losses():
+    from fedjax_appeal.round import ClientUpdate
+
+    for name, scaled in (("exp-alpha", False), ("exp-alpha-n", True)):
+        rule, before, after = make_weights(RunConfig(aggregation=name))
+        assert before and after
+        upd = ClientUpdate(delta=None, model_state={}, num_samples=jnp.array([1, 3]),
+                           loss=jnp.zeros(2),
+                           extra={"loss_before": jnp.array([1.0, 1.0]),
+                                  "loss_after": jnp.array([0.0, 1.0])})
+        hp = HParams(exp_alpha=1.0).as_arrays()
+        w = np.asarray(rule(upd, jnp.array([True, True]), None, hp))
+        raw = np.exp([-1.0, 0.0]) * (np.array([1, 3]) if scaled else 1)
+        np.testing.assert_allclose(w, raw / raw.sum(), rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- server opts
+
+
+def _steps(name, hp, grads):
+    tx = server_optimizer(name, hp.as_arrays())
+    p = {"w": jnp.array([0.5, -1.0, 2.0])}
+    st = tx.init(p)
+    out = []
+    for g in grads:
+        u, st = tx.update({"w": jnp.asarray(g, jnp.float32)}, st, p)
+        p = jax.tree.map(lambda a, b: a + b, p, u)
+        out.append(np.asarray(p["w"]))
+    return out
+
+
+G = [np.array([0.3, -0.02, 1.5]), np.array([-0.1, 0.04, 0.5])]
+HP = HParams(server_lr=0.7, server_momentum=0.8, server_beta2=0.95, server_eps=1e-2)
+
+
+def test_server_sgd_and_momentum_textbook():
+    w0 = np.array([0.5, -1.0, 2.0])
+    lr, mu = 0.7, 0.8
+    np.testing.assert_allclose(_steps("sgd", HP, G[:1])[0], w0 - lr * G[0], rtol=1e-6)
+    # FedAvgM (Hsu et al. 2019): v = mu v + g, w -= lr v
+    v1 = G[0]
+    v2 = mu * v1 + G[1]
+    got = _steps("momentum", HP, G)
+    np.testing.assert_allclose(got[0], w0 - lr * v1, rtol=1e-6)
+    np.testing.assert_allclose(got[1], w0 - lr * v1 - lr * v2, rtol=1e-6)
+    # Nesterov: w -= lr (g + mu v)
+    got = _steps("nesterov", HP, G)
+    np.testing.assert_allclose(got[0], w0 - lr * (G[0] + mu * v1), rtol=1e-6)
+    np.testing.assert_allclose(got[1], got[0] - lr * (G[1] + mu * v2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["adam", "yogi"])
+def test_server_adaptive_textbook(name):
+    """FedAdam / FedYogi (Reddi et al. 2021, Alg. 2) with tau = eps outside the sqrt, and
+    the bias correction optax applies; Yogi's moments start at optax's 1e-6."""
+    w = np.array([0.5, -1.0, 2.0])
+    lr, b1, b2, tau = 0.7, 0.8, 0.95, 1e-2
+    init = 1e-6 if name == "yogi" else 0.0
+    m = np.full(3, init)
+    v = np.full(3, init)
+    got = _steps(name, HP, G)
+    for t, g in enumerate(G, start=1):
+        m = b1 * m + (1 - b1) * g
+        if name == "adam":
+            v = b2 * v + (1 - b2) * g ** 2
+        else:
+            v = v - (1 - b2) * g ** 2 * np.sign(v - g ** 2)
+        mh, vh = m / (1 - b1 ** t), v / (1 - b2 ** t)
+        w = w - lr * mh / (np.sqrt(vh) + tau)
+        np.testing.assert_allclose(got[t - 1], w, rtol=1e-5, atol=1e-7)
+    if name == "adam":  # first step is lr * g / (|g| + tau): tau sets the adaptivity
+        np.testing.assert_allclose(
+            got[0], np.array([0.5, -1.0, 2.0]) - lr * G[0] / (np.abs(G[0]) + tau), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- FedBN
+
+
+def _bn_setup(num_clients=3):
+    import flax.linen as nn
+    from conftest import arrays_from_clients
+
+    from fedjax_appeal.data import FederatedData
+    from fedjax_appeal.models import Model
+
+    class BNNet(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            x = nn.Dense(4)(x)
+            x = nn.BatchNorm(use_running_average=not train, momentum=0.5)(x)
+            return nn.Dense(2)(nn.relu(x))
+
+    rng = np.random.default_rng(0)
+    locs, scales = [0.0, 20.0, -5.0], [1.0, 5.0, 0.1]
+    xs = [rng.normal(locs[k], scales[k], (8, 3)).astype(np.float32) for k in range(num_clients)]
+    ys = [rng.integers(0, 2, 8) for _ in range(num_clients)]
+    arr = arrays_from_clients(xs, ys)
+    data = FederatedData(train=arr, test=arr, num_classes=2, name="bn")
+    return Model(BNNet(), (3,), jnp.float32, "bnnet"), data
+
+
+def test_fedbn_keeps_bn_per_client_and_averages_the_rest():
+    from fedjax_appeal.algorithms import build
+    from fedjax_appeal.algorithms.fedbn import bn_part, with_bn
+    from fedjax_appeal.client import local_sgd
+
+    model, data = _bn_setup()
+    cfg = RunConfig(algorithm="fedbn", clients=3, unseen_clients=0, cohort=2, local_steps=3,
+                    batch_size=4)
+    hp = HParams(client_lr=0.1).as_arrays()
+    alg = build("fedbn", model, cfg)
+    s0 = alg.init(jax.random.key(0), data, hp)
+    key = jax.random.key(5)
+    s1, met = jax.jit(alg.round)(s0, data, key, hp)
+    idx = np.asarray(met["cohort_idx"])
+    w = np.asarray(met["cohort_weights"])
+    # sequential reference with the round's own keys
+    _, k_loc, _ = jax.random.split(key, 3)
+    keys = jax.random.split(k_loc, 2)
+    bn0 = jax.tree.map(lambda a: a[0], s0.extra["bn_params"])
+    ms0 = jax.tree.map(lambda a: a[0], s0.extra["bn_state"])
+    p0 = with_bn(s0.params, bn0)
+    refs = [local_sgd(model, p0, ms0, data.train, int(k), kk, hp.client_lr, steps=3,
+                      batch_size=4) for k, kk in zip(idx, keys, strict=True)]
+    for j, k in enumerate(idx):
+        got_ms = jax.tree.map(lambda a, k=k: a[k], s1.extra["bn_state"])
+        for a, b in zip(jax.tree.leaves(got_ms), jax.tree.leaves(refs[j].state), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+        got_bn = jax.tree.map(lambda a, k=k: a[k], s1.extra["bn_params"])
+        ref_bn = bn_part(refs[j].params)
+        for name in ref_bn:
+            np.testing.assert_allclose(np.asarray(got_bn[name]), np.asarray(ref_bn[name]),
+                                       rtol=1e-5, atol=1e-6)
+    # the client outside the cohort keeps its initial BN
+    out = ({0, 1, 2} - set(idx.tolist())).pop()
+    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda a: a[out], s1.extra["bn_state"])),
+                    jax.tree.leaves(ms0), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # very different data -> very different BN statistics (never averaged)
+    means = np.asarray(s1.extra["bn_state"]["batch_stats"]["BatchNorm_0"]["mean"])
+    assert np.abs(means[idx[0]] - means[idx[1]]).max() > 1.0
+    # non-BN params: FedAvg average of the deltas (server sgd, lr 1); global BN untouched
+    from flax import traverse_util
+    f0 = traverse_util.flatten_dict(s0.params, sep="/")
+    f1 = traverse_util.flatten_dict(s1.params, sep="/")
+    fr = [traverse_util.flatten_dict(r.params, sep="/") for r in refs]
+    for name in f0:
+        if "BatchNorm" in name:
+            np.testing.assert_array_equal(np.asarray(f1[name]), np.asarray(f0[name]))
+        else:
+            expect = f0[name] - sum(w[j] * (f0[name] - fr[j][name]) for j in range(2))
+            np.testing.assert_allclose(np.asarray(f1[name]), np.asarray(expect), rtol=1e-5,
+                                       atol=1e-6)
+    np.testing.assert_allclose(w, np.array([8, 8]) / 16.0)
+    ev = jax.jit(alg.evaluate)(s1, data, hp)
+    assert ev["test"].acc.shape == (3,)
+
+
+def test_fedbn_needs_batchnorm(tiny_model):
+    from fedjax_appeal.algorithms import build
+    from fedjax_appeal.config import ConfigError
+
+    with pytest.raises(ConfigError, match="BatchNorm"):
+        build("fedbn", tiny_model, RunConfig(algorithm="fedbn"))
+
+
+# ----------------------------------------------------------------------------- generators
+
+
+def test_imbalance_recipe_ldam_numbers():
+    from fedjax_appeal.data.heterogeneity import imbalance_counts
+
+    assert imbalance_counts(5000, 0.01, 10).tolist() == [5000, 2997, 1796, 1077, 645, 387,
+                                                          232, 139, 83, 50]
+    assert imbalance_counts(100, 1.0, 10).tolist() == [100] * 10
+
+
+def test_composition_pool_and_stratified_cohorts():
+    from fedjax_appeal.data.heterogeneity import client_ratios, parse_ratio_spec
+    from fedjax_appeal.selection import stratified, stratified_counts
+
+    assert parse_ratio_spec("1.0x4,0.01x3,0.1x3") == [(1.0, 4), (0.01, 3), (0.1, 3)]
+    ratios, groups, _ = client_ratios(20, "1.0x4,0.01x3,0.1x3", np.random.default_rng(0))
+    assert np.bincount(groups).tolist() == [8, 6, 6]
+    assert sorted(set(ratios.tolist())) == [0.01, 0.1, 1.0]
+    np.testing.assert_array_equal(ratios, np.array([1.0, 0.01, 0.1])[groups])
+    r, g, _ = client_ratios(500, "random", np.random.default_rng(1))
+    assert set(r.tolist()) == {1.0, 0.5, 0.1, 0.05, 0.01, 0.005, 0.001}
+    cfg = RunConfig(imbalance_ratios="1.0x4,0.01x3,0.1x3", cohort=10, clients=20)
+    assert stratified_counts(cfg) == (4, 3, 3)
+    assert stratified_counts(RunConfig(label_flip_fraction=1 / 3, cohort=6)) == (4, 2)
+    pool = jnp.ones(20, bool)
+    for s in range(5):
+        idx, valid = stratified(jax.random.key(s), pool, jnp.asarray(groups), (4, 3, 3))
+        assert np.asarray(valid).all() and len(set(np.asarray(idx).tolist())) == 10
+        assert np.bincount(groups[np.asarray(idx)], minlength=3).tolist() == [4, 3, 3]
+
+
+def test_imbalanced_federation_counts_and_balanced_test():
+    from fedjax_appeal.data.generated import imbalanced_federation
+    from fedjax_appeal.data.heterogeneity import imbalance_counts
+    from fedjax_appeal.data.sources import Dataset
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 200)
+    ds = Dataset("toy", rng.integers(0, 255, (800, 2, 2)).astype(np.uint8), y, 4)
+    cfg = RunConfig(imbalance_ratios="1.0x1,0.1x1", imbalance_nmax=25,
+                    imbalance_test_per_class=5, clients=4, unseen_clients=2,
+                    label_flip_fraction=0.5, flip_ratio=1.0)
+    fd = imbalanced_federation(ds, cfg, np.random.default_rng(3))
+    ratio = np.asarray(fd.info["imbalance_ratio"])
+    for k in range(4):
+        _, yk = fd.train.client_numpy(k)
+        _, yt = fd.test.client_numpy(k)
+        counts = np.bincount(yk, minlength=4)
+        expect = imbalance_counts(25, float(ratio[k]), 4)
+        if bool(fd.info["flipped"][k]):  # labels deranged: same multiset of counts
+            assert sorted(counts.tolist()) == sorted(expect.tolist())
+            assert ratio[k] == 1.0 or not np.array_equal(counts, expect)
+        else:
+            assert counts.tolist() == expect.tolist()
+        assert sorted(np.bincount(yt, minlength=4).tolist()) == [5, 5, 5, 5]
+    assert int(np.asarray(fd.info["flipped"]).sum()) == 2
+    assert np.asarray(fd.info["imbalanced"]).tolist() == (ratio < 1).tolist()
+
+
+@pytest.mark.parametrize("flip_ratio,changed", [(1.0, 10), (0.5, 5), (0.2, 2)])
+def test_flip_fraction_and_ratio(flip_ratio, changed):
+    from fedjax_appeal.data.heterogeneity import choose_fraction, flip_labels
+
+    rng = np.random.default_rng(0)
+    mask = choose_fraction(30, 1 / 3, rng)
+    assert mask.sum() == 10
+    labels = np.tile(np.arange(10), 30 * 5)  # 30 clients x 50 rows, every class 5 times
+    clients = [np.arange(k * 50, (k + 1) * 50) for k in range(30)]
+    new, maps = flip_labels(labels, clients, mask, 10, flip_ratio, rng)
+    for k in range(30):
+        wrong = np.mean(new[clients[k]] != labels[clients[k]])
+        assert wrong == pytest.approx(changed / 10 if mask[k] else 0.0)
+        assert int(np.sum(maps[k] != np.arange(10))) == (changed if mask[k] else 0)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def test_accx_half_final_and_group_weights_by_hand():
+    from fedjax_appeal.expalpha_metrics import acc_at, acc_x, group_weights, summary
+
+    hist = [{"round": 0, "test_acc_seen": 0.1}, {"round": 2, "test_acc_seen": 0.35},
+            {"round": 4, "test_acc_seen": 0.41}, {"round": 6, "test_acc_seen": 0.39},
+            {"round": 8, "test_acc_seen": 0.5}, {"round": 10, "test_acc_seen": 0.6}]
+    assert acc_x(hist, 0.4) == 4 and acc_x(hist, 0.55) == 10 and acc_x(hist, 0.7) is None
+    assert acc_at(hist, 5) == 0.41 and acc_at(hist, 10) == 0.6
+    assert summary(hist, 10, 0.4) == {"acc40": 4, "acc_half": 0.41, "acc_final": 0.6}
+    idx = np.array([[0, 1], [2, 1]])
+    w = np.array([[0.2, 0.8], [0.5, 0.5]])
+    g = group_weights(idx, w, np.array([True, False, True]))
+    assert g["mean"]["True"] == pytest.approx(0.35)  # (0.2 + 0.5) / 2
+    assert g["mean"]["False"] == pytest.approx(0.65)  # (0.8 + 0.5) / 2
+    assert g["count"] == {"True": 2, "False": 2}
+    np.testing.assert_allclose(g["trace"]["True"], [0.2, 0.5])
