@@ -39,12 +39,21 @@ def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
 
 
+def params_finite(params) -> jax.Array:
+    """[] bool: every server parameter is finite (the NaN/Inf guard's per-round flag)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
+
+
 def make_chunk(alg: FederatedAlgorithm) -> Callable:
-    """chunk(state, data, train_key, hp, rounds[L]) -> (state, metrics[L]): L rounds."""
+    """chunk(state, data, train_key, hp, rounds[L]) -> (state, metrics[L]): L rounds.
+
+    Besides the round's metrics, each round reports `params_finite` (see `params_finite`).
+    """
 
     def chunk(state, data, train_key, hp, rounds):
         def body(s, r):
-            return alg.round(s, data, jax.random.fold_in(train_key, r), hp)
+            s, m = alg.round(s, data, jax.random.fold_in(train_key, r), hp)
+            return s, {**m, "params_finite": params_finite(s.params)}
 
         return jax.lax.scan(body, state, rounds)
 
