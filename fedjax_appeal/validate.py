@@ -61,3 +61,11 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"--server-lr must be > 0 (got {float(hp.server_lr)})")
     if float(hp.prox_mu) < 0:
         raise ConfigError(f"--prox-mu must be >= 0 (got {float(hp.prox_mu)})")
+    # --- scale (issue 6) ---
+    if cfg.checkpoint_every < 0:
+        raise ConfigError(f"--checkpoint-every must be >= 0 (got {cfg.checkpoint_every})")
+    if cfg.client_chunk < -1:
+        raise ConfigError(f"--client-chunk must be >= -1 (got {cfg.client_chunk}); 0 = auto, "
+                          "-1 = never")
+    if cfg.devices < 0:
+        raise ConfigError(f"--devices must be >= 0 (got {cfg.devices}); 0 = all")
