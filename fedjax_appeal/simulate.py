@@ -9,6 +9,7 @@ evaluation time from training time.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -59,6 +60,12 @@ def make_chunk(alg: FederatedAlgorithm) -> Callable:
         return jax.lax.scan(body, state, rounds)
 
     return chunk
+
+
+@functools.lru_cache(maxsize=32)
+def _chunk_jit(alg: FederatedAlgorithm):
+    """One jitted chunk per algorithm, so repeated `simulate` calls reuse its compilation."""
+    return jax.jit(make_chunk(alg))
 
 
 def eval_rounds(total: int, every: int) -> list[int]:
@@ -127,7 +134,7 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
     evaluate = jax.jit(alg.evaluate).lower(state, data, hp).compile()
     timing["eval_compile_s"] = time.perf_counter() - t
 
-    chunk_jit = jax.jit(make_chunk(alg))
+    chunk_jit = _chunk_jit(alg)
     compiled: dict[int, Any] = {}
     eval_times, round_times = [], []
 
