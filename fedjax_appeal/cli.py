@@ -85,13 +85,14 @@ def default_out(cfg: RunConfig) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .checkpoint import resume_base
     from .data import load_federated
     from .experiment import run_config
     from .report import run_writers, write_outputs
     from .simulate import progress_printer
     from .validate import validate
 
-    cfg, hp = resolve(args)
+    cfg, hp = resolve(args, base=resume_base(getattr(args, "resume", "")))
     if not cfg.out:
         cfg = cfg.replace(out=default_out(cfg))
     validate(cfg, hp)
@@ -196,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"fedjax-appeal: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("fedjax-appeal: interrupted; no results written", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"fedjax-appeal: interrupted; no results written{'; ' + str(e) if str(e) else ''}",
+              file=sys.stderr)
         return 130
 
 

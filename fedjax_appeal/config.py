@@ -186,6 +186,14 @@ class RunConfig:
     domains: str = _f("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
                                            "round-robin from this list")
     domain_samples: int = _f(500, "dataset 'digits': rows per client (train + test)")
+    # --- scale (issue 6): checkpoints, devices, large cohorts ---
+    checkpoint_every: int = _f(0, "save a checkpoint into --out every this many rounds "
+                                  "(0 = only when interrupted with Ctrl-C)")
+    resume: str = _f("", "continue the run whose checkpoint is in this folder")
+    client_chunk: int = _f(0, "run the cohort's local updates in chunks of this many clients "
+                              "(0 = auto: only when cohort x params exceeds the memory "
+                              "budget; -1 = never)")
+    devices: int = _f(1, "devices to shard the cohort over (0 = all)")
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)

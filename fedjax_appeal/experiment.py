@@ -6,6 +6,7 @@ import dataclasses
 import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -56,8 +57,10 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     alg = build(cfg.algorithm, model, cfg)
     if cfg.appeal:  # the appeal protocol (issue 3) around every algorithm
         alg = with_appeal(alg, model, cfg)
+    ckpt, mesh = _scale_options(cfg, hp)
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
-                   eval_every=cfg.eval_every, on_eval=on_eval)
+                   eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
+                   resume=bool(cfg.resume), mesh=mesh)
     personalized = finetune_report(model, cfg, sim, data, hp) if cfg.appeal else None
     results = {
         "config": {**dataclasses.asdict(cfg), "model": model.name},
@@ -76,3 +79,19 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
                         "machine": platform.machine()},
     }
     return results, sim
+
+
+def _scale_options(cfg: RunConfig, hp: HParams):
+    """(Checkpointer or None, mesh or None) of a run (see checkpoint.py, distributed.py)."""
+    from .checkpoint import Checkpointer, check_compatible, read_meta
+    from .distributed import make_mesh
+
+    config = dataclasses.asdict(cfg)
+    hparams = {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)}
+    if cfg.resume:
+        check_compatible(read_meta(cfg.resume), config, hparams, cfg.resume)
+    directory = cfg.resume or cfg.out
+    ckpt = (Checkpointer(Path(directory), cfg.checkpoint_every,
+                         {"config": config, "hparams": hparams, "seed": cfg.seed})
+            if directory else None)
+    return ckpt, make_mesh(cfg.devices)

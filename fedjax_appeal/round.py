@@ -11,6 +11,8 @@ Nothing here is jitted: `simulate` puts one `jax.jit` around a `lax.scan` of rou
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -19,9 +21,25 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from . import selection
+from . import cohort, selection
 from .config import HParams
 from .data.arrays import FederatedData
+from .distributed import constrain_cohort
+
+# --- scale (issue 6): (client_chunk, mesh) read by `make_round` when it is called; set
+# around an algorithm's construction by `algorithms.build` from RunConfig.client_chunk /
+# devices, so every algorithm gets chunked cohorts and cohort sharding without knowing.
+SCALE: contextvars.ContextVar = contextvars.ContextVar("fedjax_appeal_scale", default=(0, None))
+
+
+@contextlib.contextmanager
+def scale_options(client_chunk: int = 0, mesh=None):
+    """Rounds made inside this block chunk their cohort / shard it over `mesh`."""
+    token = SCALE.set((client_chunk, mesh))
+    try:
+        yield
+    finally:
+        SCALE.reset(token)
 
 
 @struct.dataclass
@@ -115,16 +133,29 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
         normalised weights; FedBN turns this off and keeps it per client.
     """
 
+    client_chunk, mesh = SCALE.get()  # issue 6: large cohorts / sharding (see `scale_options`)
+
     def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
         k_sel, k_loc, k_adv = jax.random.split(key, 3)
         idx, valid = select.select(k_sel, state, data, hp)
         keys = jax.random.split(k_loc, idx.shape[0])
-        upd = jax.vmap(local, in_axes=(None, None, 0, 0, None))(state, data, idx, keys, hp)
-        if corrupt is not None:
-            upd = corrupt(upd, idx, valid, k_adv, data, hp)
+        c = cohort.chunk_size(client_chunk, idx.shape[0], state.params)
+        if c:  # two passes over chunks of c clients (see cohort.py)
+            upd = cohort.chunked_statistics(local, corrupt, state, data, idx, keys, valid,
+                                            k_adv, hp, c)
+        else:
+            idx_s, keys_s = constrain_cohort((idx, keys), mesh)
+            upd = jax.vmap(local, in_axes=(None, None, 0, 0, None))(state, data, idx_s, keys_s,
+                                                                    hp)
+            upd = constrain_cohort(upd, mesh)
+            if corrupt is not None:
+                upd = corrupt(upd, idx, valid, k_adv, data, hp)
         w = weights(upd, valid, state, hp)
         w = jnp.where(valid, w, 0.0)
-        new = server_step(state, weighted_sum(w, upd.delta), tx(hp))
+        pseudo = (cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid,
+                                                k_adv, hp, w, c) if c
+                  else weighted_sum(w, upd.delta))
+        new = server_step(state, pseudo, tx(hp))
         if average_state and jax.tree.leaves(upd.model_state):
             wn = w / jnp.maximum(jnp.sum(w), 1e-12)
             new = new.replace(model_state=weighted_sum(wn, upd.model_state))

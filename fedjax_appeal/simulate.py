@@ -9,6 +9,7 @@ evaluation time from training time.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .algorithms.base import FederatedAlgorithm
+from .checkpoint import Checkpointer, Interrupted, NonFiniteError
 from .config import HParams
 from .data.arrays import FederatedData
 from .metrics import per_client, summarize
@@ -39,16 +41,31 @@ def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
 
 
+def params_finite(params) -> jax.Array:
+    """[] bool: every server parameter is finite (the NaN/Inf guard's per-round flag)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
+
+
 def make_chunk(alg: FederatedAlgorithm) -> Callable:
-    """chunk(state, data, train_key, hp, rounds[L]) -> (state, metrics[L]): L rounds."""
+    """chunk(state, data, train_key, hp, rounds[L]) -> (state, metrics[L]): L rounds.
+
+    Besides the round's metrics, each round reports `params_finite` (see `params_finite`).
+    """
 
     def chunk(state, data, train_key, hp, rounds):
         def body(s, r):
-            return alg.round(s, data, jax.random.fold_in(train_key, r), hp)
+            s, m = alg.round(s, data, jax.random.fold_in(train_key, r), hp)
+            return s, {**m, "params_finite": params_finite(s.params)}
 
         return jax.lax.scan(body, state, rounds)
 
     return chunk
+
+
+@functools.lru_cache(maxsize=32)
+def _chunk_jit(alg: FederatedAlgorithm):
+    """One jitted chunk per algorithm, so repeated `simulate` calls reuse its compilation."""
+    return jax.jit(make_chunk(alg))
 
 
 def eval_rounds(total: int, every: int) -> list[int]:
@@ -65,7 +82,9 @@ def _block(tree):
 def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax.Array, *,
              rounds: int, eval_every: int,
              on_eval: Callable[[dict[str, float]], None] | None = None,
-             state: ServerState | None = None, start_round: int = 0) -> SimulationResult:
+             state: ServerState | None = None, start_round: int = 0,
+             checkpoint: Checkpointer | None = None, resume: bool = False,
+             nan_guard: bool = True, mesh=None) -> SimulationResult:
     """Train for `rounds` rounds, evaluating every client every `eval_every` rounds.
 
     Args:
@@ -76,63 +95,114 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
       rounds: total number of rounds.
       eval_every: evaluate after every this many rounds (and at round 0 and the end).
       on_eval: called with each history entry as it is made (progress display).
-      state, start_round: continue from a saved state (round `start_round`).
+      state, start_round: continue from a given state (round `start_round`).
+      checkpoint: saves every `checkpoint.every` rounds and when interrupted (Ctrl-C, then
+        `checkpoint.Interrupted` is raised); with `resume` the run continues from the
+        checkpoint in `checkpoint.directory` (state, round, history, per-round metrics).
+      nan_guard: stop with `checkpoint.NonFiniteError` naming the round in which the server
+        parameters became NaN/Inf (the last good checkpoint is kept / written).
+      mesh: a `distributed` mesh; data and server state are replicated over it.
     """
     hp = hp.as_arrays()
     k_init, k_train = split_key(key)
     timing = {"compile_s": 0.0, "eval_compile_s": 0.0}
+    if mesh is not None:
+        from .distributed import replicate
+
+        data, hp = replicate((data, hp), mesh)
 
     t = time.perf_counter()
     if state is None:
         state = jax.jit(alg.init)(k_init, data, hp)
         _block(state)
+    history: list[dict[str, float]] = []
+    per_round: list[dict[str, np.ndarray]] = []
+    if resume:
+        from .checkpoint import load
+
+        restored = load(checkpoint.directory, state)
+        state, start_round = restored.state, restored.round
+        history = list(restored.history)
+        if restored.round_metrics:
+            per_round.append(restored.round_metrics)
+        checkpoint.last_round = start_round
+    if mesh is not None:
+        state = replicate(state, mesh)
     timing["init_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
     evaluate = jax.jit(alg.evaluate).lower(state, data, hp).compile()
     timing["eval_compile_s"] = time.perf_counter() - t
 
-    chunk_jit = jax.jit(make_chunk(alg))
+    chunk_jit = _chunk_jit(alg)
     compiled: dict[int, Any] = {}
-    history: list[dict[str, float]] = []
-    per_round: list[dict[str, np.ndarray]] = []
     eval_times, round_times = [], []
 
-    def record(r: int, st: ServerState):
+    def record(r: int, st: ServerState, keep: bool = True):
         t0 = time.perf_counter()
         ev = jax.device_get(evaluate(st, data, hp))
         eval_times.append(time.perf_counter() - t0)
-        entry = {"round": r, **summarize(ev)}
-        history.append(entry)
-        if on_eval is not None:
-            on_eval(entry)
+        if keep:
+            entry = {"round": r, **summarize(ev)}
+            history.append(entry)
+            if on_eval is not None:
+                on_eval(entry)
         return ev
 
-    last_eval = record(start_round, state)
-    r = start_round
-    for stop in [p for p in eval_rounds(rounds, eval_every) if p > start_round]:
-        length = stop - r
-        rarr = jnp.arange(r, stop, dtype=jnp.int32)
-        if length not in compiled:
-            t0 = time.perf_counter()
-            compiled[length] = chunk_jit.lower(state, data, k_train, hp, rarr).compile()
-            timing["compile_s"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        state, metrics = compiled[length](state, data, k_train, hp, rarr)
-        _block(state)
-        round_times.append((time.perf_counter() - t0) / length)
-        per_round.append(jax.device_get(metrics))
-        r = stop
-        last_eval = record(r, state)
+    def round_metrics():
+        return ({k: np.concatenate([np.asarray(m[k]) for m in per_round])
+                 for k in per_round[0]} if per_round else {})
 
-    round_metrics = ({k: np.concatenate([np.asarray(m[k]) for m in per_round])
-                      for k in per_round[0]} if per_round else {})
+    evals = set(eval_rounds(rounds, eval_every))
+    saves = set(checkpoint.due(start_round, rounds)) if checkpoint is not None else set()
+    stops = sorted(p for p in evals | saves if p > start_round)
+    last_eval = None if resume else record(start_round, state)
+    r = start_round
+    try:
+        for stop in stops:
+            length = stop - r
+            rarr = jnp.arange(r, stop, dtype=jnp.int32)
+            if length not in compiled:
+                t0 = time.perf_counter()
+                compiled[length] = chunk_jit.lower(state, data, k_train, hp, rarr).compile()
+                timing["compile_s"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            new_state, metrics = compiled[length](state, data, k_train, hp, rarr)
+            _block(new_state)
+            round_times.append((time.perf_counter() - t0) / length)
+            metrics = jax.device_get(metrics)
+            finite = np.asarray(metrics["params_finite"])
+            if nan_guard and not finite.all():
+                bad = r + 1 + int(np.argmin(finite))
+                where = ""
+                if checkpoint is not None:
+                    if checkpoint.last_round != r:
+                        checkpoint.save(state, r, history, round_metrics())
+                    where = f"; the last good checkpoint (round {r}) is in {checkpoint.directory}"
+                raise NonFiniteError(f"server parameters became NaN/Inf in round {bad}{where}; "
+                                     "lower the learning rates (--client-lr, --server-lr)")
+            state = new_state
+            per_round.append(metrics)
+            r = stop
+            if r in evals:
+                last_eval = record(r, state)
+            if r in saves:
+                checkpoint.save(state, r, history, round_metrics())
+    except KeyboardInterrupt:
+        if checkpoint is None:
+            raise
+        checkpoint.save(state, r, history, round_metrics())
+        raise Interrupted(f"checkpoint of round {r} saved in {checkpoint.directory}; continue "
+                          f"with --resume {checkpoint.directory}") from None
+    if last_eval is None:  # resumed at the end: evaluate for the per-client results only
+        last_eval = record(r, state, keep=False)
+
     if round_times:
         timing["sec_per_round"] = float(np.median(round_times))
         timing["sec_per_round_min"] = float(np.min(round_times))
     timing["eval_s"] = float(np.median(eval_times)) if eval_times else 0.0
     final = dict(last_eval)
-    return SimulationResult(history, round_metrics, state, per_client(final), timing)
+    return SimulationResult(history, round_metrics(), state, per_client(final), timing)
 
 
 def progress_printer(alg_name: str, total: int, stream=None) -> Callable:

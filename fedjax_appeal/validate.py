@@ -115,3 +115,11 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
     # --- issue 5: Exp-alpha, heterogeneity generators
     if float(hp.exp_alpha) <= 0:
         raise ConfigError(f"--exp-alpha must be > 0 (got {float(hp.exp_alpha)})")
+    # --- scale (issue 6) ---
+    if cfg.checkpoint_every < 0:
+        raise ConfigError(f"--checkpoint-every must be >= 0 (got {cfg.checkpoint_every})")
+    if cfg.client_chunk < -1:
+        raise ConfigError(f"--client-chunk must be >= -1 (got {cfg.client_chunk}); 0 = auto, "
+                          "-1 = never")
+    if cfg.devices < 0:
+        raise ConfigError(f"--devices must be >= 0 (got {cfg.devices}); 0 = all")

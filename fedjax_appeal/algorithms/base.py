@@ -62,4 +62,8 @@ def build(name: str, model: Model, cfg: RunConfig) -> FederatedAlgorithm:
     if name not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm '{name}'; choose one of: "
                           f"{', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[name](model, cfg)
+    from ..distributed import make_mesh
+    from ..round import scale_options
+
+    with scale_options(getattr(cfg, "client_chunk", 0), make_mesh(getattr(cfg, "devices", 1))):
+        return ALGORITHMS[name](model, cfg)

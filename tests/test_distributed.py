@@ -1,0 +1,94 @@
+"""Several devices: 8 fake CPU devices give the 1-device history; chunked cohorts equal
+unchunked ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+from conftest import make_tiny_data
+
+from fedjax_appeal.algorithms import build
+from fedjax_appeal.cohort import chunk_size
+from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.models import make_model
+from fedjax_appeal.simulate import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs in a fresh interpreter: the device-count flag must be set before jax is imported.
+SCRIPT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import jax, numpy as np
+from conftest import make_tiny_data
+from fedjax_appeal.algorithms import build
+from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.models import make_model
+from fedjax_appeal.simulate import simulate
+from fedjax_appeal.distributed import make_mesh
+
+assert len(jax.devices()) == 8, jax.devices()
+data = make_tiny_data(num_clients=16, unseen=2)
+model = make_model("mlp", "tiny", 3, (5,), np.float32, scale=1.0)
+out = {}
+for dev in (1, 8):
+    cfg = RunConfig(clients=16, unseen_clients=2, cohort=8, local_steps=3, batch_size=4,
+                    devices=dev)
+    alg = build("fedavg", model, cfg)
+    res = simulate(alg, data, HParams(client_lr=0.1), jax.random.key(0), rounds=4,
+                   eval_every=2, mesh=make_mesh(dev))
+    out[dev] = {"history": res.history,
+                "idx": np.asarray(res.round_metrics["cohort_idx"]).tolist(),
+                "devices": len(jax.tree.leaves(res.final_state.params)[0].sharding.device_set)}
+print(json.dumps(out))
+"""
+
+
+def test_eight_fake_devices_equal_one_device():
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT / "tests")], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    one, eight = out["1"], out["8"]
+    assert one["devices"] == 1 and eight["devices"] == 8  # replicated over the mesh
+    assert one["idx"] == eight["idx"]  # same cohorts
+    for a, b in zip(one["history"], eight["history"], strict=True):
+        assert a["round"] == b["round"]
+        for k in ("train_loss", "test_loss_seen", "test_acc_seen", "test_loss_unseen"):
+            np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5)
+
+
+def test_chunked_cohort_equals_unchunked():
+    data = make_tiny_data(num_clients=10, unseen=0)
+    model = make_model("mlp", "tiny", 3, (5,), np.float32, scale=1.0)
+    res = {}
+    for chunk in (-1, 3):  # never chunk / chunks of 3 clients (7 = 3 + 3 + 1 padded)
+        cfg = RunConfig(clients=10, unseen_clients=0, cohort=7, local_steps=2, batch_size=4,
+                        client_chunk=chunk, aggregation="proportional")
+        alg = build("fedprox", model, cfg)
+        res[chunk] = simulate(alg, data, HParams(client_lr=0.1, prox_mu=0.1),
+                              jax.random.key(2), rounds=3, eval_every=3)
+    for a, b in zip(jax.tree.leaves(res[-1].final_state.params),
+                    jax.tree.leaves(res[3].final_state.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    for k in ("cohort_loss", "cohort_weights", "cohort_idx"):
+        np.testing.assert_allclose(res[-1].round_metrics[k], res[3].round_metrics[k],
+                                   rtol=1e-6)
+
+
+def test_chunk_size_rules():
+    params = {"w": np.zeros((100, 10), np.float32)}  # 1000 params
+    assert chunk_size(-1, 50, params) == 0
+    assert chunk_size(8, 50, params) == 8
+    assert chunk_size(64, 50, params) == 0  # chunk >= cohort: unchunked
+    assert chunk_size(0, 50, params) == 0  # auto: 50 x 16 kB fits
+    big = {"w": jax.ShapeDtypeStruct((10**8,), np.float32)}
+    assert 1 <= chunk_size(0, 10**5, big) < 10**5  # auto: 10^5 x 1.6 GB does not
