@@ -10,7 +10,11 @@ import pytest
 from fedjax_appeal.models import MODELS, make_model
 
 SHAPES = {"mlp": (28, 28), "sent_mlp": (50,), "cnn": (32, 32, 3), "lenet5": (28, 28),
-          "logistic": (60,)}
+          "logistic": (60,), "cnn_bn": (28, 28), "resnet20": (32, 32, 3)}
+
+
+def test_every_registered_model_has_a_shape_case():
+    assert set(MODELS) == set(SHAPES)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -28,6 +32,18 @@ def test_output_shape_and_param_count(name):
     if name == "cnn":  # conv 5x5x3x6, 5x5x6x16, FC 400-120-100-84-50-10
         assert n == (75 * 6 + 6) + (150 * 16 + 16) + (400 * 120 + 120) + (120 * 100 + 100) + (
             100 * 84 + 84) + (84 * 50 + 50) + (50 * 10 + 10)
+    if name == "cnn_bn":  # 28x28x1: conv 5x5x1x6 (+BN 6), 5x5x6x16 (+BN 16), FC 256-120 (+BN)
+        assert n == (25 * 6 + 6 + 12) + (150 * 16 + 16 + 32) + (256 * 120 + 120 + 240) + (
+            120 * 84 + 84) + (84 * 10 + 10)
+        assert set(state) == {"batch_stats"}
+    if name == "resnet20":  # He et al. 2016: ~0.27M weights; BN scale+bias per channel
+        def block(cin, cout):  # two 3x3 convs + BNs, 1x1 projection + BN when shapes change
+            proj = cin * cout + 2 * cout if cin != cout else 0
+            return 9 * cin * cout + 9 * cout * cout + 4 * cout + proj
+        expected = (27 * 16 + 32) + 3 * block(16, 16) + block(16, 32) + 2 * block(32, 32) + (
+            block(32, 64) + 2 * block(64, 64)) + (64 * 10 + 10)
+        assert n == expected
+        assert 0.26e6 < n < 0.28e6
 
 
 def test_normalisation_happens_inside_the_model():
