@@ -8,6 +8,12 @@ Grid keys that are fields of `RunConfig` (local steps, batch size, cohort, model
 algorithm, ...) change shapes or program structure; each of their combinations is a
 separate group with its own compilation.
 
+With `cfg.appeal` (the default) every run gets the appeal protocol of MaxFL, as
+`fedjax-appeal run` does (`appeal.with_appeal`: solo models per combination, since they
+depend on the client lr; GM-Appeal / preferred-model metrics; opt-out participation), so a
+sweep can rank configurations by `gm_appeal_seen`. Fine-tuning personalization
+(`--finetune-steps`) is evaluated by `run` only, not by sweeps.
+
 Seeds vary the run key (model init, cohort sampling, minibatches, dropout) exactly as
 `simulate(..., key=jax.random.key(seed))` does, so row i of a sweep equals the run of its
 configuration by `simulate` (up to float reassociation of the batched matmuls). The data
@@ -34,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .algorithms import build
+from .appeal import with_appeal
 from .config import ConfigError, HParams, RunConfig, field_names
 from .data import Dataset, FederatedData, load_federated
 from .metrics import summarize
@@ -321,6 +328,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         gdata, gds = data_cache[dk]
         model = model_for(cfg_g.model, gdata, gds)
         alg = build(cfg_g.algorithm, model, cfg_g)
+        if cfg_g.appeal:  # the appeal protocol, exactly as `experiment.run_config` applies it
+            alg = with_appeal(alg, model, cfg_g)
         combos = [(pi, s) for pi in range(len(points)) for s in seeds]
         n_params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(
             jax.eval_shape(model.init, jax.random.key(0))[0]))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.algorithms import build
+from fedjax_appeal.appeal import with_appeal
 from fedjax_appeal.cli import main
 from fedjax_appeal.config import ConfigError, HParams, RunConfig
 from fedjax_appeal.data import load_federated
@@ -29,13 +30,15 @@ def test_sweep_equals_runs_one_by_one():
     grid = {"client_lr": [0.2, 0.05], "prox_mu": [0.0, 0.5]}
     res = sweep(CFG, grid, [0, 3], data=data, dataset=ds, max_parallel=3)  # 8 runs, 3 batches
     assert len(res.rows) == 8
-    alg = build("fedprox", model_for(CFG.model, data, ds), CFG)
+    model = model_for(CFG.model, data, ds)
+    alg = with_appeal(build("fedprox", model, CFG), model, CFG)  # as `run` applies it
     for row in (res.rows[1], res.rows[7]):  # a full batch and the padded last batch
         hp = HParams(**row["hparams"])
         ref = simulate(alg, data, hp, jax.random.key(row["seed"]), rounds=4, eval_every=2)
         assert [h["round"] for h in row["history"]] == [0, 2, 4]
         for a, b in zip(row["history"], ref.history, strict=True):
-            for k in ("train_loss", "test_acc_seen", "test_loss_unseen"):
+            for k in ("train_loss", "test_acc_seen", "test_loss_unseen", "gm_appeal_seen",
+                      "preferred_acc_unseen", "solo_acc_seen"):
                 np.testing.assert_allclose(a[k], b[k], rtol=2e-4, atol=2e-5)
     # the best configuration is the argmax of the mean over seeds
     means = {}
@@ -44,6 +47,23 @@ def test_sweep_equals_runs_one_by_one():
     best = max(means, key=lambda k: np.mean(means[k]))
     assert res.best["label"] == best
     assert res.best["test_acc_seen_mean"] == pytest.approx(np.mean(means[best]))
+
+
+def test_maxfl_sweep_equals_runs_one_by_one_with_appeal_metrics():
+    cfg = CFG.replace(algorithm="maxfl", rho_steps=3, opt_out_after=2)
+    data, ds = load_federated(cfg)
+    res = sweep(cfg, {"client_lr": [0.2, 0.05]}, [1], data=data, dataset=ds,
+                metric="gm_appeal_seen")
+    model = model_for(cfg.model, data, ds)
+    alg = with_appeal(build("maxfl", model, cfg), model, cfg)
+    for row in res.rows:  # the solo models (rho_k) depend on the client lr of each row
+        ref = simulate(alg, data, HParams(**row["hparams"]), jax.random.key(1), rounds=4,
+                       eval_every=2)
+        for a, b in zip(row["history"], ref.history, strict=True):
+            for k in ("train_loss", "gm_appeal_seen", "gm_appeal_unseen", "preferred_acc_seen"):
+                np.testing.assert_allclose(a[k], b[k], rtol=2e-4, atol=2e-5)
+    assert res.rows[0]["history"][0]["solo_acc_seen"] != res.rows[1]["history"][0][
+        "solo_acc_seen"]
 
 
 def test_summary_ranks_losses_low_and_nan_last():
