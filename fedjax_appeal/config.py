@@ -53,6 +53,11 @@ class HParams:
     byzantine_noise: float = _hp(1.0, "std of the Gaussian noise Byzantine clients add to updates")
     byzantine_loss_scale: float = _hp(10.0, "factor by which Byzantine clients inflate the "
                                             "losses they report")
+    # Appeal protocol: solo models (requirements rho_k)
+    solo_lr: float = _hp(0.0, "learning rate of the solo models that set the requirements "
+                              "rho_k and the preferred-model metrics (0 = the client lr); fix "
+                              "it when comparing or tuning algorithms, so that all of them face "
+                              "the same requirements")
     # MaxFL
     maxfl_eps: float = _hp(1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)")
     # Baselines of the appeal experiments (branch baselines)

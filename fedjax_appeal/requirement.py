@@ -64,18 +64,23 @@ def solo_key(init_key: jax.Array, which: int) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(init_key, SOLO_TAG), which)
 
 
+def solo_lr(hp: HParams) -> jax.Array:
+    """Learning rate of the solo models: `hp.solo_lr`, or the client lr when it is 0."""
+    return jnp.where(jnp.asarray(hp.solo_lr) > 0, hp.solo_lr, hp.client_lr)
+
+
 def seen_solo(model: Model, cfg: RunConfig, params, mstate, data: FederatedData,
               init_key: jax.Array, hp: HParams) -> SoloStats:
     """Solo-model statistics of every seen client (`cfg.rho_steps` steps from `params`)."""
     return solo_stats(model, params, mstate, data.train, data.test, solo_key(init_key, 0),
-                      hp.client_lr, steps=cfg.rho_steps, batch_size=cfg.batch_size)
+                      solo_lr(hp), steps=cfg.rho_steps, batch_size=cfg.batch_size)
 
 
 def unseen_solo(model: Model, cfg: RunConfig, params, mstate, data: FederatedData,
                 init_key: jax.Array, hp: HParams) -> SoloStats:
     """Solo-model statistics of every unseen client."""
     return solo_stats(model, params, mstate, data.unseen_train, data.unseen_test,
-                      solo_key(init_key, 1), hp.client_lr, steps=cfg.rho_steps,
+                      solo_key(init_key, 1), solo_lr(hp), steps=cfg.rho_steps,
                       batch_size=cfg.batch_size)
 
 

@@ -57,6 +57,8 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
             raise ConfigError(f"--{f.name.replace('_', '-')} must be finite (got {v})")
     if float(hp.client_lr) <= 0:
         raise ConfigError(f"--client-lr must be > 0 (got {float(hp.client_lr)})")
+    if float(hp.solo_lr) < 0:
+        raise ConfigError(f"--solo-lr must be >= 0 (0 = the client lr; got {float(hp.solo_lr)})")
     if float(hp.server_lr) <= 0:
         raise ConfigError(f"--server-lr must be > 0 (got {float(hp.server_lr)})")
     if float(hp.prox_mu) < 0:

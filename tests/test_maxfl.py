@@ -124,6 +124,28 @@ def test_solo_requirement_is_solo_train_loss():
     assert np.all(np.asarray(ref.train_loss) < np.asarray(init_loss))
 
 
+def test_solo_lr_fixes_the_requirements_whatever_the_client_lr():
+    data, model = _tiny()
+    cfg = RunConfig(clients=5, unseen_clients=2, cohort=2, local_steps=2, batch_size=4,
+                    rho_steps=7, algorithm="maxfl")
+    key = jax.random.key(3)
+    rho = {}
+    for alg in ("maxfl", "mwfed"):
+        for lr in (0.2, 0.01):
+            hp = HParams(client_lr=lr, solo_lr=0.1).as_arrays()
+            rho[alg, lr] = np.asarray(jax.jit(build(alg, model, cfg.replace(algorithm=alg))
+                                              .init)(key, data, hp).extra["rho"])
+    np.testing.assert_allclose(rho["maxfl", 0.2], rho["maxfl", 0.01], rtol=1e-6)
+    np.testing.assert_allclose(rho["maxfl", 0.2], rho["mwfed", 0.01], rtol=1e-6)
+    # solo_lr = 0 means the client lr: then the requirement moves with the client lr
+    hp = HParams(client_lr=0.1, solo_lr=0.0).as_arrays()
+    st = build("maxfl", model, cfg).init(key, data, hp)
+    np.testing.assert_allclose(np.asarray(st.extra["rho"]), rho["maxfl", 0.2], rtol=1e-6)
+    hp = HParams(client_lr=0.2, solo_lr=0.0).as_arrays()
+    st = build("maxfl", model, cfg).init(key, data, hp)
+    assert not np.allclose(np.asarray(st.extra["rho"]), rho["maxfl", 0.2])
+
+
 def test_requirement_constant_and_files(tmp_path):
     data, model = _tiny()
     hp = HParams().as_arrays()

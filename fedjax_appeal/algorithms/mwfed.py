@@ -6,9 +6,10 @@ The paper's MW-FED raises, multiplicatively, the contribution of the agents whos
 constraint is not yet met. As a federated-training baseline (as in the MaxFL paper) we
 implement it as follows:
 
-  * requirement rho_k = F_k(w_hat_k), the train loss of client k's solo model (`--rho-steps`
-    local SGD steps from the initial global model, `solo.solo_stats`), computed once in
-    init and kept in `state.extra["rho"]` [M];
+  * requirement rho_k exactly as MaxFL's (`requirement.py`): by default F_k(w_hat_k), the
+    train loss of client k's solo model (`--rho-steps` local SGD steps from the initial
+    global model with lr `--solo-lr`, or the client lr), computed once in init and kept in
+    `state.extra["rho"]` [M]; a constant or a file with `--requirement`;
   * weights v_k > 0, all 1 at the start, kept as log v_k in `state.extra["mw_logv"]` [M];
   * round: the sampled clients report F_k(w), their train loss at the received model
     (`loss_before`; Byzantine clients inflate it), run tau local SGD steps and send
@@ -27,14 +28,12 @@ import jax.numpy as jnp
 from ..adversary import byzantine
 from ..config import RunConfig
 from ..models import Model
+from ..requirement import parse_requirement, requirement_values, seen_solo
 from ..round import attach_selector, init_state, make_round
 from ..selection import make_selector
 from ..server import server_optimizer
-from ..solo import solo_stats
 from .base import FederatedAlgorithm, global_evaluator, register
 from .fedavg import sgd_local
-
-SOLO_TAG = 0x5010  # fold_in tag of the solo-model key (the same as MaxFL's requirement)
 
 
 def mw_weights(logv: jax.Array, num_samples: jax.Array, valid: jax.Array) -> jax.Array:
@@ -56,15 +55,18 @@ def mw_update(logv: jax.Array, idx: jax.Array, valid: jax.Array, loss: jax.Array
 @register("mwfed")
 def mwfed(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
     selector = make_selector(model, cfg)
+    req = parse_requirement(cfg.requirement)
 
     def init(key, data, hp):
         k_model, k_sel = jax.random.split(key)
         params, mstate = model.init(k_model)
-        solo_key = jax.random.fold_in(jax.random.fold_in(key, SOLO_TAG), 0)
-        rho = solo_stats(model, params, mstate, data.train, data.test, solo_key, hp.client_lr,
-                         steps=cfg.rho_steps, batch_size=cfg.batch_size).train_loss
-        extra = {"rho": rho,  # [M] requirement rho_k
-                 "mw_logv": jnp.zeros((data.num_clients,), jnp.float32)}  # [M] log v_k
+        extra = {"mw_logv": jnp.zeros((data.num_clients,), jnp.float32)}  # [M] log v_k
+        solo_loss = None
+        if req is None:  # the same solo models (key, lr) as MaxFL and the appeal protocol
+            extra["solo"] = seen_solo(model, cfg, params, mstate, data, key, hp)
+            solo_loss = extra["solo"].train_loss
+        extra["rho"] = requirement_values(req, solo_loss, data.num_clients,
+                                          data.num_unseen)  # [M] requirement rho_k
         state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
                            data.num_clients, extra)
         return attach_selector(state, selector, k_sel, data, hp)
