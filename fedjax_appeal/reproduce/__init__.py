@@ -78,6 +78,7 @@ EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 # Modules whose import registers experiments.
 MODULES: list[str] = [
     "fedjax_appeal.reproduce.appeal",  # issue 3: MaxFL appeal tables, mean estimation
+    "fedjax_appeal.reproduce.appeal_tune",  # the hyperparameter search of those tables
 ]
 MODULES.append("fedjax_appeal.reproduce.selection")  # issue 4: client selection tables
 
