@@ -106,6 +106,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = write_outputs(cfg.out, run_writers(results, title))
     last = results["history"][-1]
     t = results["timing"]
+    empty = sum(1 for a in results["round_metrics"].get("available", []) if a == 0)
+    if empty:
+        print(f"fedjax-appeal: warning: {empty} of {cfg.rounds} rounds had no available client "
+              "(flexible participation: the global model appealed to nobody), so the model did "
+              "not change in them; see round_metrics.available in results.json",
+              file=sys.stderr)
     acc = last.get("test_acc_seen", float("nan"))
     print(f"final round {last['round']}: test_acc_seen {acc:.4f}"
           + (f"  test_acc_unseen {last['test_acc_unseen']:.4f}" if "test_acc_unseen" in last

@@ -171,9 +171,9 @@ class RunConfig:
     appeal_split: str = _f("test", "split on which GM-Appeal compares the global model with the "
                                    "requirement (test: solo test loss; train: rho_k)",
                            ("test", "train"))
-    opt_out_after: int = _f(10, "flexible participation: after this many rounds only clients "
-                                "the global model appeals to (on their train data) are "
-                                "available (0 or negative = everyone always available)")
+    opt_out_after: int = _f(0, "flexible participation (MaxFL's protocol uses 10): after this "
+                               "many rounds only clients the global model appeals to (on their "
+                               "train data) are available; 0 = off, everyone always available")
     finetune_steps: int = _f(5, "local SGD steps of the personalization evaluation from the "
                                 "final global model (0 = skip)")
     # --- issue 5: heterogeneity generators (Exp-alpha) ---

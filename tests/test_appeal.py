@@ -173,11 +173,12 @@ TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "4", "--
         "--min-samples", "4", "--partition", "natural", "--rho-steps", "3"]
 
 
-def test_cli_maxfl_writes_appeal_keys_in_every_history_entry(tmp_path):
+def test_cli_maxfl_writes_appeal_keys_in_every_history_entry(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["run", *TINY, "--algorithm", "maxfl", "--opt-out-after", "2",
                  "--label-flip-fraction", "0.25", "--byzantine-fraction", "0.25",
                  "--out", str(out)]) == 0
+    err = capsys.readouterr().err
     res = json.loads((out / "results.json").read_text())
     assert [h["round"] for h in res["history"]] == [0, 2, 4]
     for h in res["history"]:
@@ -194,6 +195,16 @@ def test_cli_maxfl_writes_appeal_keys_in_every_history_entry(tmp_path):
     # rounds >= 2 draw only from the appealed clients
     av, ap = res["round_metrics"]["available"], res["round_metrics"]["appealed"]
     assert av[:2] == [8, 8] and av[2:] == ap[2:]
+    empty = sum(a == 0 for a in av)  # rounds whose pool was empty are reported
+    assert (f"warning: {empty} of 4 rounds had no available client" in err) == (empty > 0)
+
+
+def test_everyone_available_by_default(tmp_path):
+    out = tmp_path / "r"
+    assert main(["run", *TINY, "--rounds", "3", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["round_metrics"]["available"] == [8, 8, 8]
+    assert "appealed" not in res["round_metrics"]
 
 
 def test_cli_no_appeal_flag(tmp_path):
