@@ -44,7 +44,7 @@ def _setting(ctx: Context, dataset: str, seed: int, **kw):
     sched = _SCHEDULE[ctx.quick]
     base = dict(dataset=dataset, model="lenet5", partition="classes", classes_per_client=3,
                 clients=100, unseen_clients=0, cohort=10, greedy_candidates=10,
-                subtrunc_phi="log", union_window=5, seed=seed, **sched)
+                subtrunc_phi="log", union_window=5, seed=seed, appeal=False, **sched)
     base.update(kw)
     return ctx.base(**base)
 
