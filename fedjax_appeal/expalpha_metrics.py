@@ -111,10 +111,12 @@ def plot_group_weights(path: Path, traces: dict[str, dict[str, Sequence[float]]]
     for ax, (label, tr) in zip(axes[0], traces.items(), strict=False):
         for g, ys in tr.items():
             y = np.asarray(ys, np.float64)
+            if y.size == 0:
+                continue
             ok = np.isfinite(y)
             cs = np.cumsum(np.where(ok, y, 0.0))
             cn = np.cumsum(ok)
-            k = max(1, smooth)
+            k = max(1, min(smooth, y.size))  # window no longer than the trace
             s = (cs - np.concatenate([np.zeros(k), cs[:-k]])) / np.maximum(
                 cn - np.concatenate([np.zeros(k), cn[:-k]]), 1)
             s = np.where(cn > 0, s, np.nan)

@@ -81,6 +81,7 @@ MODULES: list[str] = [
     "fedjax_appeal.reproduce.appeal_tune",  # the hyperparameter search of those tables
 ]
 MODULES.append("fedjax_appeal.reproduce.selection")  # issue 4: client selection tables
+MODULES.append("fedjax_appeal.reproduce.expalpha")  # issue 5: Exp-alpha tables
 
 
 def experiment(name: str, help: str):
