@@ -34,6 +34,22 @@ from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.models import model_for  # noqa: E402
 from fedjax_appeal.simulate import make_chunk, split_key  # noqa: E402
 
+FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
+WORKLOAD = "FedAvg FMNIST Dirichlet(0.5), MLP[64,30], tau=50, b=64"
+HP = HParams(client_lr=0.05)
+
+
+def workload(cohort: int, clients: int | None = None, fmnist_dir: str = FMNIST_DIR) -> RunConfig:
+    """The benchmark's FedAvg configuration (see the module docstring) for one cohort size.
+
+    `clients` defaults to max(100, cohort). Other benchmarks import this, so that they all
+    run the same workload.
+    """
+    clients = max(100, cohort) if clients is None else clients
+    return RunConfig(dataset="fmnist", fmnist_dir=fmnist_dir, partition="dirichlet", alpha=0.5,
+                     clients=clients, unseen_clients=0, cohort=cohort, local_steps=50,
+                     batch_size=64, min_samples=10)
+
 
 def jax_round_times(cfg, hp, rounds_per_call, repeats):
     data, ds = load_federated(cfg)
@@ -117,20 +133,18 @@ def main():
     ap.add_argument("--torch-repeats", type=int, default=3)
     ap.add_argument("--torch-max-cohort", type=int, default=100,
                     help="skip the sequential loop above this cohort (it scales linearly)")
-    ap.add_argument("--fmnist-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=str(HERE / "results" / "round_throughput.json"))
     args = ap.parse_args()
 
-    hp = HParams(client_lr=0.05)
+    hp = HP
     on_gpu = jax.default_backend() == "gpu"
     device = "cuda" if on_gpu else "cpu"
     rows = []
     for m in [int(c) for c in args.cohorts.split(",")]:
-        clients = max(100, m)
-        cfg = RunConfig(dataset="fmnist", fmnist_dir=args.fmnist_dir, partition="dirichlet",
-                        alpha=0.5, clients=clients, unseen_clients=0, cohort=m, local_steps=50,
-                        batch_size=64, min_samples=10)
+        cfg = workload(m, fmnist_dir=args.fmnist_dir)
+        clients = cfg.clients
         rpc = 4 if m <= 10 else (2 if m <= 100 else 1)
         secs, compile_s, data, ds, n_params = jax_round_times(cfg, hp, rpc, args.repeats)
         row = {"cohort": m, "clients": clients, "jax": stats(secs), "jax_compile_s": compile_s,
@@ -148,7 +162,7 @@ def main():
         rows.append(row)
 
     result = {"machine": machine(), "backend": jax.default_backend(), "rows": rows,
-              "workload": "FedAvg FMNIST Dirichlet(0.5), MLP[64,30], tau=50, b=64"}
+              "workload": WORKLOAD}
     write_json(Path(args.out), result)
     lines = ["| cohort | clients | ours s/round (min / median) | compile s | sequential "
              "PyTorch s/round (min / median) | speedup (median) |", "|---|---|---|---|---|---|"]

@@ -1,0 +1,294 @@
+"""FedAvg seconds per round, samples/s and achieved FLOP/s against the device's peak, for
+cohorts up to 10,000 clients, with the sequential PyTorch loop of `round_throughput.py` as
+the reference on the same device.
+
+Workloads (tau = 50 local SGD steps of batch 64 per client, n_k-weighted average):
+
+  * FMNIST, MLP [64, 30]: the workload of `round_throughput.py` (imported from there),
+    Dirichlet(0.5), cohorts 10 / 100 / 1000 / 10000 over max(100, cohort) clients. FMNIST's
+    70,000 rows cannot give 10,000 clients a Dirichlet(0.5) share of >= 2 rows each, so
+    above 1,000 clients the partition is `classes` (3 labels per client, >= 2 rows); a
+    round's work (tau x b rows per client) does not depend on the partition.
+  * CIFAR-10, `cnn` (2 conv + FC [120, 100, 84, 50]; dataset `cifar10` from
+    $FEDJAX_APPEAL_DATA), Dirichlet(0.5), cohorts 10 / 100 / 1000.
+
+Each figure is min / median over `--repeats` timed calls of whole rounds (one jitted
+`lax.scan` chunk of rounds), compile time apart. FLOPs per round = cohort x tau x the FLOPs
+of one local SGD step (gradient of a b-row minibatch + update), the step counted by XLA
+(`jax.jit(step).lower(...).compile().cost_analysis()`); XLA counts a loop body once, not
+once per trip, so the scanned round itself is not counted that way. Where the backend gives
+no cost analysis the count is taken from the step's jaxpr (dot_general and convolution
+FLOPs only); the table says which. Utilisation is against a table of peak FLOP/s (fp32 and
+dense bf16 tensor-core peaks, e.g. H100 SXM / H200: 67 / 989 TFLOP/s) looked up by the
+device name, or `--peak-flops`; 'n/a' for CPUs unless given. The computation is float32.
+
+The sequential PyTorch loop (`round_throughput.torch_round_times`, FMNIST MLP only, on cuda
+when available) runs in the same invocation for cohorts <= `--torch-max-cohort` (100).
+PyTorch is a benchmark-only dependency. Targets printed: cohort 1000 FMNIST <= 50 ms per
+round on an H100 (or H200), and >= 50x the sequential loop at cohort 100.
+
+Without a GPU (or with `--cpu-mode`) it runs small cohorts (FMNIST 10, 100; CIFAR-10 10)
+with fewer repeats (2; 1 for CIFAR-10, whose cohort-10 round takes ~100 s on 2 CPU cores)
+and one round per timed call, in about 6 minutes on 2 cores.
+
+    PYTHONPATH=. python benchmarks/gpu_round_throughput.py               # GPU: all cohorts
+    PYTHONPATH=. python benchmarks/gpu_round_throughput.py --cpu-mode    # CPU: small cohorts
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import os
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import HERE, append_results, machine, stats, write_json  # noqa: E402
+from round_throughput import (  # noqa: E402
+    FMNIST_DIR,
+    HP,
+    jax_round_times,
+    torch_round_times,
+    workload,
+)
+
+from fedjax_appeal.models import model_for  # noqa: E402
+
+# Peak FLOP/s (fp32 non-tensor, dense bf16 tensor core) by device name; the first key
+# contained in `device_kind` wins, so specific names come first.
+PEAKS = {
+    "H100 PCIe": (51e12, 756e12),
+    "H100 NVL": (60e12, 835e12),
+    "H100": (67e12, 989e12),  # SXM
+    "H200": (67e12, 989e12),
+    "GH200": (67e12, 989e12),
+    "A100": (19.5e12, 312e12),
+    "L40S": (91.6e12, 362e12),
+    "A10G": (31.2e12, 70e12),
+    "L4": (30.3e12, 121e12),
+    "V100": (15.7e12, 125e12),  # fp16 tensor core (no bf16)
+}
+TARGET_MS_1000 = 50.0
+TARGET_SPEEDUP_100 = 50.0
+
+
+def peak_for(kind: str) -> tuple[float, float] | None:
+    for name, peak in PEAKS.items():
+        if name.lower() in kind.lower():
+            return peak
+    return None
+
+
+def fmnist_config(m: int, fmnist_dir: str):
+    cfg = workload(m, fmnist_dir=fmnist_dir)
+    if cfg.clients > 1000:  # see the module docstring
+        cfg = cfg.replace(partition="classes", classes_per_client=3, min_samples=2)
+    return cfg
+
+
+def cifar_config(m: int):
+    return workload(m).replace(dataset="cifar10", model="cnn")
+
+
+def _jaxpr_flops(jaxpr) -> float:
+    """dot_general + convolution FLOPs of a jaxpr, nested jaxprs included."""
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lc, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lc)
+        elif name == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
+            per_out = math.prod(rhs) / rhs[out_feature_dim]
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * per_out
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, tuple | list) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    total += _jaxpr_flops(inner)
+    return total
+
+
+def step_flops(model, batch_size: int) -> tuple[float, str, float]:
+    """(FLOPs of one local SGD step, source, jaxpr dot/conv count of the same step)."""
+    params, state = model.init(jax.random.key(0))
+    x = jnp.zeros((batch_size, *model.input_shape), model.input_dtype)
+    y = jnp.zeros((batch_size,), jnp.int32)
+    lr = jnp.float32(0.05)
+
+    def step(p, s, x, y, key):
+        g, _ = jax.grad(lambda q: model.loss(q, s, x, y, train=True, key=key), has_aux=True)(p)
+        return jax.tree.map(lambda a, b: a - lr * b, p, g)
+
+    args = (params, state, x, y, jax.random.key(1))
+    counted = _jaxpr_flops(jax.make_jaxpr(step)(*args).jaxpr)
+    try:
+        ca = jax.jit(step).lower(*args).compile().cost_analysis()
+        ca = ca[0] if isinstance(ca, list | tuple) else ca
+        flops = float((ca or {}).get("flops", 0.0))
+    except Exception:  # noqa: BLE001 - backends without cost analysis
+        flops = 0.0
+    if flops > 0:
+        return flops, "xla cost_analysis", counted
+    return counted, "jaxpr count (dot/conv only)", counted
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu-mode", action="store_true",
+                    help="small cohorts and fewer repeats (automatic without a GPU)")
+    ap.add_argument("--fmnist-cohorts", default=None,
+                    help="default 10,100,1000,10000 (GPU) / 10,100 (CPU mode)")
+    ap.add_argument("--cifar-cohorts", default=None,
+                    help="default 10,100,1000 (GPU) / 10 (CPU mode); '' = none")
+    ap.add_argument("--repeats", type=int, default=None, help="default 5 (GPU) / 2 (CPU)")
+    ap.add_argument("--cifar-repeats", type=int, default=None,
+                    help="default --repeats (GPU) / 1 (CPU mode: ~100 s per CIFAR-10 round)")
+    ap.add_argument("--torch-repeats", type=int, default=None, help="default 3 (GPU) / 2 (CPU)")
+    ap.add_argument("--torch-max-cohort", type=int, default=100)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--peak-flops", type=float, default=0.0,
+                    help="peak FLOP/s of the device (overrides the table; needed for CPUs)")
+    ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
+    ap.add_argument("--no-append", action="store_true",
+                    help="do not append a section to benchmarks/RESULTS.md (smoke tests)")
+    ap.add_argument("--out", default=str(HERE / "results" / "gpu_round_throughput.json"))
+    args = ap.parse_args()
+
+    backend = jax.default_backend()
+    on_gpu = backend == "gpu"
+    cpu_mode = args.cpu_mode or not on_gpu
+    kind = jax.devices()[0].device_kind
+    fm = args.fmnist_cohorts if args.fmnist_cohorts is not None else (
+        "10,100" if cpu_mode else "10,100,1000,10000")
+    cf = args.cifar_cohorts if args.cifar_cohorts is not None else (
+        "10" if cpu_mode else "10,100,1000")
+    repeats = args.repeats or (2 if cpu_mode else 5)
+    c_repeats = args.cifar_repeats or (1 if cpu_mode else repeats)
+    t_repeats = args.torch_repeats or (2 if cpu_mode else 3)
+    peak = (args.peak_flops, None) if args.peak_flops > 0 else (
+        peak_for(kind) if on_gpu else None)
+    use_torch = not args.no_torch and importlib.util.find_spec("torch") is not None
+    device = "cpu"
+    if use_torch and on_gpu:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    where = f"{kind} ({backend})" if on_gpu else f"CPU ({machine()}); NO GPU available"
+    print(f"device: {where}; mode: {'cpu' if cpu_mode else 'gpu'}; torch: "
+          f"{device if use_torch else 'not installed / off'}", flush=True)
+
+    jobs = [("fmnist", int(m)) for m in fm.split(",") if m.strip()]
+    jobs += [("cifar10", int(m)) for m in cf.split(",") if m.strip()]
+    rows, flops_cache = [], {}
+    for name, m in jobs:
+        cfg = fmnist_config(m, args.fmnist_dir) if name == "fmnist" else cifar_config(m)
+        rpc = 1 if cpu_mode else (4 if m <= 10 else (2 if m <= 100 else 1))
+        reps = repeats if name == "fmnist" else c_repeats
+        secs, compile_s, data, ds, n_params = jax_round_times(cfg, HP, rpc, reps)
+        if name not in flops_cache:
+            flops_cache[name] = step_flops(model_for(cfg.model, data, ds), cfg.batch_size)
+        sflops, source, counted = flops_cache[name]
+        round_flops = m * cfg.local_steps * sflops
+        best = min(secs)
+        row = {"dataset": name, "model": "mlp" if name == "fmnist" else "cnn", "cohort": m,
+               "clients": cfg.clients, "partition": cfg.partition, "n_params": int(n_params),
+               "rounds_per_call": rpc, "jax": stats(secs), "jax_compile_s": compile_s,
+               "samples_per_s": m * cfg.local_steps * cfg.batch_size / best,
+               "step_flops": sflops, "step_flops_jaxpr_count": counted, "flops_source": source,
+               "round_flops": round_flops, "flops_per_s": round_flops / best}
+        if peak is not None:
+            row["util_fp32_peak"] = row["flops_per_s"] / peak[0]
+            if peak[1]:
+                row["util_bf16_peak"] = row["flops_per_s"] / peak[1]
+        print(f"{name} cohort {m:5d}: {best * 1e3:.1f} / {np.median(secs) * 1e3:.1f} ms/round "
+              f"(min/median), compile {compile_s:.1f}s, {row['samples_per_s']:.3g} samples/s, "
+              f"{row['flops_per_s'] / 1e9:.1f} GFLOP/s ({source})", flush=True)
+        if use_torch and name == "fmnist" and m <= args.torch_max_cohort:
+            tsecs, tver, nthreads = torch_round_times(data, ds, cfg, HP, t_repeats, device)
+            row.update(torch=stats(tsecs), torch_version=tver, torch_threads=nthreads,
+                       torch_device=device,
+                       speedup_median=float(np.median(tsecs) / np.median(secs)),
+                       speedup_min=float(min(tsecs) / best))
+            print(f"      sequential PyTorch ({device}): {min(tsecs):.3f} / "
+                  f"{np.median(tsecs):.3f} s/round -> {row['speedup_median']:.1f}x (median)",
+                  flush=True)
+        rows.append(row)
+        del data, ds
+
+    # Targets.
+    is_h100 = on_gpu and any(n in kind for n in ("H100", "H200"))
+    r1000 = next((r for r in rows if r["dataset"] == "fmnist" and r["cohort"] == 1000), None)
+    r100 = next((r for r in rows if r["dataset"] == "fmnist" and r["cohort"] == 100
+                 and "torch" in r), None)
+    if r1000 is None:
+        t1 = "cohort 1000 FMNIST <= 50 ms/round on an H100: not measured (cohort 1000 not run)"
+    else:
+        ms = r1000["jax"]["min"] * 1e3
+        verdict = ("MET" if ms <= TARGET_MS_1000 else "MISSED") if is_h100 else \
+            f"n/a on this device ({kind})"
+        t1 = f"cohort 1000 FMNIST <= 50 ms/round on an H100: {ms:.1f} ms -> {verdict}"
+    if r100 is None:
+        t2 = ">= 50x the sequential loop at cohort 100: not measured"
+    else:
+        sp = r100["speedup_median"]
+        verdict = "MET" if sp >= TARGET_SPEEDUP_100 else "MISSED"
+        t2 = (f">= 50x the sequential loop at cohort 100: {sp:.1f}x (median, PyTorch on "
+              f"{r100['torch_device']}) -> {verdict}")
+    targets = [t1, t2]
+
+    result = {"machine": machine(), "backend": backend, "device_kind": kind,
+              "gpu_available": on_gpu, "mode": "cpu" if cpu_mode else "gpu",
+              "peak_flops": peak, "repeats": repeats, "cifar_repeats": c_repeats,
+              "torch_repeats": t_repeats,
+              "workload": "FedAvg tau=50 b=64; FMNIST MLP[64,30] Dirichlet(0.5) (classes-3 "
+                          "above 1000 clients); CIFAR-10 cnn Dirichlet(0.5); clients = "
+                          "max(100, cohort)", "rows": rows, "targets": targets}
+    write_json(Path(args.out), result)
+
+    def util(r, k):
+        return f"{100 * r[k]:.2f}%" if k in r else "n/a"
+
+    lines = ["| data / model | cohort | clients | ours ms/round (min / median) | compile s | "
+             "samples/s | GFLOP/s | util fp32 / bf16 peak | sequential PyTorch s/round "
+             "(min / median) | speedup (median) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = (f"{r['torch']['min']:.3f} / {r['torch']['median']:.3f} ({r['torch_device']})"
+             if "torch" in r else "—")
+        s = f"{r['speedup_median']:.1f}×" if "torch" in r else "—"
+        lines.append(f"| {r['dataset']} / {r['model']} | {r['cohort']} | {r['clients']} | "
+                     f"{r['jax']['min'] * 1e3:.1f} / {r['jax']['median'] * 1e3:.1f} | "
+                     f"{r['jax_compile_s']:.1f} | {r['samples_per_s']:.3g} | "
+                     f"{r['flops_per_s'] / 1e9:.1f} | {util(r, 'util_fp32_peak')} / "
+                     f"{util(r, 'util_bf16_peak')} | {t} | {s} |")
+    srcs = sorted({f"{r['dataset']}: {r['step_flops'] / 1e6:.2f} MFLOP per step "
+                   f"({r['flops_source']}; jaxpr dot/conv count "
+                   f"{r['step_flops_jaxpr_count'] / 1e6:.2f})" for r in rows})
+    notes = (("**No GPU was available: CPU mode, small cohorts only.** " if not on_gpu else "")
+             + f"Device: {where}. Workload: {result['workload']}. Repeats: {repeats} (ours, "
+             f"FMNIST), {c_repeats} (ours, CIFAR-10), {t_repeats} (PyTorch), after one warm-up "
+             "call each. FLOPs per round = cohort x 50 x step FLOPs; "
+             + "; ".join(srcs) + ". Peak: "
+             + ("n/a (CPU; pass --peak-flops)" if peak is None else
+                f"{peak[0] / 1e12:g} TFLOP/s fp32" + (f", {peak[1] / 1e12:g} TFLOP/s dense "
+                                                       "bf16" if peak[1] else ""))
+             + ". Targets: " + "; ".join(targets) + ".")
+    if not args.no_append:
+        title = "FedAvg round throughput vs cohort, FLOP/s (" + (
+            f"{kind})" if on_gpu else "cpu — no GPU available)")
+        append_results(title, "\n".join(lines), notes)
+    print("\n".join(lines))
+    print(notes)
+
+
+if __name__ == "__main__":
+    main()
