@@ -92,6 +92,7 @@ def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
 
 
 def _batch(m: int) -> int:
+    """Clients evaluated together by the forward-only passes (`lax.map` batch size)."""
     return max(1, min(m, 16))
 
 
@@ -128,7 +129,11 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
             if delta_mode:
                 v = v * hp.client_lr * cfg.local_steps
             return project(v, cfg.feature_dim), loss
-        return jax.lax.map(one, ks, batch_size=_batch(ks.shape[0]))
+        # One client at a time: vmapping per-client gradients at shared parameters turns
+        # the weight gradient of every convolution into a batch-grouped convolution, which
+        # XLA's CPU backend runs about 3x slower than these sequential plain ones (LeNet-5,
+        # MNIST, 100 clients: 97 s -> 34 s).
+        return jax.lax.map(one, ks)
 
     def init(key, state, data, hp):
         feats, loss = grad_features(state.params, state.model_state, data,

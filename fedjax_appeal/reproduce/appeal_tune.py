@@ -64,7 +64,7 @@ def appeal_tune(ctx: Context) -> None:
             ctx.log(f"{name}: sweeping {v.label} over {grid}")
             res = sweep(cfg.replace(algorithm=v.algorithm, **v.cfg), grid, [TUNE_SEED],
                         hp=HParams(**{**BASE_HP, **v.hp}), metric="gm_appeal_seen",
-                        data=data, dataset=ds)
+                        data=data, dataset=ds, progress=ctx.log)
             points = [{"client_lr": float(r["hparams"]["client_lr"]),
                        "local_steps": int(r["static"]["local_steps"]),
                        **{k: float(r["final"].get(k, float("nan"))) for k in KEYS}}
