@@ -54,6 +54,19 @@ def numpy_greedy(d: np.ndarray, k: int) -> list[int]:
     return out
 
 
+def _memoize_apricot_kernels() -> None:
+    """apricot builds (numba-compiles) its gain kernels anew in every `fit`, ~4 s each here;
+    memoizing the kernel factories compiles them once, so the timed fits (after a warm-up
+    fit) measure apricot's greedy, not numba's compiler."""
+    import functools
+
+    from apricot.functions import facilityLocation as fl
+
+    for name in ("calculate_gains", "calculate_gains_sparse", "calculate_gains_sieve"):
+        if hasattr(fl, name):
+            setattr(fl, name, functools.cache(getattr(fl, name)))
+
+
 def timed_compile(fn, *args):
     t = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
@@ -78,6 +91,8 @@ def main() -> None:
         if args.no_apricot:
             raise ImportError
         from apricot import FacilityLocationSelection
+
+        _memoize_apricot_kernels()
     except ImportError:
         FacilityLocationSelection = None
 
@@ -103,14 +118,17 @@ def main() -> None:
                                                       max(1, args.repeats // 2), warmup=0))
                     rec["numpy_same_picks"] = picks.tolist() == ref
                 if FacilityLocationSelection is not None and dn is not None and n <= 10000:
-                    sel = FacilityLocationSelection(k, metric="precomputed",
-                                                    optimizer="naive")
                     sim = dn.max() - dn  # apricot maximises similarities
-                    t = time.perf_counter()
-                    sel.fit(sim)
-                    rec["apricot"] = {"min": time.perf_counter() - t, "median":
-                                      time.perf_counter() - t, "n": 1}
-                    rec["apricot_same_set"] = set(sel.ranking.tolist()) == set(picks.tolist())
+
+                    def fit(sim=sim, k=k):
+                        sel = FacilityLocationSelection(k, metric="precomputed",
+                                                        optimizer="naive")
+                        sel.fit(sim)
+                        return sel
+
+                    # warm-up = numba's compilation of apricot's kernels (not timed)
+                    rec["apricot"] = stats(time_repeats(fit, max(1, args.repeats // 2)))
+                    rec["apricot_same_set"] = set(fit().ranking.tolist()) == set(picks.tolist())
             for r in rs:
                 if r > n:
                     continue
@@ -127,16 +145,24 @@ def main() -> None:
                 v = rec.get(key)
                 return f"{v['median']:.4f}" if v else "—"
 
-            ratio = (f"{rec['numpy']['median'] / rec['exact']['median']:.1f}x"
-                     if "numpy" in rec else "—")
-            rows.append([n, k, cell("exact"), cell("numpy"), ratio,
-                         rec.get("numpy_same_picks", "—"), cell("apricot"),
+            def ratio(key, rec=rec):
+                return (f"{rec[key]['median'] / rec['exact']['median']:.1f}x"
+                        if key in rec and "exact" in rec else "—")
+
+            rows.append([n, k, cell("exact"), cell("numpy"), ratio("numpy"),
+                         rec.get("numpy_same_picks", "—"), cell("apricot"), ratio("apricot"),
                          rec.get("apricot_same_set", "—")]
                         + [cell(f"stochastic_r{r}") for r in rs])
     write_json(HERE / "results" / "selection_speed.json",
                {"machine": machine(), "args": vars(args), "results": out})
     head = (["N", "kappa", "exact greedy s", "numpy greedy s", "numpy/exact", "same picks",
-             "apricot s", "apricot same set"] + [f"stochastic r={r} s" for r in rs])
+             "apricot s", "apricot/exact", "apricot same set"]
+            + [f"stochastic r={r} s" for r in rs])
+    target = next((r for r in out if r["n"] == 10000 and r["kappa"] == 100 and "exact" in r),
+                  None)
+    verdict = ("not measured (N = 10^4, kappa = 100 not run)" if target is None else
+               f"{target['exact']['median']:.3f} s -> "
+               f"{'MET' if target['exact']['median'] < 2.0 else 'MISSED'}")
     table = "| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
     table += "\n".join("| " + " | ".join(str(c) for c in r) + " |" for r in rows)
     print(table)
@@ -144,7 +170,11 @@ def main() -> None:
                    f"Median seconds per selection (compile apart), features dim {args.dim}; "
                    "exact greedy on a precomputed dense D (only where N x N fits "
                    f"{args.dense_max_mb:.0f} MB), stochastic greedy on features (columns "
-                   "computed on the fly).")
+                   "computed on the fly). apricot-select "
+                   + ("(FacilityLocationSelection, precomputed similarity max(D) - D, naive "
+                      "greedy; its numba kernels compiled once, excluded by a warm-up fit)"
+                      if FacilityLocationSelection is not None else "not installed")
+                   + f". Target: exact greedy N = 10^4, kappa = 100 under 2 s: {verdict}.")
 
 
 if __name__ == "__main__":
