@@ -161,7 +161,8 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
         res = submodular.greedy(
             oracle, m, available=state.pool, cover=state.pool, c0=1.0, normalize=True,
             phi=phi_fn(jnp.maximum(mem["loss"], 0.0)) if trunc else None,
-            lam=hp.subtrunc_lambda, b=hp.subtrunc_b, penalty=penalty, key=key, r=r)
+            lam=hp.subtrunc_lambda, b=hp.subtrunc_b, penalty=penalty, key=key, r=r,
+            lazy=r == 0)
         return res.idx, res.valid
 
     def update(new, upd, idx, valid, data, hp):

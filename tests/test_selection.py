@@ -95,6 +95,37 @@ def test_greedy_matches_numpy_reference(seed):
     assert bool(np.all(res.valid))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_lazy_greedy_equals_plain_greedy_and_reference(seed):
+    rng = np.random.default_rng(50 + seed)
+    n, k = int(rng.integers(20, 80)), int(rng.integers(2, 12))
+    d, _ = rand_dist(rng, n)
+    c0 = float(d.max())
+    phi = np.log1p(rng.uniform(0, 3, n)).astype(np.float32)
+    pen = rng.uniform(0, 0.5, n).astype(np.float32) * (rng.uniform(size=n) < 0.5)
+    avail = rng.uniform(size=n) < 0.7
+    for kw in ({}, {"available": avail, "phi": phi, "lam": 0.7, "b": 1.1, "penalty": pen}):
+        plain = sm.greedy(sm.dense_oracle(d), k, c0=c0, **kw)
+        lazy = jax.jit(lambda dd, kw=kw: sm.greedy(sm.dense_oracle(dd), k, c0=c0, lazy=True,
+                                                   **kw))(d)
+        np.testing.assert_array_equal(np.asarray(lazy.idx), np.asarray(plain.idx))
+        np.testing.assert_allclose(np.asarray(lazy.gains), np.asarray(plain.gains), rtol=1e-5,
+                                   atol=1e-5)
+        ref = ref_greedy(d, k, kw.get("available"), c0, kw.get("phi"), kw.get("lam", 0.0),
+                         kw.get("b", np.inf), kw.get("penalty"))
+        np.testing.assert_array_equal(np.asarray(lazy.idx)[:len(ref)], ref)
+    # fewer available than k: the surplus slots match the plain greedy's (invalid, distinct)
+    few = np.zeros(n, bool)
+    few[rng.choice(n, 3, replace=False)] = True
+    plain = sm.greedy(sm.dense_oracle(d), 6, available=few, c0=c0)
+    lazy = sm.greedy(sm.dense_oracle(d), 6, available=few, c0=c0, lazy=True)
+    np.testing.assert_array_equal(np.asarray(lazy.idx), np.asarray(plain.idx))
+    np.testing.assert_array_equal(np.asarray(lazy.valid), np.asarray(plain.valid))
+    assert np.asarray(facility_location(d, k, lazy=False)).tolist() == ref_greedy(d, k)
+    with pytest.raises(ValueError, match="lazy"):
+        sm.greedy(sm.dense_oracle(d), 2, key=jax.random.key(0), r=3, lazy=True)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_greedy_within_1_minus_1_over_e_of_brute_force(seed):
     rng = np.random.default_rng(100 + seed)
