@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import hashlib
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +40,7 @@ class Context:
     fmnist_dir: str = ""
     cache_dir: str = ""
     command: str = ""
+    reuse: bool = True  # serve runs finished earlier with the same code from the run cache
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
     def base(self, **kw) -> RunConfig:
@@ -50,14 +54,30 @@ class Context:
               flush=True)
 
     def run(self, cfg: RunConfig, hp: HParams, label: str = "", **kw):
-        """Run one configuration (see `experiment.run_config`); logs start and end."""
+        """Run one configuration (see `experiment.run_config`); logs start and end.
+
+        Returns (results dict, simulation result). Finished runs are kept in the run cache
+        (`run_cache`), so an interrupted experiment re-run with the same code continues
+        where it stopped; a run served from the cache returns None as simulation result.
+        """
         from ..experiment import run_config
 
-        self.log(f"{label or cfg.algorithm} seed {cfg.seed}: {cfg.rounds} rounds ...")
+        what = f"{label or cfg.algorithm} seed {cfg.seed}"
+        path = run_cache(self.cache_dir) / self.name / f"{run_key(cfg, hp)}.json" \
+            if self.reuse else None
+        if path is not None and path.is_file():
+            results = json.loads(path.read_text())
+            self.log(f"{what}: finished earlier with this code (cached in {path.parent})")
+            return results, None
+        self.log(f"{what}: {cfg.rounds} rounds ...")
         results, sim = run_config(cfg, hp, **kw)
         last = results["history"][-1]
-        self.log(f"{label or cfg.algorithm} seed {cfg.seed}: done, test_acc_seen "
-                 f"{last.get('test_acc_seen', float('nan')):.4f}")
+        self.log(f"{what}: done, test_acc_seen {last.get('test_acc_seen', float('nan')):.4f}")
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(results, default=_plain))
+            os.replace(tmp, path)
         return results, sim
 
     def write(self, files: dict[str, Callable[[Path], None] | str | dict]) -> Path:
@@ -72,6 +92,40 @@ class Context:
                 writers[name] = lambda p, v=v: p.write_text(
                     json.dumps(to_jsonable(v), indent=1, allow_nan=False))
         return write_outputs(self.out, writers)
+
+
+def _plain(obj: Any) -> Any:
+    """json `default`: numpy scalars/arrays to Python (NaN kept, unlike `to_jsonable`)."""
+    a = np.asarray(obj)
+    return a.item() if a.ndim == 0 else a.tolist()
+
+
+@functools.cache
+def source_hash() -> str:
+    """sha256 of the package's Python sources: a cached run is reused only by the same code."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def run_key(cfg: RunConfig, hp: HParams) -> str:
+    """Cache key of one run: its configuration (data locations aside), hyperparameters and
+    the package's source hash."""
+    c = {k: v for k, v in dataclasses.asdict(cfg).items()
+         if k not in ("data_dir", "fmnist_dir", "cache_dir", "out")}
+    h = {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)}
+    blob = json.dumps({"config": c, "hparams": h, "code": source_hash()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def run_cache(explicit: str = "") -> Path:
+    """Folder of finished experiment runs: `<cache>/runs` (see `data.sources.cache_dir`)."""
+    from ..data.sources import cache_dir
+
+    return cache_dir(explicit or None) / "runs"
 
 
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
@@ -121,7 +175,10 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", default="", help="npz data directory (default "
                    "$FEDJAX_APPEAL_DATA)")
     p.add_argument("--fmnist-dir", default="", help="Fashion-MNIST IDX directory")
-    p.add_argument("--cache-dir", default="", help="cache for decoded arrays")
+    p.add_argument("--cache-dir", default="", help="cache for decoded arrays and finished runs")
+    p.add_argument("--fresh", action="store_true",
+                   help="rerun every configuration (default: reuse runs finished earlier with "
+                        "the same code, kept in <cache>/runs)")
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -143,7 +200,8 @@ def _cmd(args: argparse.Namespace) -> int:
     fn, _ = EXPERIMENTS[args.name]
     ctx = Context(args.name, seeds, Path(args.out or Path("results") / args.name), args.quick,
                   args.data_dir, args.fmnist_dir, args.cache_dir,
-                  command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]))
+                  command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
+                  reuse=not args.fresh)
     fn(ctx)
     print(f"wrote {ctx.out}")
     return 0

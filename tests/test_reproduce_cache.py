@@ -1,0 +1,42 @@
+"""The run cache of `fedjax-appeal reproduce`: a finished run is served again only for the
+same configuration, hyperparameters and code; `--fresh` reruns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedjax_appeal import reproduce
+from fedjax_appeal.config import HParams, RunConfig
+
+CFG = RunConfig(dataset="synthetic", partition="natural", clients=6, unseen_clients=0,
+                cohort=2, rounds=2, local_steps=1, batch_size=4, eval_every=1, min_samples=4,
+                appeal=False)
+
+
+def _ctx(tmp_path: Path, reuse: bool = True) -> reproduce.Context:
+    return reproduce.Context("t", [0], tmp_path / "out", cache_dir=str(tmp_path / "cache"),
+                             reuse=reuse)
+
+
+def test_second_run_is_served_from_cache(tmp_path, monkeypatch):
+    hp = HParams(client_lr=0.1)
+    first, sim = _ctx(tmp_path).run(CFG, hp)
+    assert sim is not None
+    files = list((tmp_path / "cache" / "runs" / "t").glob("*.json"))
+    assert len(files) == 1
+    again, sim2 = _ctx(tmp_path).run(CFG, hp)
+    assert sim2 is None and again["history"] == first["history"]
+    # another lr, another seed, --fresh, or changed code: computed anew
+    assert _ctx(tmp_path).run(CFG, HParams(client_lr=0.2))[1] is not None
+    assert _ctx(tmp_path).run(CFG.replace(seed=1), hp)[1] is not None
+    assert _ctx(tmp_path, reuse=False).run(CFG, hp)[1] is not None
+    monkeypatch.setattr(reproduce, "source_hash", lambda: "other code")
+    assert _ctx(tmp_path).run(CFG, hp)[1] is not None
+    assert len(list((tmp_path / "cache" / "runs" / "t").glob("*.json"))) == 4
+
+
+def test_run_key_ignores_data_locations():
+    hp = HParams()
+    assert (reproduce.run_key(CFG, hp)
+            == reproduce.run_key(CFG.replace(data_dir="/elsewhere", cache_dir="/c"), hp))
+    assert reproduce.run_key(CFG, hp) != reproduce.run_key(CFG.replace(rounds=3), hp)
