@@ -102,10 +102,12 @@ def _plain(obj: Any) -> Any:
 
 @functools.cache
 def source_hash() -> str:
-    """sha256 of the package's Python sources: a cached run is reused only by the same code."""
+    """sha256 of the package's Python sources outside `reproduce/` (which only chooses the
+    configurations; a run is fully described by its configuration and the library code): a
+    cached run is reused only by the same library code."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[1]
-    for f in sorted(root.rglob("*.py")):
+    for f in sorted(p for p in root.rglob("*.py") if "reproduce" not in p.parts):
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()
