@@ -261,7 +261,12 @@ FLEXIBLE = dict(partition="dirichlet", alpha=0.5, cohort=5, label_flip_fraction=
 # (client_lr, local_steps) per setting and algorithm, chosen by
 # `fedjax-appeal reproduce appeal-tune` (results/appeal-tune/table.md): the grid point with
 # the highest final GM-Appeal (seen) on a held-out seed, ties broken by test accuracy.
-TUNED: dict[str, dict[str, tuple[float, int]]] = {"clusters": {}, "flexible": {}}
+TUNED: dict[str, dict[str, tuple[float, int]]] = {
+    "clusters": {"fedavg": (0.1, 10), "fedprox": (0.05, 10), "scaffold": (0.05, 50),
+                 "perfedavg": (0.1, 30), "pfedme": (0.05, 50), "qffl": (0.1, 10),
+                 "mwfed": (0.05, 30), "maxfl": (0.1, 50)},
+    "flexible": {},
+}
 
 
 def tuned_values(setting: str, algorithm: str) -> tuple[dict, dict]:
