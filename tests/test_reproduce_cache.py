@@ -22,7 +22,7 @@ def test_second_run_is_served_from_cache(tmp_path, monkeypatch):
     hp = HParams(client_lr=0.1)
     first, sim = _ctx(tmp_path).run(CFG, hp)
     assert sim is not None
-    files = list((tmp_path / "cache" / "runs" / "t").glob("*.json"))
+    files = list((tmp_path / "cache" / "runs").glob("*.json"))
     assert len(files) == 1
     again, sim2 = _ctx(tmp_path).run(CFG, hp)
     assert sim2 is None and again["history"] == first["history"]
@@ -30,9 +30,12 @@ def test_second_run_is_served_from_cache(tmp_path, monkeypatch):
     assert _ctx(tmp_path).run(CFG, HParams(client_lr=0.2))[1] is not None
     assert _ctx(tmp_path).run(CFG.replace(seed=1), hp)[1] is not None
     assert _ctx(tmp_path, reuse=False).run(CFG, hp)[1] is not None
+    # another experiment with the same configuration shares the finished run
+    other = reproduce.Context("u", [0], tmp_path / "out2", cache_dir=str(tmp_path / "cache"))
+    assert other.run(CFG, HParams(client_lr=0.2))[1] is None
     monkeypatch.setattr(reproduce, "source_hash", lambda: "other code")
     assert _ctx(tmp_path).run(CFG, hp)[1] is not None
-    assert len(list((tmp_path / "cache" / "runs" / "t").glob("*.json"))) == 4
+    assert len(list((tmp_path / "cache" / "runs").glob("*.json"))) == 4
 
 
 def test_run_key_ignores_data_locations():

@@ -57,14 +57,15 @@ class Context:
         """Run one configuration (see `experiment.run_config`); logs start and end.
 
         Returns (results dict, simulation result). Finished runs are kept in the run cache
-        (`run_cache`), so an interrupted experiment re-run with the same code continues
-        where it stopped; a run served from the cache returns None as simulation result.
+        (`run_cache`), keyed by configuration, hyperparameters and code only: an interrupted
+        experiment re-run with the same code continues where it stopped, and experiments
+        that share a configuration (e.g. the FedAvg/MaxFL runs of several appeal tables)
+        compute it once; a run served from the cache returns None as simulation result.
         """
         from ..experiment import run_config
 
         what = f"{label or cfg.algorithm} seed {cfg.seed}"
-        path = run_cache(self.cache_dir) / self.name / f"{run_key(cfg, hp)}.json" \
-            if self.reuse else None
+        path = run_cache(self.cache_dir) / f"{run_key(cfg, hp)}.json" if self.reuse else None
         if path is not None and path.is_file():
             results = json.loads(path.read_text())
             self.log(f"{what}: finished earlier with this code (cached in {path.parent})")
