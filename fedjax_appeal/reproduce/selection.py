@@ -22,6 +22,7 @@ test accuracy (range and mean absolute pairwise difference are in the JSON).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,9 @@ _SCHEDULE = {False: dict(rounds=30, local_steps=10, batch_size=32, eval_every=10
 # CIFAR-10 runs on a seeded subset of 20,000 of its 60,000 images: a LeNet-5 round there
 # costs ~2x MNIST's on the CPU, and round-0 features and evaluations scale with the data.
 _SUBSET = {"cifar10": 20000}
+# ... and with the first seed only (~5 min per run): set FEDJAX_APPEAL_SELECTION_ALL_SEEDS=1
+# to run every --seeds seed on CIFAR-10 as well.
+_ONE_SEED = ("cifar10",)
 
 
 def _setting(ctx: Context, dataset: str, seed: int, **kw):
@@ -69,8 +73,11 @@ def _hp(**kw) -> HParams:
                       "subtrunc_lambda": 0.5, **kw})
 
 
-def _seeds(ctx: Context) -> list[int]:
-    return ctx.seeds[:1] if ctx.quick else ctx.seeds
+def _seeds(ctx: Context, dataset: str = "mnist") -> list[int]:
+    if ctx.quick or (dataset in _ONE_SEED
+                     and not os.environ.get("FEDJAX_APPEAL_SELECTION_ALL_SEEDS")):
+        return ctx.seeds[:1]
+    return ctx.seeds
 
 
 def _one(ctx: Context, label: str, cfg, hp) -> dict:
@@ -94,7 +101,7 @@ def _cell(runs: list[dict], key: str, scale: float = 1.0) -> str:
     return mean_std([r[key] for r in runs], scale)
 
 
-def _header_note(ctx: Context) -> str:
+def _header_note(ctx: Context, datasets: tuple[str, ...] = ()) -> str:
     s = _SCHEDULE[ctx.quick]
     seeds = _seeds(ctx)
     return (f"Command: `{ctx.command}`\n\n"
@@ -104,7 +111,11 @@ def _header_note(ctx: Context) -> str:
             f"{s['local_steps']} local SGD steps (batch {s['batch_size']}, lr 0.05)"
             + (f", {s['max_samples']} samples" if s["max_samples"] else
                ", full MNIST, " + ", ".join(f"{n} of {d}" for d, n in _SUBSET.items()))
-            + f"; seeds {seeds} (mean ± std). Dissimilarity = std of per-client test accuracy "
+            + f"; seeds {seeds} (mean ± std"
+            + ("" if ctx.quick or not datasets or _seeds(ctx, "cifar10") == seeds else
+               f"; CIFAR-10: seed {_seeds(ctx, 'cifar10')} only, CPU budget — set "
+               "FEDJAX_APPEAL_SELECTION_ALL_SEEDS=1 for all")
+            + "). Dissimilarity = std of per-client test accuracy "
               "(percentage points).\n"
             + ("\n**Quick variant** (tiny schedule, one seed): checks the pipeline, numbers "
                "are not comparable to the paper.\n" if ctx.quick else
@@ -148,7 +159,7 @@ def selection_compare(ctx: Context) -> None:
         data[ds] = {}
         for sel in SELECTORS:
             data[ds][sel] = [_one(ctx, f"{ds}/{sel}", _setting(ctx, ds, s, selector=sel), _hp())
-                             for s in _seeds(ctx)]
+                             for s in _seeds(ctx, ds)]
             runs = data[ds][sel]
             paper = PAPER_T1.get(ds, {}).get(sel)
             rows.append([ds, LABEL[sel], _cell(runs, "dissimilarity"),
@@ -157,7 +168,7 @@ def selection_compare(ctx: Context) -> None:
                          mean_std([r["clients_never_selected"] for r in runs], digits=1)])
         plots[f"curves_{ds}.png"] = ({LABEL[s]: [r["history"] for r in data[ds][s]]
                                       for s in SELECTORS}, f"{ds}: selectors")
-    table = ("# selection-compare (Table I)\n\n" + _header_note(ctx) + "\n"
+    table = ("# selection-compare (Table I)\n\n" + _header_note(ctx, datasets) + "\n"
              + markdown_table(["dataset", "selector", "dissimilarity (ours)",
                                "dissimilarity (paper)", "test acc % (ours)",
                                "test acc % (paper)", "clients never selected"], rows))
