@@ -3,7 +3,8 @@
 An experiment is a function `fn(ctx) -> None` registered with `@experiment(name, help)`;
 it runs its configurations through `ctx.run(...)` (progress shown), then writes its files
 (a markdown table with the paper's numbers beside ours, a JSON of all numbers, plots) with
-`ctx.write(...)`, all-or-nothing, into `ctx.out` (default `results/NAME`).
+`ctx.write(...)`, all-or-nothing, into `ctx.out` (default `results/NAME`, or
+`results/NAME-quick` with `--quick`, so a quick check never replaces a full report).
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def _load_modules() -> None:
 def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
-    p.add_argument("--out", default="", help="output folder (default results/NAME)")
+    p.add_argument("--out", default="", help="output folder (default results/NAME; "
+                   "results/NAME-quick with --quick)")
     p.add_argument("--quick", action="store_true",
                    help="a short variant (fewer rounds/clients) that finishes in minutes")
     p.add_argument("--data-dir", default="", help="npz data directory (default "
@@ -201,7 +203,8 @@ def _cmd(args: argparse.Namespace) -> int:
     if not seeds:
         raise ConfigError("--seeds needs at least one seed")
     fn, _ = EXPERIMENTS[args.name]
-    ctx = Context(args.name, seeds, Path(args.out or Path("results") / args.name), args.quick,
+    out = Path(args.out or Path("results") / (args.name + ("-quick" if args.quick else "")))
+    ctx = Context(args.name, seeds, out, args.quick,
                   args.data_dir, args.fmnist_dir, args.cache_dir,
                   command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
                   reuse=not args.fresh)
