@@ -181,6 +181,14 @@ def greedy(oracle: DistanceOracle, k: int, *, available: jax.Array | None = None
             g = g + lam * (jnp.minimum(b, big_phi + phi[cand]) - jnp.minimum(b, big_phi))
         return g
 
+    def commit(carry, t, j, ok, col, g):
+        # add pick j (step t) to S: cover, taken, Phi, and the outputs
+        c, taken, big_phi, idx, valid, gains = carry
+        c = jnp.where(ok, jnp.minimum(c, col), c)
+        big_phi = big_phi + jnp.where(ok, phi[j], 0.0)
+        return (c, taken.at[j].set(True), big_phi, idx.at[t].set(j.astype(jnp.int32)),
+                valid.at[t].set(ok), gains.at[t].set(jnp.where(ok, g, 0.0)))
+
     def body(t, carry):
         c, taken, big_phi, idx, valid, gains = carry
         eligible = avail & ~taken
@@ -197,12 +205,8 @@ def greedy(oracle: DistanceOracle, k: int, *, available: jax.Array | None = None
         g = jnp.where(eligible[cand], g, jnp.where(taken[cand], _TAKEN, _SURPLUS))
         p = jnp.argmax(g)
         j = cand[p]
-        ok = avail[j]
         col = dcols[:, p] if r > 0 else oracle.cols(j[None])[:, 0]
-        c = jnp.where(ok, jnp.minimum(c, col), c)
-        big_phi = big_phi + jnp.where(ok, phi[j], 0.0)
-        return (c, taken.at[j].set(True), big_phi, idx.at[t].set(j.astype(jnp.int32)),
-                valid.at[t].set(ok), gains.at[t].set(jnp.where(ok, g[p], 0.0)))
+        return commit(carry, t, j, avail[j], col, g[p])
 
     nb = min(lazy_batch, n)
 
@@ -231,11 +235,7 @@ def greedy(oracle: DistanceOracle, k: int, *, available: jax.Array | None = None
         surplus = jnp.argmax(jnp.where(taken, _TAKEN, _SURPLUS))  # first client not taken
         j = jnp.where(any_eligible, j, surplus)
         ok = avail[j] & any_eligible
-        c = jnp.where(ok, jnp.minimum(c, oracle.cols(j[None])[:, 0]), c)
-        g = ub[j]
-        big_phi = big_phi + jnp.where(ok, phi[j], 0.0)
-        return (c, taken.at[j].set(True), big_phi, idx.at[t].set(j.astype(jnp.int32)),
-                valid.at[t].set(ok), gains.at[t].set(jnp.where(ok, g, 0.0)), ub)
+        return (*commit(carry[:-1], t, j, ok, oracle.cols(j[None])[:, 0], ub[j]), ub)
 
     init = (c_init, jnp.zeros((n,), bool), jnp.zeros((), jnp.float32),
             jnp.zeros((k,), jnp.int32), jnp.zeros((k,), bool), jnp.zeros((k,), jnp.float32))
