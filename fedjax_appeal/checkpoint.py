@@ -55,7 +55,8 @@ class Restored:
 
 @dataclasses.dataclass
 class Checkpointer:
-    """Saves into `directory/checkpoint.npz` every `every` rounds (0 = only when asked).
+    """Saves into `directory/checkpoint.npz` every `every` rounds and after the last one
+    (0 = only when asked: Ctrl-C, the NaN guard).
 
     `meta` (configuration, hyperparameters, seed) is stored with every checkpoint and
     checked against the resuming run.
@@ -71,14 +72,17 @@ class Checkpointer:
         return Path(self.directory) / FILE
 
     def due(self, start: int, total: int) -> list[int]:
-        """Rounds in (start, total) after which a checkpoint is taken."""
+        """Rounds in (start, total] after which a checkpoint is taken: every `every` rounds
+        and always the last one, so a finished run can be extended with --resume."""
         if self.every <= 0:
             return []
-        return [r for r in range(self.every, total, self.every) if r > start]
+        return [r for r in [*range(self.every, total, self.every), total] if r > start]
 
     def save(self, state, rnd: int, history: list[dict], round_metrics: dict[str, np.ndarray]
              ) -> Path:
-        leaves, treedef = jax.tree.flatten(state)
+        from .distributed import fetch, is_main
+
+        leaves, treedef = jax.tree.flatten(fetch(state))  # every process takes part
         arrays: dict[str, np.ndarray] = {}
         key_impls: dict[str, str] = {}
         for i, leaf in enumerate(leaves):
@@ -86,13 +90,16 @@ class Checkpointer:
             if _is_key(leaf):
                 key_impls[name] = str(jax.random.key_impl(leaf))
                 leaf = jax.random.key_data(leaf)
-            arrays[name] = np.asarray(jax.device_get(leaf))
+            arrays[name] = np.asarray(leaf)
         for k, v in round_metrics.items():
             arrays[f"rm_{k}"] = np.asarray(v)
         meta = {"format": FORMAT, "round": int(rnd), "history": history,
                 "treedef": str(treedef), "num_leaves": len(leaves), "key_impls": key_impls,
                 "round_metrics": sorted(round_metrics), "time": time.time(), **self.meta}
         arrays["meta"] = np.frombuffer(json.dumps(_jsonable(meta)).encode(), np.uint8)
+        if not is_main():  # one writer: process 0 (the others hold the same values)
+            self.last_round = int(rnd)
+            return self.path
         d = Path(self.directory)
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz.tmp", dir=d)

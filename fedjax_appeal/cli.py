@@ -18,7 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, HParams, RunConfig, load_config_file, split_overrides
+from .config import (
+    ConfigError,
+    HParams,
+    RunConfig,
+    check_types,
+    load_config_file,
+    split_overrides,
+)
 
 EXIT_USAGE = 2
 
@@ -61,6 +68,41 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
                    help="TOML or JSON file with the same keys as the flags")
 
 
+# Flags of the process, not of the simulation (never part of a RunConfig).
+PROCESS_KEYS = ("coordinator_address", "num_processes", "process_id", "heartbeat_timeout",
+                "overwrite")
+
+
+def add_process_flags(p: argparse.ArgumentParser) -> None:
+    """--overwrite and the multi-process flags (see `distributed.initialize`)."""
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results and checkpoint of another run in --out")
+    g = p.add_argument_group("several processes (one simulation over all their devices)")
+    g.add_argument("--coordinator-address", default="", metavar="HOST:PORT",
+                   help="address of process 0 (with --num-processes, --process-id); without "
+                        "these flags a SLURM / Open MPI job is detected automatically")
+    g.add_argument("--num-processes", type=int, default=0, metavar="N",
+                   help="number of processes of the job")
+    g.add_argument("--process-id", type=int, default=-1, metavar="I",
+                   help="this process's index, 0 .. N-1 (0 writes the files)")
+    g.add_argument("--heartbeat-timeout", type=int, default=30, metavar="S",
+                   help="seconds after which a silent process counts as dead and the others "
+                        "stop (default: 30)")
+
+
+def start_processes(args: argparse.Namespace) -> bool:
+    """Start the multi-process runtime from the flags / the environment (before JAX runs)."""
+    from .distributed import initialize
+
+    if not hasattr(args, "coordinator_address"):
+        return False
+    if args.heartbeat_timeout < 1:
+        raise ConfigError(f"--heartbeat-timeout must be >= 1 second (got "
+                          f"{args.heartbeat_timeout})")
+    return initialize(args.coordinator_address, args.num_processes, args.process_id,
+                      heartbeat_timeout_s=args.heartbeat_timeout)
+
+
 def resolve(args: argparse.Namespace, base: dict[str, Any] | None = None
             ) -> tuple[RunConfig, HParams]:
     """(RunConfig, HParams) from defaults < `base` < config file < explicit flags."""
@@ -68,14 +110,8 @@ def resolve(args: argparse.Namespace, base: dict[str, Any] | None = None
     if getattr(args, "config", None):
         values.update(load_config_file(args.config))
     values.update({k: v for k, v in vars(args).items()
-                   if k not in ("config", "command", "func")})
-    run_kw, hp_kw = split_overrides(values)
-    types = {f.name: _type_of(f) for f in dataclasses.fields(RunConfig)}
-    try:
-        run_kw = {k: types[k](v) if not isinstance(v, bool) else v for k, v in run_kw.items()}
-        hp_kw = {k: float(v) for k, v in hp_kw.items()}
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"bad value in configuration: {e}") from None
+                   if k not in ("config", "command", "func", *PROCESS_KEYS)})
+    run_kw, hp_kw = split_overrides(check_types(values))
     return RunConfig(**run_kw), HParams(**hp_kw)
 
 
@@ -84,24 +120,92 @@ def default_out(cfg: RunConfig) -> str:
                f"_s{cfg.seed}")
 
 
+def given_keys(args: argparse.Namespace) -> set[str]:
+    """Configuration keys the user gave (config file or flag), not defaults or --resume's."""
+    keys = set(load_config_file(args.config)) if getattr(args, "config", None) else set()
+    known = {f.name for f in dataclasses.fields(RunConfig)} | {
+        f.name for f in dataclasses.fields(HParams)}
+    return keys | {k for k in vars(args) if k in known}
+
+
+def agree_or_raise(error: ConfigError | None) -> None:
+    """Raise `error` here; with several processes, stop every process if process 0 failed.
+
+    Process 0 alone checks the output folder (the others write nothing), so its verdict
+    is broadcast (one collective) and the other processes stop with one line too.
+    """
+    from .distributed import agree
+
+    if not agree(error is None):
+        raise error or ConfigError("process 0 refused the configuration (see its error line); "
+                                   "nothing was run")
+    if error is not None:
+        raise error
+
+
+def prepare_out(out: str, holds: tuple[str, ...], args: argparse.Namespace,
+                resume: str = "") -> None:
+    """Check the output folder (process 0) before any data is loaded; see `check_out`."""
+    from .distributed import is_main
+    from .validate import check_out
+
+    overwrite = bool(getattr(args, "overwrite", False))
+    if overwrite and resume:
+        raise ConfigError("--overwrite and --resume contradict each other: --resume continues "
+                          "the run in the folder, --overwrite replaces it; give one")
+    err = None
+    if is_main():
+        try:
+            check_out(out, holds=holds, reuse=overwrite or bool(resume))
+        except ConfigError as e:
+            err = e
+    agree_or_raise(err)
+
+
+def clear_old_run(out: str, names: tuple[str, ...]) -> None:
+    """--overwrite: remove the files of the previous run (its checkpoint included)."""
+    import shutil
+
+    from .distributed import is_main
+
+    if not is_main():
+        return
+    for n in names:
+        p = Path(out) / n
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .checkpoint import resume_base
     from .data import load_federated
+    from .distributed import is_main
     from .experiment import run_config
     from .report import run_writers, write_outputs
     from .simulate import progress_printer
-    from .validate import validate
+    from .validate import RUN_FILES, check_ignored, check_source_size, validate
 
     cfg, hp = resolve(args, base=resume_base(getattr(args, "resume", "")))
     if not cfg.out:
         cfg = cfg.replace(out=default_out(cfg))
     validate(cfg, hp)
+    check_ignored(cfg, given_keys(args))
+    check_source_size(cfg)
+    prepare_out(cfg.out, RUN_FILES, args, cfg.resume)
+    main = is_main()
     data, dataset = load_federated(cfg)  # data problems surface before any output
-    print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
-          f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
-          f"{cfg.rounds} rounds -> {cfg.out}", file=sys.stderr)
+    if getattr(args, "overwrite", False):
+        clear_old_run(cfg.out, RUN_FILES)
+    if main:
+        print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
+              f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
+              f"{cfg.rounds} rounds -> {cfg.out}", file=sys.stderr)
     results, _ = run_config(cfg, hp, data=data, dataset=dataset,
-                            on_eval=progress_printer(cfg.algorithm, cfg.rounds))
+                            on_eval=progress_printer(cfg.algorithm, cfg.rounds) if main else None)
+    if not main:  # the other processes computed the same results; process 0 writes them
+        return 0
     title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
     out = write_outputs(cfg.out, run_writers(results, title))
     last = results["history"][-1]
@@ -113,11 +217,13 @@ def cmd_run(args: argparse.Namespace) -> int:
               "not change in them; see round_metrics.available in results.json",
               file=sys.stderr)
     acc = last.get("test_acc_seen", float("nan"))
+    spr = t.get("sec_per_round")
     print(f"final round {last['round']}: test_acc_seen {acc:.4f}"
           + (f"  test_acc_unseen {last['test_acc_unseen']:.4f}" if "test_acc_unseen" in last
              else "")
-          + f"  ({t.get('sec_per_round', float('nan')):.4f} s/round, compile "
-          f"{t['compile_s']:.1f}s); wrote {out}/results.json, history.csv, accuracy.png")
+          + (f"  ({spr:.4f} s/round, " if spr is not None else "  (no round trained, ")
+          + f"compile {t['compile_s']:.1f}s); wrote {out}/results.json, history.csv, "
+          "accuracy.png")
     return 0
 
 
@@ -166,7 +272,8 @@ def cmd_install_data(args: argparse.Namespace) -> int:
 # name -> (configure parser, handler, help); other modules add their subcommands here.
 SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                              Callable[[argparse.Namespace], int], str]] = {
-    "run": (add_config_flags, cmd_run, "run one simulation and write its results"),
+    "run": (lambda p: (add_config_flags(p), add_process_flags(p)), cmd_run,
+            "run one simulation and write its results"),
     "list": (lambda p: None, cmd_list, "list algorithms, datasets, partitions, models"),
     "install-data": (lambda p: None, cmd_install_data,
                      "install Debian's Fashion-MNIST package if it is missing"),
@@ -199,6 +306,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     try:
+        start_processes(args)
         return args.func(args)
     except ConfigError as e:
         print(f"fedjax-appeal: error: {e}", file=sys.stderr)

@@ -235,6 +235,43 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         if key not in known:
             raise ConfigError(f"config file {p}: unknown key '{k}'")
         out[key] = v
+    return check_types(out, f"config file {p}")
+
+
+def _field_kind(cls, name: str) -> str:
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+
+
+def check_types(values: dict[str, Any], source: str = "configuration") -> dict[str, Any]:
+    """`values` with each key's value checked against its field's type (strictly).
+
+    An int field takes an int only (4.7 or "ten" are errors, never truncated); a float
+    field takes an int or a float; a bool field a bool; a string field a string. The error
+    names the key and says what to write instead.
+    """
+    run_keys, hp_keys = set(field_names(RunConfig)), set(field_names(HParams))
+    out = {}
+    for k, v in values.items():
+        if k in hp_keys:
+            kind = "float"
+        elif k in run_keys:
+            kind = _field_kind(RunConfig, k)
+        else:
+            out[k] = v
+            continue
+        ok = {"int": isinstance(v, int) and not isinstance(v, bool),
+              "float": isinstance(v, int | float) and not isinstance(v, bool),
+              "bool": isinstance(v, bool),
+              "str": isinstance(v, str)}.get(kind, True)
+        if not ok:
+            want = {"int": "an integer (e.g. 10)", "float": "a number (e.g. 0.1)",
+                    "bool": "true or false", "str": "a string in quotes"}[kind]
+            extra = (f"; {v} is not an integer and is not rounded" if kind == "int"
+                     and isinstance(v, float) else "")
+            raise ConfigError(f"{source}: key '{k}' must be {want}, got {v!r} "
+                              f"({type(v).__name__}){extra}")
+        out[k] = float(v) if kind == "float" else v
     return out
 
 

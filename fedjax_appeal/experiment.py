@@ -17,6 +17,7 @@ from .algorithms import build
 from .appeal import personalize, with_appeal
 from .config import HParams, RunConfig
 from .data import Dataset, FederatedData, load_federated
+from .distributed import fetch
 from .models import model_for
 from .simulate import SimulationResult, simulate
 from .validate import validate
@@ -30,7 +31,7 @@ def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: Federate
         return None
     t0 = time.perf_counter()
     key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
-    out = jax.device_get(jax.jit(lambda s, d, k, h: personalize(model, cfg, s, d, k, h))(
+    out = fetch(jax.jit(lambda s, d, k, h: personalize(model, cfg, s, d, k, h))(
         sim.final_state, data, key, hp.as_arrays()))
     block = {k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist())
              for k, v in out.items()}
@@ -71,7 +72,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         "history": sim.history,
         "timing": {**sim.timing, "load_s": load_s},
         "round_metrics": {k: v.tolist() for k, v in sim.round_metrics.items()},
-        "participation": sim.final_state.participation.tolist(),
+        "participation": np.asarray(fetch(sim.final_state.participation)).tolist(),
         "final_clients": sim.final_eval,
         **({"personalized": personalized} if personalized else {}),
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,

@@ -23,6 +23,7 @@ from .algorithms.base import FederatedAlgorithm
 from .checkpoint import Checkpointer, Interrupted, NonFiniteError
 from .config import HParams
 from .data.arrays import FederatedData
+from .distributed import fetch
 from .metrics import per_client, summarize
 from .round import ServerState
 
@@ -140,7 +141,7 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
 
     def record(r: int, st: ServerState, keep: bool = True):
         t0 = time.perf_counter()
-        ev = jax.device_get(evaluate(st, data, hp))
+        ev = fetch(evaluate(st, data, hp))
         eval_times.append(time.perf_counter() - t0)
         if keep:
             entry = {"round": r, **summarize(ev)}
@@ -170,7 +171,7 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
             new_state, metrics = compiled[length](state, data, k_train, hp, rarr)
             _block(new_state)
             round_times.append((time.perf_counter() - t0) / length)
-            metrics = jax.device_get(metrics)
+            metrics = fetch(metrics)
             finite = np.asarray(metrics["params_finite"])
             if nan_guard and not finite.all():
                 bad = r + 1 + int(np.argmin(finite))

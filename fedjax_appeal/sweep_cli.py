@@ -19,12 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli import SUBCOMMANDS, add_config_flags, resolve
+from .cli import SUBCOMMANDS, add_config_flags, add_process_flags, resolve
 from .config import ConfigError
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_config_flags(p)
+    add_process_flags(p)
     s = p.add_argument_group("sweep")
     s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="values of one HParams or RunConfig field (repeatable); HParams keys "

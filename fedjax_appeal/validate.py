@@ -37,7 +37,14 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     for name in ("clients", "cohort", "local_steps", "batch_size"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})")
-    for name in ("rounds", "unseen_clients", "max_samples", "min_samples", "eval_every"):
+    if cfg.rounds < 1:
+        raise ConfigError(f"--rounds must be >= 1 (got {cfg.rounds}): a run trains at least one "
+                          "round; to only evaluate the initial model use --rounds 1")
+    if cfg.eval_every < 1:
+        raise ConfigError(f"--eval-every must be >= 1 (got {cfg.eval_every}): to evaluate only "
+                          f"at the start and the end use --eval-every {max(cfg.rounds, 1)} "
+                          "(= --rounds)")
+    for name in ("unseen_clients", "max_samples", "min_samples"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
     if cfg.cohort > cfg.clients:
@@ -125,3 +132,177 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
                           "-1 = never")
     if cfg.devices < 0:
         raise ConfigError(f"--devices must be >= 0 (got {cfg.devices}); 0 = all")
+
+
+# Options that a combination ignores: (option, default, why it is ignored or None).
+# Checked only for keys the user gave (flag, config file, grid), so library callers that
+# build a RunConfig keep the defaults of unrelated fields without error.
+_NO_AGGREGATION = ("maxfl", "incfl", "mwfed", "qffl", "afl")  # their own weight rules
+_SUBMODULAR = ("divfl", "subtrunc", "unionfl")
+
+
+def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
+    """Why option `key` has no effect in `cfg`, or None if it has one."""
+    appeal_keys = ("opt_out_after", "requirement", "appeal_split", "finetune_steps")
+    if key in appeal_keys and not cfg.appeal:
+        return "it belongs to the appeal protocol, which --no-appeal turns off"
+    if key == "aggregation" and cfg.algorithm in _NO_AGGREGATION:
+        return f"{cfg.algorithm} computes its own aggregation weights"
+    if key == "alpha" and (cfg.partition != "dirichlet" or cfg.imbalance_ratios):
+        return "it is the Dirichlet concentration (--partition dirichlet)"
+    if key in ("num_clusters", "labels_per_cluster") and cfg.partition != "clusters":
+        return "it configures --partition clusters"
+    if key == "classes_per_client" and cfg.partition != "classes":
+        return "it configures --partition classes"
+    if key in ("synthetic_alpha", "synthetic_beta") and cfg.dataset != "synthetic":
+        return "it configures --dataset synthetic"
+    if key == "perfedavg_variant" and cfg.algorithm != "perfedavg":
+        return "it configures --algorithm perfedavg"
+    if key == "pfedme_k" and cfg.algorithm != "pfedme":
+        return "it configures --algorithm pfedme"
+    if key == "poc_d" and cfg.selector != "poc":
+        return "it configures --selector poc"
+    if key in ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
+               "distance_budget_mb") and cfg.selector not in _SUBMODULAR:
+        return f"it configures the selectors {', '.join(_SUBMODULAR)}"
+    if key in ("union_window", "union_base") and cfg.selector != "unionfl":
+        return "it configures --selector unionfl"
+    if key == "subtrunc_phi" and not (cfg.selector == "subtrunc" or (
+            cfg.selector == "unionfl" and cfg.union_base == "subtrunc")):
+        return "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
+    if key == "flip_ratio" and cfg.label_flip_fraction == 0:
+        return "it configures label flipping (--label-flip-fraction > 0)"
+    return None
+
+
+def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") -> None:
+    """Refuse an option the user gave that the combination `cfg` ignores (names it)."""
+    for key in sorted(given):
+        why = _ignored_reason(key, cfg)
+        if why is not None:
+            raise ConfigError(f"--{key.replace('_', '-')} has no effect here{where}: {why}; "
+                              "drop it or change the combination")
+
+
+# Files and label arrays whose lengths give a source's number of rows (see data/sources.py).
+_NPZ_ROWS = {"mnist": ("mnist.npz", ("y_train", "y_test")),
+             "usps": ("usps.npz", ("y_train", "y_test")),
+             "mnistm": ("mnistm_subset.npz", ("y_train", "y_test")),
+             "cifar10": ("cifar10_jpeg.npz", ("y_train", "y_test")),
+             "femnist": ("femnist_partial.npz", ("y",)),
+             "sent140": ("sent140_subset.npz", ("label",))}
+_IDX_ROWS = {"fmnist": ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte")}
+
+
+def _npy_rows(zf, member: str) -> int:
+    """Leading dimension of `member`.npy inside an open zip, from its header only."""
+    import numpy as np
+
+    with zf.open(member + ".npy") as f:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, _ = read(f)
+    return int(shape[0])
+
+
+def _idx_rows(directory, name: str) -> int:
+    import gzip
+    from pathlib import Path
+
+    for p, opener in ((Path(directory, name + ".gz"), gzip.open), (Path(directory, name), open)):
+        if p.is_file():
+            with opener(p, "rb") as f:
+                head = f.read(8)
+            return int.from_bytes(head[4:8], "big")
+    raise FileNotFoundError(name)
+
+
+def source_rows(cfg: RunConfig) -> int | None:
+    """Rows of the dataset of `cfg`, read from file headers only (nothing decoded).
+
+    None when unknown (generated data, tfds, a missing or unreadable file: the loader then
+    reports that problem itself).
+    """
+    import os
+    import zipfile
+    from pathlib import Path
+
+    from .data.sources import DATA_ENV
+
+    if cfg.imbalance_ratios or cfg.dataset == "digits":
+        return None
+    try:
+        if cfg.dataset in _IDX_ROWS:
+            return sum(_idx_rows(cfg.fmnist_dir, n) for n in _IDX_ROWS[cfg.dataset])
+        if cfg.dataset in _NPZ_ROWS:
+            fname, members = _NPZ_ROWS[cfg.dataset]
+            d = cfg.data_dir or os.environ.get(DATA_ENV, "")
+            if not d:
+                return None
+            with zipfile.ZipFile(Path(d).expanduser() / fname) as zf:
+                return sum(_npy_rows(zf, m) for m in members)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return None
+
+
+def check_source_size(cfg: RunConfig) -> None:
+    """Refuse client counts the source cannot fill, before anything is decoded.
+
+    Every client (seen and unseen) needs at least max(--min-samples, 2) rows (a train and
+    a test row); `--max-samples` caps the rows used.
+    """
+    n = source_rows(cfg)
+    if n is None:
+        return
+    rows = min(n, cfg.max_samples) if cfg.max_samples else n
+    per = max(cfg.min_samples, 2)
+    total = cfg.clients + cfg.unseen_clients
+    if total * per > rows:
+        cap = f" (--max-samples {cfg.max_samples})" if cfg.max_samples and cfg.max_samples < n \
+            else ""
+        raise ConfigError(f"--clients {cfg.clients} + --unseen-clients {cfg.unseen_clients} need "
+                          f"at least {total * per} rows ({per} per client) but {cfg.dataset} has "
+                          f"{rows}{cap}: use at most {rows // per} clients in all, or lower "
+                          "--min-samples")
+
+
+# Files by which a folder is recognised as holding a run (`run`) or a sweep (`sweep`).
+RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz")
+SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint")
+
+
+def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),
+              reuse: bool = False) -> None:
+    """Refuse an output folder that cannot take the results, before any work is done.
+
+    `out` must not be a file, must be creatable (its nearest existing ancestor is a folder
+    we may write into: tested by creating and removing an empty temporary folder there),
+    and, unless `reuse` (--overwrite / --resume), must not already hold another run's
+    files (`holds`). Nothing is left on disk.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    p = Path(out).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag} {out} is a file, not a folder: give a folder (it is created "
+                          "if missing)")
+    a = p
+    while not a.exists() and a != a.parent:
+        a = a.parent
+    if not a.is_dir():
+        raise ConfigError(f"{flag} {out} cannot be created: {a} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fedjax-appeal-check-", dir=a))
+    except OSError as e:
+        raise ConfigError(f"{flag} {out} cannot be written ({a}: {e.strerror or e}): choose "
+                          "another folder") from None
+    if p.is_dir() and not reuse:
+        held = [n for n in holds if (p / n).exists()]
+        if held:
+            raise ConfigError(f"{flag} {out} already holds another run ({', '.join(held)}): "
+                              f"pass --overwrite to replace it, --resume {out} to continue it, "
+                              "or choose another folder")
