@@ -178,6 +178,15 @@ def clear_old_run(out: str, names: tuple[str, ...]) -> None:
             p.unlink(missing_ok=True)
 
 
+def _peer_advice(folder: str, checkpoint_every: int) -> None:
+    """What a process says if another one dies: where the checkpoint is, how to go on."""
+    from .distributed import set_peer_message
+
+    set_peer_message(f"the last checkpoint stays in {folder}: start every process again with "
+                     f"--resume {folder}" if checkpoint_every > 0 else
+                     "no checkpoints were taken (--checkpoint-every 0): start the job again")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from .checkpoint import resume_base
     from .data import load_federated
@@ -194,6 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_ignored(cfg, given_keys(args))
     check_source_size(cfg)
     prepare_out(cfg.out, RUN_FILES, args, cfg.resume)
+    _peer_advice(cfg.resume or cfg.out, cfg.checkpoint_every)
     main = is_main()
     data, dataset = load_federated(cfg)  # data problems surface before any output
     if getattr(args, "overwrite", False):
@@ -315,7 +325,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedjax-appeal: interrupted; no results written{'; ' + str(e) if str(e) else ''}",
               file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - only the runtime's peer failures are handled
+        from .distributed import is_peer_failure
+
+        if not is_peer_failure(e):
+            raise
+        return peer_failed(args, e)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def peer_failed(args: argparse.Namespace, exc: BaseException) -> int:
+    """One line when another process of the job died, then exit at once (see
+    `distributed.stop_for_peer`)."""
+    from .distributed import EXIT_PEER, stop_for_peer
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    stop_for_peer(first)
+    return EXIT_PEER

@@ -20,6 +20,7 @@ the main process (`is_main`) writes files or prints progress.
 from __future__ import annotations
 
 import os
+import threading
 
 import jax
 import numpy as np
@@ -91,9 +92,65 @@ def initialize(coordinator_address: str = "", num_processes: int = 0, process_id
     else:
         kw = {}
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    _filter_stderr()
     jax.distributed.initialize(**kw, heartbeat_timeout_seconds=heartbeat_timeout_s,
                                initialization_timeout=initialization_timeout_s)
     return True
+
+
+EXIT_PEER = 3  # exit status of a process that stopped because another one died
+ADVICE_TAG = "\x00fedjax-appeal-advice:"  # stderr line read (not shown) by the stderr filter
+_stopping = threading.Lock()
+_advice: list[str] = []
+
+
+def set_peer_message(text: str) -> None:
+    """The advice printed when another process dies (e.g. where the checkpoint is)."""
+    import sys
+
+    _advice[:] = [text]
+    if jax.process_count() > 1:
+        print(ADVICE_TAG + text, file=sys.stderr, flush=True)
+
+
+def stop_for_peer(detail: str) -> None:
+    """Print one line and end this process at once (exit status `EXIT_PEER`).
+
+    `os._exit` skips JAX's exit-time shutdown barrier, which would wait for the dead
+    process and then abort with a long log; checkpoints are written atomically, so the last
+    one on disk is complete.
+    """
+    import sys
+
+    if _stopping.acquire(blocking=False):
+        advice = _advice[0] if _advice else ""
+        print(f"fedjax-appeal: error: process {jax.process_index()} of {jax.process_count()}: "
+              f"another process of this job stopped ({detail[:160]}); no results written"
+              + (f"; {advice}" if advice else ""), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+    os._exit(EXIT_PEER)
+
+
+def _filter_stderr() -> None:
+    """Route this process's stderr through `stderr_filter` (a small helper process).
+
+    When the coordinator process dies, the runtime ends the survivors from a C++ thread
+    with a fatal log of many lines, which no Python code can intercept. The helper passes
+    every line through until the runtime's first error line, then keeps only this
+    program's own lines, and when the process ends that way it prints one line saying
+    that another process stopped and where the last checkpoint is.
+    """
+    import subprocess
+    import sys
+
+    sys.stderr.flush()
+    original = os.dup(2)
+    helper = subprocess.Popen([sys.executable, "-m", "fedjax_appeal.stderr_filter"],
+                              stdin=subprocess.PIPE, stdout=original,
+                              stderr=subprocess.DEVNULL, close_fds=True)
+    os.close(original)
+    os.dup2(helper.stdin.fileno(), 2)
+    helper.stdin.close()  # fd 2 now holds the pipe; the helper ends when this process does
 
 
 def is_main() -> bool:
