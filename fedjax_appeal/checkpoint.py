@@ -195,3 +195,141 @@ class NonFiniteError(ConfigError):
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a run; the message says where the checkpoint was saved."""
+
+
+def _none_to_nan(obj):
+    if isinstance(obj, dict):
+        return {k: _none_to_nan(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_none_to_nan(v) for v in obj]
+    return float("nan") if obj is None else obj
+
+
+def _atomic_write(path: Path, write) -> None:
+    """`write(file)` into a temporary file beside `path`, fsync, then `os.replace`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+SWEEP_DIR = "sweep-checkpoint"
+
+
+@dataclasses.dataclass
+class SweepCheckpoint:
+    """Progress of a sweep in `directory` (`OUT/sweep-checkpoint/`), written atomically.
+
+    * `spec.json`: what the sweep is (configuration, hyperparameters, grid, seeds, the
+      batch size of each group); `--resume` refuses a sweep that differs.
+    * `rows.json`: the rows of every finished batch, keyed `"group/batch"`.
+    * `batch.npz`: the running batch (its stacked server states, the round, the histories
+      and per-round metrics so far), saved every `every` rounds and on Ctrl-C; removed
+      when the batch finishes.
+
+    Only the main process writes (the others hold the same values).
+    """
+
+    directory: Path
+    every: int = 0
+    spec: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def _main(self) -> bool:
+        from .distributed import is_main
+
+        return is_main()
+
+    def write_spec(self) -> None:
+        if self._main():
+            text = json.dumps(_jsonable(self.spec), indent=1).encode()
+            _atomic_write(Path(self.directory) / "spec.json", lambda f: f.write(text))
+
+    def read_spec(self) -> dict[str, Any]:
+        return read_sweep_spec(self.directory)
+
+    def finished(self) -> dict[str, list[dict[str, Any]]]:
+        p = Path(self.directory) / "rows.json"
+        if not p.is_file():
+            return {}
+        try:
+            return _none_to_nan(json.loads(p.read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"sweep checkpoint {p} is unreadable ({e}); start the sweep "
+                              "again with --overwrite") from None
+
+    def save_rows(self, done: dict[str, list[dict[str, Any]]]) -> None:
+        if self._main():
+            text = json.dumps(_jsonable(done), allow_nan=False).encode()
+            _atomic_write(Path(self.directory) / "rows.json", lambda f: f.write(text))
+
+    def save_batch(self, key: str, state, rnd: int, histories, per_round) -> None:
+        """The running batch after round `rnd` (every process takes part in the fetch)."""
+        from .distributed import fetch
+
+        leaves = jax.tree.leaves(fetch(state))
+        if not self._main():
+            return
+        arrays = {}
+        impls = {}
+        for i, leaf in enumerate(leaves):
+            if _is_key(leaf):
+                impls[f"leaf_{i:05d}"] = str(jax.random.key_impl(leaf))
+                leaf = jax.random.key_data(leaf)
+            arrays[f"leaf_{i:05d}"] = np.asarray(leaf)
+        for j, m in enumerate(per_round):
+            for k, v in m.items():
+                arrays[f"rm_{j:04d}_{k}"] = np.asarray(v)
+        meta = {"batch": key, "round": int(rnd), "histories": histories,
+                "num_leaves": len(leaves), "key_impls": impls, "chunks": len(per_round)}
+        arrays["meta"] = np.frombuffer(json.dumps(_jsonable(meta)).encode(), np.uint8)
+        _atomic_write(Path(self.directory) / "batch.npz", lambda f: np.savez(f, **arrays))
+
+    def load_batch(self, key: str, template):
+        """(state, round, histories, per_round) of batch `key`, or None if not saved."""
+        p = Path(self.directory) / "batch.npz"
+        if not p.is_file():
+            return None
+        with np.load(p, allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes().decode())
+            if meta["batch"] != key:
+                return None
+            leaves, treedef = jax.tree.flatten(template)
+            if meta["num_leaves"] != len(leaves):
+                raise ConfigError(f"sweep checkpoint {p} holds a different state structure; "
+                                  "start the sweep again with --overwrite")
+            out = []
+            for i in range(len(leaves)):
+                a = z[f"leaf_{i:05d}"]
+                name = f"leaf_{i:05d}"
+                out.append(jax.random.wrap_key_data(jnp.asarray(a), impl=meta["key_impls"][name])
+                           if name in meta["key_impls"] else jnp.asarray(a))
+            per_round = []
+            for j in range(meta["chunks"]):
+                pre = f"rm_{j:04d}_"
+                per_round.append({k[len(pre):]: z[k] for k in z.files if k.startswith(pre)})
+        return (jax.tree.unflatten(treedef, out), int(meta["round"]),
+                _none_to_nan(meta["histories"]), per_round)
+
+    def clear_batch(self) -> None:
+        if self._main():
+            (Path(self.directory) / "batch.npz").unlink(missing_ok=True)
+
+
+def read_sweep_spec(directory: str | Path) -> dict[str, Any]:
+    """The `spec.json` of a sweep checkpoint folder (one-line error when missing)."""
+    p = Path(directory) / "spec.json"
+    if not p.is_file():
+        raise ConfigError(f"no sweep checkpoint in {Path(directory).parent} (expected {p}): "
+                          "give the --out folder of an interrupted sweep")
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"sweep checkpoint {p} is unreadable ({e}); start the sweep again "
+                          "with --overwrite") from None

@@ -55,7 +55,8 @@ NON_DATA_FIELDS = ("algorithm", "model", "cohort", "rounds", "local_steps", "bat
 # Keys a grid may not sweep (they name the sweep itself or its output).
 FORBIDDEN = {"seed": "give training seeds with --seeds (the partition seed is --seed)",
              "out": "the sweep writes one output folder (--out)",
-             "resume": "sweeps do not resume", "checkpoint_every": "sweeps do not checkpoint",
+             "resume": "continue a sweep with --resume OUT",
+             "checkpoint_every": "all runs of a sweep share --checkpoint-every",
              "rounds": "all runs of a sweep share --rounds", "eval_every":
              "all runs of a sweep share --eval-every"}
 
@@ -116,6 +117,13 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
     return out
 
 
+def groups_of(cfg: RunConfig, grid: dict[str, list[Any]]) -> list[RunConfig]:
+    """The configuration of each static group of a checked grid (RunConfig keys only)."""
+    run_keys = [k for k in grid if k not in field_names(HParams)]
+    return [cfg.replace(**dict(zip(run_keys, v, strict=True)))
+            for v in itertools.product(*(grid[k] for k in run_keys))]
+
+
 def parse_grid_arg(text: str) -> tuple[str, list[str]]:
     """'client_lr=0.1,0.05' -> ('client_lr', ['0.1', '0.05'])."""
     if "=" not in text:
@@ -168,16 +176,33 @@ def auto_parallel(n_params: int, cfg: RunConfig, data: FederatedData,
 
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
               eval_every: int, compiled: dict, progress: Callable[[str], None] | None = None,
-              label: str = "") -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
+              label: str = "", mesh=None, restore: Callable | None = None,
+              save: Callable | None = None, save_every: int = 0
+              ) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
     """Run P combinations (stacked `hps` [P], `seeds` [P]) as one vmapped program.
 
     Returns per combination its history (same schedule as `simulate`), per-round scalar
     metrics [P, rounds], and timing. `compiled` caches executables across batches of a group.
+
+    Args:
+      mesh: a `distributed` mesh: the combination axis (P, a multiple of the mesh size) is
+        sharded over its devices (every process's, with several processes), the data
+        replicated.
+      restore: `restore(state_template)` -> (state, round, histories, per_round) of a
+        saved batch, or None (start at round 0).
+      save, save_every: `save(state, round, histories, per_round)` every `save_every`
+        rounds (and, on Ctrl-C, at the last finished chunk before `KeyboardInterrupt` is
+        raised again).
     """
+    from .distributed import fetch, replicate, shard_leading
+
     p = int(seeds.shape[0])
     timing = {"compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     k_init, k_train = jax.vmap(split_key)(keys)
+    if mesh is not None:
+        data = replicate(data, mesh)
+        hps, k_init, k_train = shard_leading((hps, k_init, k_train), mesh)
     if "init" not in compiled:
         t = time.perf_counter()
         compiled["init"] = jax.jit(jax.vmap(alg.init, in_axes=(0, None, 0))).lower(
@@ -193,42 +218,87 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
     histories: list[list[dict]] = [[] for _ in range(p)]
     per_round: list[dict[str, np.ndarray]] = []
 
-    def record(r: int, st):
+    def entries(r: int, st) -> list[dict]:
         t0 = time.perf_counter()
-        ev = jax.device_get(compiled["eval"](st, data, hps))
+        ev = fetch(compiled["eval"](st, data, hps))
         timing["eval_s"] += time.perf_counter() - t0
-        for i in range(p):
-            one = jax.tree.map(lambda a, i=i: a[i], ev)
-            histories[i].append({"round": r, **summarize(one)})
+        return [{"round": r, **summarize(jax.tree.map(lambda a, i=i: a[i], ev))}
+                for i in range(p)]
 
-    record(0, state)
+    def record(r: int, st):
+        for h, e in zip(histories, entries(r, st), strict=True):
+            h.append(e)
+
     r = 0
+    restored = restore(state) if restore is not None else None
+    if restored is not None:
+        state, r, histories, per_round = restored
+        histories = [list(h) for h in histories]
+        if mesh is not None:
+            state = shard_leading(state, mesh)
+    else:
+        record(0, state)
+    start = r
+    evals = set(eval_rounds(rounds, eval_every))
+    saves = set(range(save_every, rounds, save_every)) if save and save_every > 0 else set()
     t_start = time.perf_counter()
-    for stop in eval_rounds(rounds, eval_every):
-        length = stop - r
-        rarr = jnp.arange(r, stop, dtype=jnp.int32)
-        ck = ("chunk", length)
-        if ck not in compiled:
-            t = time.perf_counter()
-            compiled[ck] = jax.jit(chunk).lower(state, data, k_train, hps, rarr).compile()
-            timing["compile_s"] += time.perf_counter() - t
-        t0 = time.perf_counter()
-        state, metrics = compiled[ck](state, data, k_train, hps, rarr)
-        jax.block_until_ready(state)
-        timing["run_s"] += time.perf_counter() - t0
-        per_round.append({k: np.asarray(v) for k, v in jax.device_get(metrics).items()
-                          if np.ndim(v) == 2})  # [P, L] scalars per round
-        r = stop
-        record(r, state)
-        if progress is not None:
-            el = time.perf_counter() - t_start
-            best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
-                       key=lambda v: -1 if v != v else v)
-            progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
-                     f"elapsed {el:.0f}s eta {el / r * (rounds - r):.0f}s")
+    try:
+        for stop in sorted(q for q in evals | saves if q > start):
+            length = stop - r
+            rarr = jnp.arange(r, stop, dtype=jnp.int32)
+            ck = ("chunk", length)
+            if ck not in compiled:
+                t = time.perf_counter()
+                compiled[ck] = jax.jit(chunk).lower(state, data, k_train, hps, rarr).compile()
+                timing["compile_s"] += time.perf_counter() - t
+            t0 = time.perf_counter()
+            new_state, metrics = compiled[ck](state, data, k_train, hps, rarr)
+            jax.block_until_ready(new_state)
+            timing["run_s"] += time.perf_counter() - t0
+            m = {k: np.asarray(v) for k, v in fetch(metrics).items()
+                 if np.ndim(v) == 2}  # [P, L] scalars per round
+            ev = entries(stop, new_state) if stop in evals else None
+            per_round.append(m)  # commit the chunk (a Ctrl-C before this keeps round r)
+            if ev is not None:
+                for h, e in zip(histories, ev, strict=True):
+                    h.append(e)
+            state, r = new_state, stop
+            if r in saves:
+                save(state, r, histories, per_round)
+            if progress is not None and r in evals:
+                el = time.perf_counter() - t_start
+                best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
+                           key=lambda v: -1 if v != v else v)
+                progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
+                         f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
+    except KeyboardInterrupt:
+        if save is not None and r > start:
+            save(state, r, histories, per_round)
+        raise
     rm = ({k: np.concatenate([m[k] for m in per_round], axis=1) for k in per_round[0]}
           if per_round else {})
     return histories, rm, timing
+
+
+def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
+    """Refuse a ranking metric the history will not hold, before anything trains.
+
+    The history keys come from `metrics.summarize` applied to zeros of the shapes that
+    `alg.evaluate` returns (`jax.eval_shape`: nothing is computed).
+    """
+    hp = hp.as_arrays()
+    state = jax.eval_shape(alg.init, jax.random.key(0), data, hp)
+    shapes = jax.eval_shape(alg.evaluate, state, data, hp)
+    zeros = jax.tree.map(lambda a: np.ones(a.shape, a.dtype), shapes)
+    with np.errstate(all="ignore"):
+        keys = [k for k in summarize(zeros) if k != "round"]
+    if metric not in keys:
+        import difflib
+
+        close = difflib.get_close_matches(metric, keys, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"--metric {metric!r} is not in the history{hint}; choose one of: "
+                          + ", ".join(keys))
 
 
 def _lower_is_better(metric: str) -> bool:
@@ -266,8 +336,8 @@ def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
 def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], *,
           hp: HParams | None = None, metric: str = "test_acc_seen", mode: str = "auto",
           max_parallel: int = 0, data: FederatedData | None = None,
-          dataset: Dataset | None = None, progress: Callable[[str], None] | None = None
-          ) -> SweepResult:
+          dataset: Dataset | None = None, progress: Callable[[str], None] | None = None,
+          checkpoint=None, resume: bool = False, mesh=None) -> SweepResult:
     """Run every (grid point, seed) of `cfg.algorithm`; HParams keys share one program.
 
     Args:
@@ -282,6 +352,12 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
       data, dataset: an already loaded federation for `cfg` (reused by groups whose data
         fields equal `cfg`'s).
       progress: called with one-line progress messages.
+      checkpoint: a `checkpoint.SweepCheckpoint`: finished batches' rows are saved after
+        each batch, the running batch every `checkpoint.every` rounds and on Ctrl-C.
+      resume: continue from `checkpoint` (finished batches are not run again; a saved
+        running batch continues at its round), giving the rows of an uninterrupted sweep.
+      mesh: a `distributed` mesh over which each batch's combinations are sharded (the
+        batch size is rounded up to a multiple of its size); None = one device.
     """
     hp = hp or HParams()
     grid = check_grid(grid)
@@ -319,22 +395,34 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     timing: dict[str, Any] = {"groups": []}
     t_all = time.perf_counter()
     n_runs = len(statics) * len(points) * len(seeds)
-    say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) x "
-        f"{len(statics)} static group(s) = {n_runs} runs, {cfg.rounds} rounds each")
+    done = checkpoint.finished() if (checkpoint is not None and resume) else {}
+    spec_par = (checkpoint.spec.get("parallel", {}) if checkpoint is not None else {})
+    n_dev = 1 if mesh is None else int(mesh.devices.size)
     for gi, (st, cfg_g, hps) in enumerate(groups):
         dk = data_key(cfg_g)
         if dk not in data_cache:
             data_cache[dk] = load_federated(cfg_g)
         gdata, gds = data_cache[dk]
         model = model_for(cfg_g.model, gdata, gds)
-        alg = build(cfg_g.algorithm, model, cfg_g)
+        cfg_b = cfg_g.replace(devices=1)  # the grid, not the cohort, is sharded in a sweep
+        alg = build(cfg_b.algorithm, model, cfg_b)
         if cfg_g.appeal:  # the appeal protocol, exactly as `experiment.run_config` applies it
-            alg = with_appeal(alg, model, cfg_g)
+            alg = with_appeal(alg, model, cfg_b)
+        if gi == 0:
+            check_metric(alg, gdata, hps[0], metric)
+            say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
+                f"x {len(statics)} static group(s) = {n_runs} runs, {cfg.rounds} rounds each")
         combos = [(pi, s) for pi in range(len(points)) for s in seeds]
         n_params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(
             jax.eval_shape(model.init, jax.random.key(0))[0]))
         par = max_parallel or auto_parallel(n_params, cfg_g, gdata)
         par = min(par, len(combos))
+        par = -(-par // n_dev) * n_dev  # whole rows per device
+        par = int(spec_par.get(str(gi), par))  # a resumed sweep keeps its batches
+        if checkpoint is not None and spec_par.get(str(gi)) is None:
+            spec_par[str(gi)] = par
+            checkpoint.spec["parallel"] = spec_par
+            checkpoint.write_spec()
         n_batches = -(-len(combos) // par)
         compiled: dict = {}
         g_t = {"static": st, "runs": len(combos), "parallel": par, "batches": n_batches,
@@ -347,11 +435,25 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
             bseeds = np.array([s for _, s in padded], dtype=np.uint32)
             label = (f"[group {gi + 1}/{len(groups)} ({gname}) batch {bi + 1}/{n_batches}, "
                      f"{len(batch)} runs] ")
+            bkey = f"{gi}/{bi}"
+            if bkey in done:  # finished before the interruption
+                for row in done[bkey]:
+                    rows.append({**row, "id": len(rows)})
+                say(f"{label}finished before: taken from the checkpoint")
+                continue
+            ck_kw = {}
+            if checkpoint is not None:
+                ck_kw = dict(
+                    restore=(lambda tmpl, bkey=bkey: checkpoint.load_batch(bkey, tmpl))
+                    if resume else None,
+                    save=lambda *a, bkey=bkey: checkpoint.save_batch(bkey, *a),
+                    save_every=checkpoint.every)
             hist, rm, t = run_batch(alg, gdata, stacked, bseeds, rounds=cfg_g.rounds,
                                     eval_every=cfg_g.eval_every, compiled=compiled,
-                                    progress=say, label=label)
+                                    progress=say, label=label, mesh=mesh, **ck_kw)
             for k in ("compile_s", "run_s", "eval_s"):
                 g_t[k] += t[k]
+            first = len(rows)
             for i, (pi, s) in enumerate(batch):
                 finite = rm.get("params_finite")
                 bad = (np.flatnonzero(~finite[i].astype(bool)) if finite is not None
@@ -365,6 +467,10 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                     "diverged_round": int(bad[0]) + 1 if bad.size else None,
                     "cohort_loss": rm["cohort_loss"][i].tolist() if "cohort_loss" in rm
                     else []})
+            if checkpoint is not None:
+                done[bkey] = rows[first:]
+                checkpoint.save_rows(done)
+                checkpoint.clear_batch()
         g_t["sec_per_round_per_run"] = g_t["run_s"] / max(1, cfg_g.rounds * len(combos))
         timing["groups"].append(g_t)
         say(f"group {gi + 1}/{len(groups)} ({gname}) done: {len(combos)} runs in "

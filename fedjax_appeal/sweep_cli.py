@@ -30,15 +30,20 @@ def configure(p: argparse.ArgumentParser) -> None:
     s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="values of one HParams or RunConfig field (repeatable); HParams keys "
                         "share one vmapped program, RunConfig keys split compilations")
-    s.add_argument("--seeds", default="0", metavar="S1,S2,...",
+    s.add_argument("--seeds", default=None, metavar="S1,S2,...",
                    help="training seeds, one run per configuration and seed (default: 0); "
                         "--seed fixes the data partition")
-    s.add_argument("--metric", default="test_acc_seen",
-                   help="final-history metric ranking the configurations (mean over seeds)")
-    s.add_argument("--metric-mode", default="auto", choices=("auto", "max", "min"),
-                   help="maximise or minimise the metric (auto: minimise losses)")
-    s.add_argument("--max-parallel", type=int, default=0, metavar="N",
-                   help="runs per vmapped batch (0 = as many as fit in memory)")
+    s.add_argument("--metric", default=None,
+                   help="final-history metric ranking the configurations (mean over seeds; "
+                        "default: test_acc_seen)")
+    s.add_argument("--metric-mode", default=None, choices=("auto", "max", "min"),
+                   help="maximise or minimise the metric (default auto: minimise losses)")
+    s.add_argument("--max-parallel", type=int, default=None, metavar="N",
+                   help="runs per vmapped batch (default 0 = as many as fit in memory)")
+    p.epilog = ("Checkpoints: finished batches of combinations are kept in "
+                "OUT/sweep-checkpoint/ as they finish, the running batch every "
+                "--checkpoint-every rounds and on Ctrl-C; `sweep --resume OUT` continues "
+                "(with the same grid, seeds and configuration).")
 
 
 def _seeds(text: str) -> list[int]:
@@ -101,36 +106,109 @@ def _plot(path: Path, rows, summary, metric: str, title: str, top: int = 8) -> N
     plt.close(fig)
 
 
+def _resume_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec of the sweep checkpoint named by --resume (empty without --resume)."""
+    from .checkpoint import SWEEP_DIR, read_sweep_spec
+
+    folder = getattr(args, "resume", "")
+    return read_sweep_spec(Path(folder) / SWEEP_DIR) if folder else {}
+
+
+def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) -> None:
+    """Refuse to resume a sweep whose grid, seeds or configuration changed."""
+    import math
+
+    from .checkpoint import RESUMABLE_CHANGES
+
+    free = set(RESUMABLE_CHANGES) - {"rounds"}  # a sweep's finished rows fix its rounds
+    for part in ("grid", "seeds", "metric", "metric_mode", "max_parallel"):
+        if spec.get(part) != now[part]:
+            raise ConfigError(f"sweep checkpoint in {folder} was made with {part} "
+                              f"{spec.get(part)!r}, not {now[part]!r}: drop the flag or "
+                              "start a new sweep")
+    for k, v in spec.get("config", {}).items():
+        if k not in free and k in now["config"] and now["config"][k] != v:
+            raise ConfigError(f"sweep checkpoint in {folder} was made with "
+                              f"--{k.replace('_', '-')} {v!r}, not {now['config'][k]!r}: "
+                              "drop the flag or start a new sweep")
+    for k, v in spec.get("hparams", {}).items():
+        if k in now["hparams"] and not math.isclose(float(v), now["hparams"][k],
+                                                    rel_tol=1e-6):
+            raise ConfigError(f"sweep checkpoint in {folder} was made with "
+                              f"--{k.replace('_', '-')} {v}, not {now['hparams'][k]}: drop "
+                              "the flag or start a new sweep")
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from .checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
+    from .cli import _peer_advice, clear_old_run, given_keys, prepare_out
+    from .distributed import is_main, make_mesh
     from .report import to_jsonable, write_outputs
-    from .sweep import parse_grid_arg, sweep
+    from .sweep import check_grid, parse_grid_arg, sweep
+    from .validate import SWEEP_FILES, check_ignored, check_source_size
 
+    spec = _resume_spec(args)
+    given = given_keys(args)
     grid_args = args.grid
-    seeds = _seeds(args.seeds)
-    metric, mode, max_par = args.metric, args.metric_mode, args.max_parallel
+    seeds = _seeds(args.seeds) if args.seeds is not None else spec.get("seeds", [0])
+    metric = args.metric or spec.get("metric", "test_acc_seen")
+    mode = args.metric_mode or spec.get("metric_mode", "auto")
+    max_par = args.max_parallel if args.max_parallel is not None else spec.get(
+        "max_parallel", 0)
     for name in ("grid", "seeds", "metric", "metric_mode", "max_parallel"):
         delattr(args, name)
-    cfg, hp = resolve(args)
+    base = {**{k: v for k, v in spec.get("config", {}).items() if k not in ("resume", "out")},
+            **spec.get("hparams", {})}
+    if spec:
+        base["out"] = args.resume
+    cfg, hp = resolve(args, base=base)
     grid: dict[str, list[str]] = {}
     for g in grid_args:
         k, vals = parse_grid_arg(g)
         if k.replace("-", "_") in grid:
             raise ConfigError(f"--grid {k} given twice: list all its values in one --grid")
         grid[k.replace("-", "_")] = vals
+    if spec and not grid:
+        grid = spec.get("grid", {})
     if not cfg.out:
         cfg = cfg.replace(out=str(Path("runs") / f"sweep_{cfg.algorithm}_{cfg.dataset}"
                                   .replace(":", "_").replace("/", "_")))
+    checked = check_grid(grid)
+    from .sweep import groups_of
+
+    for cfg_g in groups_of(cfg, checked):
+        check_ignored(cfg_g, given | set(checked))
+        check_source_size(cfg_g)
+    now = {"config": dataclasses.asdict(cfg),
+           "hparams": {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+           "grid": {k: [to_jsonable(v) for v in vs] for k, vs in checked.items()},
+           "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}
+    if spec:
+        _check_same_sweep(spec, now, cfg.resume)
+    prepare_out(cfg.out, SWEEP_FILES, args, cfg.resume)
+    if getattr(args, "overwrite", False):
+        clear_old_run(cfg.out, SWEEP_FILES)
+    ck_dir = Path(cfg.out) / SWEEP_DIR
+    ckpt = SweepCheckpoint(ck_dir, cfg.checkpoint_every,
+                           {**now, "parallel": spec.get("parallel", {})})
+    _peer_advice(cfg.out, 1)
+    main = is_main()
 
     def say(msg: str) -> None:
-        print(f"fedjax-appeal: {msg}", file=sys.stderr, flush=True)
+        if main:
+            print(f"fedjax-appeal: {msg}", file=sys.stderr, flush=True)
 
-    res = sweep(cfg, grid, seeds, hp=hp, metric=metric, mode=mode, max_parallel=max_par,
-                progress=say)
-    if res.rows and metric not in res.rows[0]["final"]:
-        raise ConfigError(f"--metric {metric!r} is not in the history; choose one of: "
-                          + ", ".join(k for k in res.rows[0]["final"] if k != "round"))
+    try:
+        res = sweep(cfg, checked, seeds, hp=hp, metric=metric, mode=mode,
+                    max_parallel=max_par, progress=say, checkpoint=ckpt,
+                    resume=bool(spec), mesh=make_mesh(cfg.devices))
+    except KeyboardInterrupt:
+        raise Interrupted(f"finished combinations are kept in {ck_dir}: continue with "
+                          f"`fedjax-appeal sweep --resume {cfg.out}`") from None
+    if not main:
+        return 0
     title = f"sweep: {cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
     results = {"command": "fedjax-appeal " + " ".join(sys.argv[1:]),
                "config": dataclasses.asdict(cfg), "hparams": dataclasses.asdict(hp),
