@@ -190,7 +190,7 @@ def _peer_advice(folder: str, checkpoint_every: int) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from .checkpoint import resume_base
     from .data import load_federated
-    from .distributed import is_main
+    from .distributed import check_processes, is_main
     from .experiment import run_config
     from .report import run_writers, write_outputs
     from .simulate import progress_printer
@@ -202,6 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     validate(cfg, hp)
     check_ignored(cfg, given_keys(args))
     check_source_size(cfg)
+    check_processes(cfg.devices)
     prepare_out(cfg.out, RUN_FILES, args, cfg.resume)
     _peer_advice(cfg.resume or cfg.out, cfg.checkpoint_every)
     main = is_main()

@@ -199,6 +199,8 @@ def make_mesh(devices: int = 0) -> Mesh | None:
     avail = jax.devices()
     if devices < 0:
         raise ConfigError(f"--devices must be >= 0 (got {devices})")
+    if devices == 1:
+        return None
     if jax.process_count() > 1 and devices not in (0, len(avail)):
         raise ConfigError(f"--devices {devices} with {jax.process_count()} processes: use "
                           f"--devices 0 (all {len(avail)} devices of every process)")
@@ -219,10 +221,25 @@ def replicate(tree, mesh: Mesh | None):
 
 
 def shard_leading(tree, mesh: Mesh | None):
-    """Split the leading axis of every array of `tree` over the mesh axis `clients`."""
+    """Split the leading axis of every array of `tree` over the mesh axis `clients`.
+
+    With several processes every process holds the whole (identical) value and places
+    the rows of its own devices (`jax.make_array_from_callback`).
+    """
     if mesh is None:
         return tree
-    return jax.device_put(tree, NamedSharding(mesh, PartitionSpec(AXIS)))
+    spec = NamedSharding(mesh, PartitionSpec(AXIS))
+    if jax.process_count() <= 1:
+        return jax.device_put(tree, spec)
+
+    def one(a):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(one(jax.random.key_data(a)),
+                                            impl=jax.random.key_impl(a))
+        host = np.asarray(a)
+        return jax.make_array_from_callback(host.shape, spec, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree)
 
 
 def constrain_cohort(tree, mesh: Mesh | None):
@@ -241,6 +258,13 @@ def constrain_cohort(tree, mesh: Mesh | None):
         return jax.lax.with_sharding_constraint(a, spec)
 
     return jax.tree.map(one, tree)
+
+
+def check_processes(devices: int) -> None:
+    """With several processes, the simulation must span them: `--devices 0`."""
+    if jax.process_count() > 1 and devices != 0 and devices != len(jax.devices()):
+        raise ConfigError(f"--devices {devices} with {jax.process_count()} processes: use "
+                          f"--devices 0 (all {len(jax.devices())} devices of every process)")
 
 
 def agree(ok: bool) -> bool:

@@ -194,24 +194,28 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
         rounds (and, on Ctrl-C, at the last finished chunk before `KeyboardInterrupt` is
         raised again).
     """
-    from .distributed import fetch, replicate, shard_leading
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from .distributed import AXIS, fetch, replicate, shard_leading
 
     p = int(seeds.shape[0])
     timing = {"compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
     k_init, k_train = jax.vmap(split_key)(keys)
+    out = {}  # every output has the combination axis first: keep it sharded
     if mesh is not None:
         data = replicate(data, mesh)
         hps, k_init, k_train = shard_leading((hps, k_init, k_train), mesh)
+        out = {"out_shardings": NamedSharding(mesh, PartitionSpec(AXIS))}
     if "init" not in compiled:
         t = time.perf_counter()
-        compiled["init"] = jax.jit(jax.vmap(alg.init, in_axes=(0, None, 0))).lower(
+        compiled["init"] = jax.jit(jax.vmap(alg.init, in_axes=(0, None, 0)), **out).lower(
             k_init, data, hps).compile()
         timing["compile_s"] += time.perf_counter() - t
     state = compiled["init"](k_init, data, hps)
     if "eval" not in compiled:
         t = time.perf_counter()
-        compiled["eval"] = jax.jit(jax.vmap(alg.evaluate, in_axes=(0, None, 0))).lower(
+        compiled["eval"] = jax.jit(jax.vmap(alg.evaluate, in_axes=(0, None, 0)), **out).lower(
             state, data, hps).compile()
         timing["compile_s"] += time.perf_counter() - t
     chunk = jax.vmap(make_chunk(alg), in_axes=(0, None, 0, 0, None))
@@ -249,7 +253,8 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
             ck = ("chunk", length)
             if ck not in compiled:
                 t = time.perf_counter()
-                compiled[ck] = jax.jit(chunk).lower(state, data, k_train, hps, rarr).compile()
+                compiled[ck] = jax.jit(chunk, **out).lower(state, data, k_train, hps,
+                                                           rarr).compile()
                 timing["compile_s"] += time.perf_counter() - t
             t0 = time.perf_counter()
             new_state, metrics = compiled[ck](state, data, k_train, hps, rarr)

@@ -144,7 +144,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from .checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
     from .cli import _peer_advice, clear_old_run, given_keys, prepare_out
-    from .distributed import is_main, make_mesh
+    from .distributed import check_processes, is_main, make_mesh
     from .report import to_jsonable, write_outputs
     from .sweep import check_grid, parse_grid_arg, sweep
     from .validate import SWEEP_FILES, check_ignored, check_source_size
@@ -187,6 +187,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
            "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}
     if spec:
         _check_same_sweep(spec, now, cfg.resume)
+    check_processes(cfg.devices)
     prepare_out(cfg.out, SWEEP_FILES, args, cfg.resume)
     if getattr(args, "overwrite", False):
         clear_old_run(cfg.out, SWEEP_FILES)
