@@ -1,12 +1,18 @@
-"""CLI: an end-to-end tiny run writes its files; bad input is one line, exit 2, no files."""
+"""CLI: an end-to-end tiny run writes its files; bad input is one line, exit 2, no files,
+and is refused before any data is loaded; output folders of other runs are not reused
+silently; no NaN/Infinity reaches a JSON file."""
 
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 
+import fedjax_appeal.data
 from fedjax_appeal.cli import main
+from fedjax_appeal.report import run_writers, write_outputs
 
 TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "4", "--cohort", "3",
         "--rounds", "4", "--local-steps", "2", "--batch-size", "8", "--eval-every", "2",
@@ -26,6 +32,7 @@ def test_run_writes_results(tmp_path, capsys):
     csv = (out / "history.csv").read_text().splitlines()
     assert csv[0].startswith("round,train_loss") and len(csv) == 4
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    strict_json(out / "results.json")
     err = capsys.readouterr().err
     assert "round    4/4" in err  # progress lines
 
@@ -40,7 +47,7 @@ def test_config_file_and_flag_precedence(tmp_path):
     assert res["config"]["seed"] == 4 and res["hparams"]["client_lr"] == pytest.approx(0.2)
     j = tmp_path / "c.json"
     j.write_text(json.dumps({"rounds": 1, "eval_every": 1}))
-    assert main(["run", *TINY, "--config", str(j), "--out", str(out)]) == 0
+    assert main(["run", *TINY, "--config", str(j), "--out", str(out), "--overwrite"]) == 0
     assert json.loads((out / "results.json").read_text())["config"]["rounds"] == 4  # TINY flag
 
 
@@ -85,3 +92,150 @@ def test_bad_config_file(tmp_path, capsys, content, suffix, msg):
 def test_list(capsys):
     assert main(["list"]) == 0
     assert "fedavg" in capsys.readouterr().out
+
+
+def strict_json(path):
+    """Parse `path` refusing NaN / Infinity (which the json module accepts by default)."""
+    def refuse(token):
+        raise AssertionError(f"{path} holds {token}")
+
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+@pytest.fixture
+def no_data_load(monkeypatch):
+    """Fail the test if anything loads data: bad input must be refused before that."""
+    def forbidden(*a, **k):
+        raise AssertionError("data were loaded before the bad input was refused")
+
+    monkeypatch.setattr(fedjax_appeal.data, "load_federated", forbidden)
+
+
+def run_bad(argv, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("fedjax-appeal: error:"), err
+    return err[0]
+
+
+PRECHECKS = [
+    (["--rounds", "0"], "--rounds must be >= 1"),
+    (["--rounds", "-3"], "use --rounds 1"),
+    (["--eval-every", "0"], "--eval-every must be >= 1"),
+    (["--no-appeal", "--opt-out-after", "3"], "--opt-out-after has no effect here"),
+    (["--algorithm", "maxfl", "--aggregation", "uniform"], "--aggregation has no effect here"),
+    (["--algorithm", "qffl", "--aggregation", "uniform"], "qffl computes its own"),
+    (["--alpha", "0.1"], "--alpha has no effect here"),  # TINY uses --partition natural
+    (["--poc-d", "5"], "--selector poc"),
+    (["--union-window", "3", "--selector", "divfl"], "--union-window has no effect"),
+    (["--no-appeal", "--finetune-steps", "3"], "--finetune-steps has no effect"),
+]
+
+
+@pytest.mark.parametrize("extra,msg", PRECHECKS)
+def test_prechecks_refuse_before_data_loads(tmp_path, capsys, no_data_load, extra, msg):
+    out = tmp_path / "r"
+    line = run_bad(["run", *TINY, *extra, "--out", str(out)], capsys)
+    assert msg in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ignored_option_from_config_file_is_named(tmp_path, capsys, no_data_load):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('appeal = false\nopt_out_after = 10\n')
+    line = run_bad(["run", *TINY, "--config", str(cfg), "--out", str(tmp_path / "r")], capsys)
+    assert "--opt-out-after has no effect" in line and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("content,msg", [
+    ("rounds = 4.7\n", "key 'rounds' must be an integer"),
+    ("rounds = 4.0\n", "key 'rounds' must be an integer"),  # no silent float -> int
+    ('rounds = "ten"\n', "key 'rounds' must be an integer"),
+    ('client_lr = "fast"\n', "key 'client_lr' must be a number"),
+    ("appeal = 1\n", "key 'appeal' must be true or false"),
+    ("algorithm = 3\n", "key 'algorithm' must be a string"),
+    ("clients = true\n", "key 'clients' must be an integer"),
+])
+def test_config_value_of_wrong_type_names_the_key(tmp_path, capsys, no_data_load, content,
+                                                  msg):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(content)
+    line = run_bad(["run", "--config", str(cfg), "--out", str(tmp_path / "r")], capsys)
+    assert msg in line and not (tmp_path / "r").exists()
+
+
+def test_json_config_float_for_int_is_refused(tmp_path, capsys, no_data_load):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"local_steps": 2.5}))
+    assert "key 'local_steps' must be an integer" in run_bad(
+        ["run", "--config", str(cfg), "--out", str(tmp_path / "r")], capsys)
+
+
+def test_output_location_checked_first(tmp_path, capsys, no_data_load):
+    f = tmp_path / "file"
+    f.write_text("keep")
+    assert "is a file, not a folder" in run_bad(["run", *TINY, "--out", str(f)], capsys)
+    assert "cannot be created" in run_bad(["run", *TINY, "--out", str(f / "sub")], capsys)
+    assert "cannot be written" in run_bad(["run", *TINY, "--out", "/proc/fedjax/x"], capsys)
+    assert "is a file" in run_bad(["sweep", *TINY, "--grid", "client_lr=0.1,0.2", "--out",
+                                   str(f)], capsys)
+    assert "is a file" in run_bad(["reproduce", "appeal-flexible", "--quick", "--out", str(f)],
+                                  capsys)
+    assert f.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_client_count_checked_against_source_header(tmp_path, capsys, no_data_load):
+    # a 60-row MNIST-like source: its size comes from the npz headers, nothing is decoded
+    np.savez(tmp_path / "mnist.npz", x_train=np.zeros((40, 28, 28), np.uint8),
+             y_train=np.zeros(40, np.int64), x_test=np.zeros((20, 28, 28), np.uint8),
+             y_test=np.zeros(20, np.int64))
+    base = ["run", "--dataset", "mnist", "--data-dir", str(tmp_path), "--partition",
+            "dirichlet", "--cohort", "2", "--out", str(tmp_path / "r")]
+    line = run_bad([*base, "--clients", "5000", "--unseen-clients", "0"], capsys)
+    assert "need at least 50000 rows" in line and "mnist has 60" in line
+    line = run_bad([*base, "--clients", "4", "--unseen-clients", "4", "--min-samples", "10"],
+                   capsys)
+    assert "need at least 80 rows" in line and "use at most 6 clients" in line
+    line = run_bad([*base, "--clients", "4", "--unseen-clients", "0", "--max-samples", "30"],
+                   capsys)
+    assert "mnist has 30 (--max-samples 30)" in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_out_folder_of_another_run_is_refused_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["run", *TINY, "--checkpoint-every", "3", "--out", str(out)]) == 0
+    first = (out / "results.json").read_text()
+    assert (out / "checkpoint.npz").exists()
+    capsys.readouterr()
+    line = run_bad(["run", *TINY, "--algorithm", "fedprox", "--out", str(out)], capsys)
+    assert "already holds another run" in line and "--overwrite" in line
+    assert (out / "results.json").read_text() == first  # untouched
+    assert "contradict" in run_bad(["run", "--resume", str(out), "--overwrite"], capsys)
+    # --overwrite replaces the run and removes its stale checkpoint (no checkpoints now)
+    assert main(["run", *TINY, "--algorithm", "fedprox", "--out", str(out),
+                 "--overwrite"]) == 0
+    res = strict_json(out / "results.json")
+    assert res["config"]["algorithm"] == "fedprox"
+    assert not (out / "checkpoint.npz").exists()
+    # a folder with unrelated files only is fine
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "README.txt").write_text("x")
+    assert main(["run", *TINY, "--out", str(other)]) == 0
+
+
+def test_no_nan_or_infinity_in_json(tmp_path):
+    results = {"history": [{"round": 0, "train_loss": float("nan"), "test_acc_seen": 0.5}],
+               "timing": {"sec_per_round": float("inf"), "x": np.float32("nan")},
+               "arr": np.array([1.0, np.nan, -np.inf])}
+    write_outputs(tmp_path / "o", run_writers(results, "t"))
+    got = strict_json(tmp_path / "o" / "results.json")
+    assert got["history"][0]["train_loss"] is None and got["timing"]["sec_per_round"] is None
+    assert got["arr"] == [1.0, None, None] and got["timing"]["x"] is None
+    assert "nan" not in (tmp_path / "o" / "results.json").read_text().lower()
+    assert math.isnan(results["history"][0]["train_loss"])  # the input is not modified

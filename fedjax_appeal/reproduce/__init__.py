@@ -204,6 +204,9 @@ def _cmd(args: argparse.Namespace) -> int:
         raise ConfigError("--seeds needs at least one seed")
     fn, _ = EXPERIMENTS[args.name]
     out = Path(args.out or Path("results") / (args.name + ("-quick" if args.quick else "")))
+    from ..validate import check_out
+
+    check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
     ctx = Context(args.name, seeds, out, args.quick,
                   args.data_dir, args.fmnist_dir, args.cache_dir,
                   command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
