@@ -105,3 +105,82 @@ def test_cli_sweep_writes_files_and_rejects_bad_input(tmp_path, capsys):
         assert main(["sweep", *TINY, *bad, "--out", str(tmp_path / "bad")]) == 2
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+# --- reliability: metric checked first, checkpoints, resume after Ctrl-C ---------------
+import fedjax_appeal.sweep as sweep_mod  # noqa: E402
+
+RES = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort", "3",
+       "--rounds", "6", "--local-steps", "2", "--batch-size", "4", "--eval-every", "2",
+       "--min-samples", "4", "--partition", "natural", "--rho-steps", "2", "--grid",
+       "client_lr=0.1,0.05", "--seeds", "0,1", "--max-parallel", "2", "--checkpoint-every",
+       "2"]
+
+
+def test_sweep_metric_typo_refused_before_training(tmp_path, capsys, monkeypatch):
+    def no_training(*a, **k):
+        raise AssertionError("trained before the metric was checked")
+
+    monkeypatch.setattr(sweep_mod, "run_batch", no_training)
+    assert main(["sweep", *TINY, "--grid", "client_lr=0.1,0.05", "--metric", "test_ac_seen",
+                 "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--metric 'test_ac_seen' is not in the history" in err[0]
+    assert "did you mean test_acc_seen" in err[0]
+    assert not (tmp_path / "s").exists()
+
+
+def test_sweep_ctrl_c_keeps_finished_and_resume_equals_uninterrupted(tmp_path, capsys,
+                                                                     monkeypatch):
+    ref = tmp_path / "ref"
+    assert main(["sweep", *RES, "--out", str(ref)]) == 0
+    real = sweep_mod.run_batch
+    calls = []
+
+    def interrupt_second_batch(*a, **k):
+        calls.append(k.get("label"))
+        if len(calls) == 2:  # Ctrl-C after round 4 of the second batch
+            say = k["progress"]
+
+            def progress(msg):
+                say(msg)
+                if "round 4/6" in msg:
+                    raise KeyboardInterrupt
+
+            k = {**k, "progress": progress}
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "run_batch", interrupt_second_batch)
+    out = tmp_path / "s"
+    capsys.readouterr()
+    assert main(["sweep", *RES, "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert f"sweep --resume {out}" in err and not (out / "sweep.json").exists()
+    ck = out / "sweep-checkpoint"
+    assert list(json.loads((ck / "rows.json").read_text())) == ["0/0"]  # batch 1 kept
+    with np.load(ck / "batch.npz") as z:
+        meta = json.loads(z["meta"].tobytes().decode())
+    assert meta["batch"] == "0/1" and meta["round"] == 4
+    # a changed grid or configuration is refused
+    assert main(["sweep", "--resume", str(out), "--grid", "client_lr=0.3,0.05"]) == 2
+    assert "was made with grid" in capsys.readouterr().err
+    assert main(["sweep", "--resume", str(out), "--local-steps", "3"]) == 2
+    assert "--local-steps 2, not 3" in capsys.readouterr().err
+    # resume: batch 1 is not run again, batch 2 continues at round 4
+    calls.clear()
+    monkeypatch.setattr(sweep_mod, "run_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert main(["sweep", "--resume", str(out)]) == 0
+    assert len(calls) == 1
+    a = json.loads((out / "sweep.json").read_text())
+    b = json.loads((ref / "sweep.json").read_text())
+    assert [(r["label"], r["seed"]) for r in a["rows"]] == [(r["label"], r["seed"])
+                                                            for r in b["rows"]]
+    for ra, rb in zip(a["rows"], b["rows"], strict=True):
+        assert [h["round"] for h in ra["history"]] == [0, 2, 4, 6]
+        for x, y in zip(ra["history"], rb["history"], strict=True):
+            for key in x:
+                np.testing.assert_allclose(x[key], y[key], rtol=1e-6, atol=1e-7, err_msg=key)
+        np.testing.assert_allclose(ra["cohort_loss"], rb["cohort_loss"], rtol=1e-6)
+    # the finished sweep's folder is not reused silently
+    assert main(["sweep", *RES, "--out", str(out)]) == 2
+    assert "already holds another run" in capsys.readouterr().err
