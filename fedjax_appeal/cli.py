@@ -188,7 +188,7 @@ def _peer_advice(folder: str, checkpoint_every: int) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .checkpoint import resume_base
+    from .checkpoint import check_compatible, read_meta, resume_base
     from .data import load_federated
     from .distributed import check_processes, is_main
     from .experiment import run_config
@@ -200,6 +200,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not cfg.out:
         cfg = cfg.replace(out=default_out(cfg))
     validate(cfg, hp)
+    if cfg.resume:  # the checkpoint's configuration must be this one (before any loading)
+        check_compatible(read_meta(cfg.resume), dataclasses.asdict(cfg),
+                         {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+                         cfg.resume)
     check_ignored(cfg, given_keys(args))
     check_source_size(cfg)
     check_processes(cfg.devices)

@@ -111,3 +111,31 @@ def test_nan_guard_names_round_and_keeps_last_good_checkpoint(tmp_path):
     with np.load(tmp_path / "checkpoint.npz") as z:
         assert all(np.isfinite(z[k]).all() for k in z.files if k.startswith("leaf_")
                    and z[k].dtype.kind == "f")
+
+
+def test_last_round_is_checkpointed_and_a_finished_run_extends(tmp_path, capsys):
+    short = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort",
+             "3", "--local-steps", "2", "--batch-size", "4", "--eval-every", "2",
+             "--min-samples", "4", "--partition", "natural", "--checkpoint-every", "3",
+             "--rho-steps", "2"]
+    out = tmp_path / "r"
+    assert main(["run", *short, "--rounds", "4", "--out", str(out)]) == 0
+    assert read_meta(out)["round"] == 4  # 3 is due, and the last round always is
+    assert Checkpointer(tmp_path, every=3).due(0, 7) == [3, 6, 7]
+    assert Checkpointer(tmp_path, every=3).due(6, 7) == [7]
+    assert Checkpointer(tmp_path, every=0).due(0, 7) == []
+    # the checkpoint belongs to its configuration: another one is refused in one line
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--algorithm", "fedprox"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made with --algorithm 'fedavg', not 'fedprox'" in err[0]
+    # extending the finished 4-round run to 6 continues from round 4
+    assert main(["run", "--resume", str(out), "--rounds", "6"]) == 0
+    assert "round    2/6" not in capsys.readouterr().err  # rounds 1-4 were not rerun
+    ref = tmp_path / "ref"
+    assert main(["run", *short, "--rounds", "6", "--out", str(ref)]) == 0
+    a = json.loads((out / "results.json").read_text())
+    b = json.loads((ref / "results.json").read_text())
+    assert [h["round"] for h in a["history"]] == [0, 2, 4, 6]
+    assert a["history"] == b["history"] and a["round_metrics"] == b["round_metrics"]
+    assert read_meta(out)["round"] == 6
