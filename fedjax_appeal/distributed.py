@@ -160,7 +160,7 @@ def is_main() -> bool:
 
 def is_peer_failure(exc: BaseException) -> bool:
     """Whether `exc` is the runtime reporting that another process died or vanished."""
-    if jax.process_count() <= 1:
+    if jax.process_count() <= 1 or not isinstance(exc, jax.errors.JaxRuntimeError):
         return False
     text = f"{type(exc).__name__} {exc}".lower()
     return any(w in text for w in ("heartbeat", "unavailable", "deadline", "gloo",

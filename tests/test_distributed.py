@@ -92,3 +92,95 @@ def test_chunk_size_rules():
     assert chunk_size(0, 50, params) == 0  # auto: 50 x 16 kB fits
     big = {"w": jax.ShapeDtypeStruct((10**8,), np.float32)}
     assert 1 <= chunk_size(0, 10**5, big) < 10**5  # auto: 10^5 x 1.6 GB does not
+
+
+# --- several processes: flags, cluster detection, the stderr filter (no runtime started) --
+import io  # noqa: E402
+
+import pytest  # noqa: E402
+
+from fedjax_appeal import distributed  # noqa: E402
+from fedjax_appeal.cli import main  # noqa: E402
+from fedjax_appeal.stderr_filter import run as filter_stderr  # noqa: E402
+
+
+@pytest.mark.parametrize("flags,msg", [
+    (["--coordinator-address", "127.0.0.1:1234"], "need all three"),
+    (["--num-processes", "2", "--process-id", "0"], "need all three"),
+    (["--coordinator-address", "127.0.0.1", "--num-processes", "2", "--process-id", "0"],
+     "write HOST:PORT"),
+    (["--coordinator-address", "h:99999", "--num-processes", "2", "--process-id", "0"],
+     "write HOST:PORT"),
+    (["--coordinator-address", "h:1234", "--num-processes", "2", "--process-id", "2"],
+     "--process-id 2 must lie in 0 .. 1"),
+    (["--heartbeat-timeout", "0"], "--heartbeat-timeout must be >= 1"),
+])
+def test_process_flags_refused_in_one_line(tmp_path, capsys, monkeypatch, flags, msg):
+    def never(*a, **k):
+        raise AssertionError("the runtime was started")
+
+    monkeypatch.setattr(jax.distributed, "initialize", never)
+    assert main(["run", "--dataset", "synthetic", *flags, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedjax-appeal: error:") and msg in err[0]
+    assert not (tmp_path / "r").exists()
+
+
+def test_one_process_and_cluster_detection(monkeypatch):
+    for var in ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "JAX_COORDINATOR_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    assert distributed.detected_cluster() is None
+    monkeypatch.setenv("SLURM_NTASKS", "1")  # a one-task job is a single process
+    assert distributed.detected_cluster() is None
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert distributed.detected_cluster() == "SLURM"
+    monkeypatch.delenv("SLURM_NTASKS")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert distributed.detected_cluster() == "Open MPI"
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    # no flags, no cluster: nothing is started; one process given explicitly: neither
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: 1 / 0)
+    assert distributed.initialize() is False
+    assert distributed.initialize("127.0.0.1:1234", 1, 0) is False
+    # one process: fetch is device_get, agree passes the verdict through
+    a = jax.numpy.arange(3.0)
+    np.testing.assert_array_equal(distributed.fetch({"a": a})["a"], [0.0, 1.0, 2.0])
+    assert distributed.agree(True) and not distributed.agree(False)
+    assert not distributed.is_peer_failure(RuntimeError("gloo connection closed"))
+
+
+FATAL = """\
+[fedavg] round    4/30  train_loss 0.4703
+E1123 23:58:05.194063    9241 coordination_service_agent.cc:289] Polled an error from \
+coordination service (this can be an error from this or another task).
+F1123 23:58:05.194120    9241 client.h:80] Terminating process because the JAX distributed \
+service detected fatal errors. This most likely indicates that another task died.
+Additional GRPC error information from remote target coordination_service:
+:UNKNOWN:Error received from peer  {grpc_status:14, grpc_message:"Socket closed"}
+*** Check failure stack trace: ***
+    @     0x7f178e040634  absl::log_internal::LogMessage::SendToLog()
+"""
+
+
+def test_stderr_filter_reduces_a_runtime_abort_to_one_line():
+    out = io.StringIO()
+    filter_stderr(io.StringIO("W1123 00:00:00.000000  1 x.cc:1] unrelated warning\n"
+                              + distributed.ADVICE_TAG + "the last checkpoint stays in D\n"
+                              + FATAL), out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("unrelated warning")  # before the failure: passed through
+    assert lines[1].startswith("[fedavg] round    4/30")
+    assert lines[2] == ("fedjax-appeal: error: another process of this job stopped "
+                        "(Terminating process because the JAX distributed service detected "
+                        "fatal errors); no results written; the last checkpoint stays in D")
+    assert len(lines) == 3
+    # the process said it itself (Python path): no second line
+    out = io.StringIO()
+    filter_stderr(io.StringIO("fedjax-appeal: error: process 0 of 2: another process ...\n"
+                              + FATAL), out)
+    assert out.getvalue().count("fedjax-appeal: error:") == 1
+    # a normal run: everything passes unchanged
+    text = "fedjax-appeal: fedavg on synthetic\n[fedavg] round 2/2\nTraceback (most recent)\n"
+    out = io.StringIO()
+    filter_stderr(io.StringIO(text), out)
+    assert out.getvalue() == text
