@@ -138,3 +138,19 @@ def test_killed_process_stops_the_other_with_one_line_and_resume_matches(tmp_pat
     b = json.loads((ref / "results.json").read_text())
     same_history(a["history"], b["history"])
     assert a["round_metrics"]["cohort_idx"] == b["round_metrics"]["cohort_idx"]
+
+
+def test_two_process_sweep_equals_one_process(tmp_path):
+    args = ["sweep", *TINY, "--rounds", "2", "--eval-every", "1", "--grid",
+            "client_lr=0.1,0.05", "--seeds", "0,1", "--max-parallel", "4"]
+    res = finish(launch([*args, "--out", str(tmp_path / "two")]))
+    assert [r for r, _ in res] == [0, 0], res
+    assert res[1][1].strip() == ""  # process 1 prints nothing of its own
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    two = json.loads((tmp_path / "two" / "sweep.json").read_text())
+    one = json.loads((tmp_path / "one" / "sweep.json").read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
+    assert two["timing"]["groups"][0]["parallel"] == 4  # one batch, 2 rows per process
+    for a, b in zip(two["rows"], one["rows"], strict=True):
+        assert (a["label"], a["seed"]) == (b["label"], b["seed"])
+        same_history(a["history"], b["history"])
