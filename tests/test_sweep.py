@@ -127,6 +127,14 @@ def test_sweep_metric_typo_refused_before_training(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--metric 'test_ac_seen' is not in the history" in err[0]
     assert "did you mean test_acc_seen" in err[0]
+    for bad, msg in ((["--algorithm", "maxfl", "--grid", "aggregation=uniform,proportional"],
+                      "--aggregation has no effect here: maxfl"),
+                     (["--grid", "alpha=0.1,0.5"], "--alpha has no effect here"),
+                     (["--grid", "client_lr=0.1", "--rounds", "0"], "--rounds must be >= 1"),
+                     (["--grid", "client_lr=0.1", "--eval-every", "0"], "--eval-every must be")):
+        assert main(["sweep", *TINY, *bad, "--out", str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0], err
     assert not (tmp_path / "s").exists()
 
 
