@@ -92,9 +92,17 @@ def initialize(coordinator_address: str = "", num_processes: int = 0, process_id
     else:
         kw = {}
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(**kw, heartbeat_timeout_seconds=heartbeat_timeout_s,
+                                   initialization_timeout=initialization_timeout_s)
+    except (ValueError, RuntimeError, TypeError) as e:  # incl. JaxRuntimeError (timeouts)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        where = (f"--coordinator-address {coordinator_address}" if coordinator_address else
+                 f"the {detected_cluster()} environment")
+        raise ConfigError(f"the multi-process runtime did not start from {where} ({first}): "
+                          "check that process 0 runs and its port is free, or give "
+                          "--coordinator-address, --num-processes and --process-id") from None
     _filter_stderr()
-    jax.distributed.initialize(**kw, heartbeat_timeout_seconds=heartbeat_timeout_s,
-                               initialization_timeout=initialization_timeout_s)
     return True
 
 

@@ -184,3 +184,16 @@ def test_stderr_filter_reduces_a_runtime_abort_to_one_line():
     out = io.StringIO()
     filter_stderr(io.StringIO(text), out)
     assert out.getvalue() == text
+
+
+def test_runtime_that_cannot_start_is_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+    env.update(JAX_COORDINATOR_ADDRESS="127.0.0.1:1", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-m", "fedjax_appeal", "run", "--dataset", "synthetic",
+                        "--out", str(tmp_path / "r")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
+    assert "multi-process runtime did not start" in err[0]
+    assert not (tmp_path / "r").exists()
