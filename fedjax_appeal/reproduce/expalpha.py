@@ -365,6 +365,15 @@ def _weights(res: dict, groups: np.ndarray | None) -> dict | None:
     return group_weights(np.asarray(rm["cohort_idx"]), np.asarray(rm["cohort_weights"]), groups)
 
 
+def effective_cohort(res: dict) -> float | None:
+    """Mean over rounds of the effective cohort size 1 / sum_k w_k^2 (m for uniform
+    weights, 1 when one client takes all the weight)."""
+    w = np.asarray(res["round_metrics"].get("cohort_weights", []), np.float64)
+    if w.ndim != 2 or not w.size:
+        return None
+    return float(np.mean(1.0 / np.maximum((w ** 2).sum(1), 1e-12)))
+
+
 def _grid(ctx: Context, setting: str, tag: str | None, grid: tuple[int, int] | None = None,
           bbs: Sequence[Backbone] | None = None
           ) -> tuple[dict[tuple[str, str], list[dict]], int]:
@@ -395,6 +404,7 @@ def _grid(ctx: Context, setting: str, tag: str | None, grid: tuple[int, int] | N
                 gw = _weights(res, _groups(data, tag) if tag else None)
                 if gw is not None:  # mean weight per group value ("True"/"False", domain)
                     extra["group_weight"] = gw["mean"]
+                extra["eff_cohort"] = effective_cohort(res)
                 rw = _weights(res, _groups(data, "imbalance_ratio"))
                 if rw is not None:
                     extra["ratio_weight"] = rw["mean"]
@@ -441,6 +451,7 @@ def weight_rows(runs: dict[tuple[str, str], list[dict]], field: str,
         row = [bl, AGG_LABEL[agg]]
         for g in names:
             row.append(mean_std([r[field].get(g) for r in ok], digits=4))
+        row.append(mean_std([r.get("eff_cohort") for r in ok], digits=2))
         rows.append(row)
     return rows
 
@@ -586,7 +597,9 @@ def expalpha_imbalance(ctx: Context) -> None:
             "client (`random`). Table C: FedAvg on the (E, t) grid (paper: (20, 400), "
             "(40, 200), (80, 100), (160, 50); here E·t = 2000), shared majors. Table D: mean "
             "aggregation weight of a cohort slot per imbalance ratio (uniform = 0.1), "
-            "shared majors — the diagnostic of whom Exp-α favours.")
+            "shared majors, and the effective cohort size 1/Σw² (10 for uniform weights); "
+            "Table E: the same for random majors — the diagnostics of whom Exp-α favours "
+            "and how much it concentrates the weight.")
     paper_grid = "; ".join(f"E={e}: acc40 {v[0]:.2f} → {v[1]:.2f}, test {v[2]:.2f} → {v[3]:.2f}"
                            for e, v in PAPER_GRID.items())
     table = (header(ctx, "imbalance", "Table 1, class imbalance", bbs, note)
@@ -598,8 +611,13 @@ def expalpha_imbalance(ctx: Context) -> None:
              + f"Paper (FedAvg, proportional → Exp-α): {paper_grid}.\n\n"
              + markdown_table(PAIRED_HEADER, rows_g)
              + "\n\n## D. Mean aggregation weight per imbalance ratio (shared majors)\n\n"
-             + markdown_table(["backbone", "aggregation", *names.values()],
-                              weight_rows(shared, "ratio_weight", names)) + "\n")
+             + markdown_table(["backbone", "aggregation", *names.values(),
+                               "effective cohort 1/Σw²"],
+                              weight_rows(shared, "ratio_weight", names))
+             + "\n\n## E. Mean aggregation weight per imbalance ratio (random majors)\n\n"
+             + markdown_table(["backbone", "aggregation", *names.values(),
+                               "effective cohort 1/Σw²"],
+                              weight_rows(rand, "ratio_weight", names)) + "\n")
     ctx.write({"table.md": table,
                "results.json": {**_meta(ctx, "imbalance", bbs),
                                 "schedule_random": schedule("imbalance-random", ctx.quick),
@@ -632,7 +650,8 @@ def expalpha_flip(ctx: Context) -> None:
     table = (header(ctx, "flip", "Table 2, label flipping", bbs, note) + "\n"
              + markdown_table(PAIRED_HEADER, rows)
              + "\n\n## Mean aggregation weight per cohort slot\n\n"
-             + markdown_table(["backbone", "aggregation", "clean", "flipped"],
+             + markdown_table(["backbone", "aggregation", "clean", "flipped",
+                               "effective cohort 1/Σw²"],
                               weight_rows(runs, "group_weight", wn)) + "\n")
     ctx.write({"table.md": table,
                "results.json": {**_meta(ctx, "flip", bbs), "summary": _summary_json(rows),
@@ -791,13 +810,15 @@ def expalpha_alpha(ctx: Context) -> None:
             res, _ = ctx.run(cfg, hp, label=f"alpha/{lab}", data=data, dataset=ds)
             gw = _weights(res, _groups(data, "imbalanced"))
             by_alpha[lab].append(run_summary(res["history"], rounds, METRIC["alpha"], xs,
-                                             {"seed": seed, "group_weight": gw["mean"]}))
+                                             {"seed": seed, "group_weight": gw["mean"],
+                                              "eff_cohort": effective_cohort(res)}))
     rows = []
     for a in alphas:
         rows += paired_rows(f"α = {a:g}", by_alpha["proportional"], by_alpha[f"α = {a:g}"],
                             rounds, xs)
     wrows = [[lab, mean_std([r["group_weight"].get("False") for r in rs], digits=4),
-              mean_std([r["group_weight"].get("True") for r in rs], digits=4)]
+              mean_std([r["group_weight"].get("True") for r in rs], digits=4),
+              mean_std([r["eff_cohort"] for r in rs], digits=2)]
              for lab, rs in by_alpha.items()]
     note = ("The paper's App. A.5 setting: imbalance ratio 0.001, every cohort of 10 holds 4 "
             "balanced and 6 imbalanced clients (stratified, from a pool of 200 equal-size "
@@ -809,7 +830,8 @@ def expalpha_alpha(ctx: Context) -> None:
     table = (header(ctx, "alpha", "α sweep", [fedavg], note) + "\n"
              + markdown_table([*PAIRED_HEADER[:-1], "paper"], [r[:-1] + ["—"] for r in rows])
              + "\n\n## Mean aggregation weight\n\n"
-             + markdown_table(["aggregation", "balanced slot", "imbalanced slot"], wrows)
+             + markdown_table(["aggregation", "balanced slot", "imbalanced slot",
+                               "effective cohort 1/Σw²"], wrows)
              + "\n")
     ctx.write({"table.md": table,
                "results.json": {**_meta(ctx, "alpha", [fedavg]), "alphas": list(alphas),
