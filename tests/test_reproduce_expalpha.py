@@ -135,3 +135,11 @@ def test_gpu_profile_and_model_override(monkeypatch):
     monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", "tpu")
     with pytest.raises(ValueError, match="cpu or gpu"):
         E.profile()
+
+
+def test_effective_cohort_by_hand():
+    res = {"round_metrics": {"cohort_weights": [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0],
+                                                [0.25, 0.25, 0.5]]}}
+    # 1 / sum w^2: 2, 1, 1 / 0.375
+    assert E.effective_cohort(res) == pytest.approx((2 + 1 + 1 / 0.375) / 3)
+    assert E.effective_cohort({"round_metrics": {}}) is None
