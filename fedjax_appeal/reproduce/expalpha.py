@@ -120,6 +120,7 @@ DOMAIN_TARGETS = (0.60, 0.70, 0.80)
 METRIC = {"imbalance": "test_acc_global", "imbalance-random": "test_acc_global",
           "flip": "test_acc_global", "adapt-imbalance": "test_acc_global",
           "adapt-flip": "test_acc_global", "alpha": "test_acc_global",
+          "alpha-random": "test_acc_global",
           "domain": "test_acc_seen"}
 CLIENT_LR = {"cpu": 0.05, "gpu": 0.01}
 
@@ -149,10 +150,11 @@ SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
             "adapt-imbalance": dict(_IMB, imbalance_ratios="1.0x4,0.01x3,0.1x3",
                                     selector="stratified"),
             "adapt-flip": dict(_FLIP, flip_protocol="fixed"),
-            "domain": _DOM, "alpha": _ALPHA},
+            "domain": _DOM, "alpha": _ALPHA,
+            "alpha-random": dict(_ALPHA, imbalance_major="random")},
     "quick": {k: dict(rounds=4, eval_every=2) for k in
               ("imbalance", "imbalance-random", "flip", "adapt-imbalance", "adapt-flip",
-               "domain", "alpha")},
+               "domain", "alpha", "alpha-random")},
     "gpu": {"imbalance": dict(_GPU, imbalance_ratios="random", imbalance_major="shared",
                               cohort=10),
             "imbalance-random": dict(_GPU, imbalance_ratios="random",
@@ -167,7 +169,10 @@ SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
             "domain": dict(_DOM, domain_samples=2000, clients=12, local_steps=50,
                            batch_size=32, rounds=100, eval_every=1),
             "alpha": dict(_GPU, imbalance_ratios="1.0x4,0.001x6", selector="stratified",
-                          cohort=10, local_steps=8, rounds=200)},
+                          cohort=10, local_steps=8, rounds=200),
+            "alpha-random": dict(_GPU, imbalance_ratios="1.0x4,0.001x6",
+                                 selector="stratified", cohort=10, local_steps=8, rounds=200,
+                                 imbalance_major="random")},
 }
 MODELS = {"cpu": ("mlp", "cnn_bn"), "gpu": ("resnet20", "resnet20")}
 HISTORY_KEYS = ("round", "train_loss", "test_acc_seen", "test_acc_global", "test_acc_clean",
@@ -819,30 +824,54 @@ def expalpha_alpha(ctx: Context) -> None:
             by_alpha[lab].append(run_summary(res["history"], rounds, METRIC["alpha"], xs,
                                              {"seed": seed, "group_weight": gw["mean"],
                                               "eff_cohort": effective_cohort(res)}))
+    rand: dict[str, list[dict]] = {"proportional": [], f"α = {ALPHA:g}": []}
+    for seed in seeds_of(ctx):  # the same cohorts with a random class order per client
+        data = ds = None
+        for lab in rand:
+            agg = "proportional" if lab == "proportional" else "exp-alpha"
+            cfg = make_cfg(ctx, "alpha-random", seed, fedavg, agg)
+            if data is None:
+                data, ds = _load(cfg)
+            res, _ = ctx.run(cfg, make_hp(fedavg), label=f"alpha-random/{lab}", data=data,
+                             dataset=ds)
+            gw = _weights(res, _groups(data, "imbalanced"))
+            rand[lab].append(run_summary(res["history"], rounds, METRIC["alpha"], xs,
+                                         {"seed": seed, "group_weight": gw["mean"],
+                                          "eff_cohort": effective_cohort(res)}))
     rows = []
     for a in alphas:
         rows += paired_rows(f"α = {a:g}", by_alpha["proportional"], by_alpha[f"α = {a:g}"],
                             rounds, xs)
+    rows_r = paired_rows(f"α = {ALPHA:g}, random majors", rand["proportional"],
+                         rand[f"α = {ALPHA:g}"], rounds, xs)
     wrows = [[lab, mean_std([r["group_weight"].get("False") for r in rs], digits=4),
               mean_std([r["group_weight"].get("True") for r in rs], digits=4),
               mean_std([r["eff_cohort"] for r in rs], digits=2)]
-             for lab, rs in by_alpha.items()]
+             for lab, rs in [*by_alpha.items(),
+                             *((f"{k} (random majors)", v) for k, v in rand.items())]]
     note = ("The paper's App. A.5 setting: imbalance ratio 0.001, every cohort of 10 holds 4 "
             "balanced and 6 imbalanced clients (stratified, from a pool of 200 equal-size "
             "clients, 40% balanced), 2 local epochs (13 steps of 32 over 200 rows). The "
             "paper: smaller α is better, α = 0.2 best, every α at or above proportional "
             "(its Fig. 3, no numbers). Rows compare each α with proportional on the same "
-            "seeds. Second table: mean weight of a balanced / imbalanced cohort slot "
-            "(uniform = 0.1).")
+            "seeds; the imbalanced clients' largest class is class 0 for all (shared "
+            "majors). Second table: α = 0.2 against proportional with a random class order "
+            "per client (random majors). Third table: mean weight of a balanced / "
+            "imbalanced cohort slot (uniform = 0.1).")
     table = (header(ctx, "alpha", "α sweep", [fedavg], note) + "\n"
              + markdown_table([*PAIRED_HEADER[:-1], "paper"], [r[:-1] + ["—"] for r in rows])
+             + "\n\n## Random majors\n\n"
+             + markdown_table([*PAIRED_HEADER[:-1], "paper"],
+                              [r[:-1] + ["—"] for r in rows_r])
              + "\n\n## Mean aggregation weight\n\n"
              + markdown_table(["aggregation", "balanced slot", "imbalanced slot",
                                "effective cohort 1/Σw²"], wrows)
              + "\n")
     ctx.write({"table.md": table,
                "results.json": {**_meta(ctx, "alpha", [fedavg]), "alphas": list(alphas),
-                                "summary": _summary_json(rows), "runs": by_alpha},
+                                "summary": _summary_json(rows),
+                                "summary_random_majors": _summary_json(rows_r),
+                                "runs": by_alpha, "runs_random_majors": rand},
                "alpha.png": lambda p: _plot_alpha(p, by_alpha, alphas)})
 
 
