@@ -17,7 +17,7 @@ The paper's setting (Sec. 4, App. A), which every table follows:
     stand-in, so a client recurs about every 20 rounds);
   * accuracy on the balanced global test set (`test_acc_global`, rows held out from every
     client, clean labels);
-  * backbones FedAvg, FedProx, FedFor, FedAvgM, FedAdam (FedBN joins on Digits).
+  * backbones FedAvg, FedProx, FedFor, FedAvgM, FedAdam (Digits: FedAvg, FedFor, FedBN).
 
 Registered experiments:
   * `expalpha-imbalance` (Table 1): the 5 backbones x {proportional, Exp-alpha (alpha =
@@ -30,9 +30,13 @@ Registered experiments:
     cohorts (4 + 3 + 3, stratified) and 2 of 6 flipped every round (`--flip-protocol
     fixed`), with `weights.png`.
   * `expalpha-alpha` (App. A.5): FedAvg, alpha in {0.2, 1, 5, 25, 125} and proportional,
-    cohorts of 4 balanced + 6 imbalanced clients of ratio 0.001, 2 local epochs.
+    cohorts of 4 balanced + 6 imbalanced clients of ratio 0.001, 2 local epochs (and
+    alpha 0.2 vs proportional with random majors).
   * `expalpha-domain` (Table 3): Digits domain shift (MNIST, USPS, MNIST-M; SVHN and
-    SynthDigits are not in the data directory), all clients every round, BatchNorm CNN.
+    SynthDigits are not in the data directory), all clients every round, BatchNorm CNN;
+    FedAvg, FedFor and FedBN.
+  * `expalpha-gaps` (diagnostic): F_k(w), F_k(w_k) and the Exp-alpha logit per imbalance
+    ratio at the global model of a proportional FedAvg run, shared vs random majors.
 
 Every table reports, per backbone, rounds to each accuracy target and accuracy at R/2 and
 R for both aggregations, each as mean ± std over the seeds with the per-seed values, and
