@@ -79,6 +79,9 @@ class HParams:
     # Exp-alpha (issue 5)
     exp_alpha: float = _hp(0.2, "Exp-alpha temperature alpha in rho_i ∝ exp((F_i(w_i) - "
                                 "F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)")
+    fedfor_lambda: float = _hp(0.1, "FedFor first-order regularisation weight lambda of "
+                                    "lambda <g, w - w_t>, g = the last global update over "
+                                    "(local steps x client lr)")
 
     def as_arrays(self) -> HParams:
         """Every leaf as a float32 array, so that the pytree can be traced and stacked."""
@@ -199,6 +202,23 @@ class RunConfig:
                               "(0 = auto: only when cohort x params exceeds the memory "
                               "budget; -1 = never)")
     devices: int = _f(1, "devices to shard the cohort over (0 = all)")
+    # --- Exp-alpha experiments: equal-size clients, flip protocols, global test set ---
+    imbalance_size: int = _f(0, "equal-size imbalanced clients: every generated client holds "
+                                "this many train rows, class shares ∝ ratio^(c/(C-1)) "
+                                "(0 = LDAM counts from --imbalance-nmax)")
+    imbalance_major: str = _f("shared", "largest class of each generated imbalanced client: "
+                                        "class 0 for all (shared) or drawn per client "
+                                        "(random; the other classes' order too)",
+                              ("shared", "random"))
+    flip_protocol: str = _f("static", "label flipping: static = a fixed fraction of clients "
+                                      "always flipped; bernoulli = every sampled client "
+                                      "flipped with probability --label-flip-fraction each "
+                                      "round; fixed = round(fraction x cohort) sampled clients "
+                                      "flipped each round (bernoulli/fixed need "
+                                      "--imbalance-ratios)", ("static", "bernoulli", "fixed"))
+    global_test_per_class: int = _f(0, "generated pools: hold out this many rows per class "
+                                       "as a balanced global test set (test_acc_global); "
+                                       "0 = none")
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)

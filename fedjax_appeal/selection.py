@@ -124,6 +124,8 @@ def make_selector(model, cfg):
     from .config import ConfigError
     from .round import uniform_selector
 
+    if getattr(cfg, "flip_protocol", "static") != "static":  # Exp-alpha per-round flips
+        return flip_selector(cfg)
     if cfg.selector == "random":
         return uniform_selector(cfg.cohort)
     if cfg.selector == "stratified":  # issue 5
@@ -133,3 +135,42 @@ def make_selector(model, cfg):
 
         return build_selector(model, cfg)
     raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: {', '.join(SELECTORS)}")
+
+
+# --- Exp-alpha: label flipping drawn per round (--flip-protocol bernoulli|fixed) -----------
+
+def flip_cohort(key: jax.Array, pool: jax.Array, m: int, p: float, protocol: str
+                ) -> tuple[jax.Array, jax.Array]:
+    """A uniform cohort of m real clients, each served by its label-flipped copy when drawn.
+
+    The data hold every real client k < M twice: clean as k and label-flipped as M + k
+    (`pool` has 2M entries). The Exp-alpha paper's Table 2 flips each sampled client with
+    probability p ('bernoulli'); its Fig. 2b flips a fixed round(p m) of the m ('fixed').
+    Returns (idx [m] into the 2M clients, valid [m]).
+    """
+    half = pool.shape[0] // 2
+    k_sel, k_flip = jax.random.split(key)
+    idx, valid = uniform(k_sel, pool[:half], m)
+    if protocol == "bernoulli":
+        flip = jax.random.bernoulli(k_flip, p, (m,))
+    elif protocol == "fixed":
+        n = int(round(p * m))
+        flip = jnp.zeros(m, bool).at[jax.random.permutation(k_flip, m)[:n]].set(True)
+    else:
+        raise ValueError(f"unknown flip protocol {protocol!r}")
+    return idx + half * flip.astype(idx.dtype), valid
+
+
+def flip_selector(cfg):
+    from .config import ConfigError
+    from .round import Selector
+
+    if cfg.selector != "random":
+        raise ConfigError(f"--flip-protocol {cfg.flip_protocol} draws its own uniform cohorts: "
+                          "use --selector random")
+
+    def select(key, state, data, hp):
+        return flip_cohort(key, state.pool, cfg.cohort, cfg.label_flip_fraction,
+                           cfg.flip_protocol)
+
+    return Selector(init=lambda key, state, data, hp: {}, select=select)

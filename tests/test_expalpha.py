@@ -322,3 +322,163 @@ def test_accx_half_final_and_group_weights_by_hand():
     assert g["mean"]["False"] == pytest.approx(0.65)  # (0.8 + 0.5) / 2
     assert g["count"] == {"True": 2, "False": 2}
     np.testing.assert_allclose(g["trace"]["True"], [0.2, 0.5])
+
+
+# ----------------------------------------------------------------------------- equal-size clients
+
+
+def test_equal_size_counts_by_hand():
+    from fedjax_appeal.data.heterogeneity import equal_size_counts
+
+    # shares 1, 0.1^(1/3), 0.1^(2/3), 0.1 = [.5619, .2608, .1211, .0562] of 40 rows:
+    # 22.48, 10.43, 4.84, 2.25 -> floors 22, 10, 4, 2 (38) + the two largest remainders
+    assert equal_size_counts(40, 0.1, 4).tolist() == [23, 10, 5, 2]
+    assert equal_size_counts(40, 1.0, 4).tolist() == [10, 10, 10, 10]
+    # the class order puts the shares on other classes (order[0] is the largest class)
+    assert equal_size_counts(40, 0.1, 4, np.array([2, 0, 3, 1])).tolist() == [10, 2, 23, 5]
+
+
+def _toy_pool(per_class=300, classes=4):
+    from fedjax_appeal.data.sources import Dataset
+
+    n = per_class * classes
+    # x holds the row id, so every row of every split can be traced back
+    return Dataset("toy", np.arange(n, dtype=np.float32)[:, None],
+                   np.repeat(np.arange(classes), per_class), classes, scale=1.0)
+
+
+@pytest.mark.parametrize("major", ["shared", "random"])
+def test_equal_size_federation_sizes_shares_majors(major):
+    from fedjax_appeal.data.generated import imbalanced_federation
+    from fedjax_appeal.data.heterogeneity import equal_size_counts
+
+    ds = _toy_pool()
+    cfg = RunConfig(imbalance_ratios="1.0x1,0.1x1,0.01x2", imbalance_size=40,
+                    imbalance_major=major, imbalance_test_per_class=2,
+                    global_test_per_class=10, clients=120, unseen_clients=0)
+    fd = imbalanced_federation(ds, cfg, np.random.default_rng(0))
+    ratio = np.asarray(fd.info["imbalance_ratio"])
+    majors = np.asarray(fd.info["major"])
+    assert np.asarray(fd.train.count).tolist() == [40] * 120
+    used = set()
+    for k in range(120):
+        xk, yk = fd.train.client_numpy(k)
+        counts = np.bincount(yk, minlength=4)
+        by_rank = equal_size_counts(40, float(ratio[k]), 4)
+        assert sorted(counts.tolist(), reverse=True) == by_rank.tolist()
+        if ratio[k] < 1:
+            assert counts.argmax() == majors[k]
+        xt, yt = fd.test.client_numpy(k)
+        assert np.bincount(yt, minlength=4).tolist() == [2, 2, 2, 2]
+        used |= set(xt[:, 0].astype(int).tolist()) | set(xk[:, 0].astype(int).tolist())
+    if major == "shared":
+        assert set(majors.tolist()) == {0}
+    else:
+        assert set(majors.tolist()) == {0, 1, 2, 3}
+    xg, yg = fd.global_test.client_numpy(0)
+    assert np.bincount(yg, minlength=4).tolist() == [10] * 4
+    assert not used & set(xg[:, 0].astype(int).tolist())  # held out from every client
+
+
+# ----------------------------------------------------------------------------- flip protocols
+
+
+def test_flipped_copies_and_bernoulli_counts():
+    from fedjax_appeal.data.generated import imbalanced_federation
+    from fedjax_appeal.selection import flip_cohort
+
+    ds = _toy_pool()
+    cfg = RunConfig(imbalance_ratios="1.0", imbalance_size=20, imbalance_test_per_class=2,
+                    clients=10, unseen_clients=0, label_flip_fraction=1 / 3,
+                    flip_protocol="bernoulli", flip_ratio=1.0)
+    fd = imbalanced_federation(ds, cfg, np.random.default_rng(0))
+    assert fd.num_clients == 20
+    assert np.asarray(fd.info["flipped"]).tolist() == [False] * 10 + [True] * 10
+    for k in range(10):
+        x0, y0 = fd.train.client_numpy(k)
+        x1, y1 = fd.train.client_numpy(10 + k)
+        np.testing.assert_array_equal(x0, x1)  # same rows ...
+        assert np.all(y0 != y1)  # ... every label wrong (flip ratio 1)
+        assert np.all(y0 == x0[:, 0].astype(int) // 300)  # clean copy keeps true labels
+    pool = jnp.ones(20, bool)
+    keys = jax.random.split(jax.random.key(0), 3000)
+    m, p = 6, 1 / 3
+    idx, valid = jax.vmap(lambda k: flip_cohort(k, pool, m, p, "bernoulli"))(keys)
+    idx = np.asarray(idx)
+    assert np.asarray(valid).all()
+    assert all(len(set((row % 10).tolist())) == m for row in idx[:200])  # distinct clients
+    n_flip = (idx >= 10).sum(1)
+    # mean flipped share: p within 4 standard errors of Binomial(3000 x 6, 1/3)
+    assert abs(n_flip.mean() / m - p) < 4 * np.sqrt(p * (1 - p) / (m * 3000))
+    # per-round counts follow Binomial(6, 1/3): 0..6 -> 64, 192, 240, 160, 60, 12, 1 / 729
+    pmf = np.array([64, 192, 240, 160, 60, 12, 1]) / 729
+    freq = np.bincount(n_flip, minlength=7) / 3000
+    np.testing.assert_allclose(freq, pmf, atol=0.03)
+    fixed, _ = jax.vmap(lambda k: flip_cohort(k, pool, m, p, "fixed"))(keys[:200])
+    assert ((np.asarray(fixed) >= 10).sum(1) == 2).all()
+
+
+# ----------------------------------------------------------------------------- global test set
+
+
+def test_global_test_accuracy_on_a_toy():
+    from fedjax_appeal.algorithms import global_evaluator
+    from fedjax_appeal.models import make_model
+    from fedjax_appeal.round import ServerState
+    from tests.conftest import arrays_from_clients, make_tiny_data
+
+    rng = np.random.default_rng(4)
+    data = make_tiny_data(num_clients=3, dim=5, classes=3)
+    xg = rng.normal(size=(40, 5)).astype(np.float32)
+    yg = rng.integers(0, 3, 40)
+    data = data.replace(global_test=arrays_from_clients([xg], [yg]))
+    model = make_model("logistic", "toy", 3, (5,), jnp.float32, scale=1.0)
+    params, mstate = model.init(jax.random.key(1))
+    state = ServerState(params, mstate, None, jnp.zeros((), jnp.int32), jnp.ones(3, bool),
+                        jnp.zeros(3, jnp.int32), {})
+    out = global_evaluator(model)(state, data, None)
+    w = np.asarray(params["Dense_0"]["kernel"])
+    b = np.asarray(params["Dense_0"]["bias"])
+    acc = np.mean(np.argmax(xg @ w + b, 1) == yg)
+    assert 0 < acc < 1
+    assert float(out["metrics"]["test_acc_global"]) == pytest.approx(acc, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- FedFor
+
+
+def test_fedfor_local_steps_by_hand():
+    from fedjax_appeal.algorithms import build
+    from fedjax_appeal.data import FederatedData
+    from tests.conftest import arrays_from_clients, linear_model
+
+    model = linear_model(2)
+    xs = [np.array([[1.0, 2.0]], np.float32), np.array([[-1.0, 0.5]], np.float32)]
+    ys = [np.array([1.0], np.float32), np.array([-2.0], np.float32)]
+    arr = arrays_from_clients(xs, ys)
+    data = FederatedData(train=arr, test=arr, num_classes=1, name="lin")
+    cfg = RunConfig(algorithm="fedfor", clients=2, unseen_clients=0, cohort=2, local_steps=1,
+                    batch_size=3)
+    lr, lam = 0.1, 0.5
+    hp = HParams(client_lr=lr, fedfor_lambda=lam).as_arrays()
+    alg = build("fedfor", model, cfg)
+    s0 = alg.init(jax.random.key(0), data, hp)
+    w0 = np.asarray(s0.params["Dense_0"]["kernel"])[:, 0].astype(np.float64)
+    rnd = jax.jit(alg.round)
+    s1, _ = rnd(s0, data, jax.random.key(1), hp)
+    s2, _ = rnd(s1, data, jax.random.key(2), hp)
+    X = np.concatenate(xs).astype(np.float64)
+    Y = np.concatenate(ys).astype(np.float64)
+
+    def grad(w, k):  # d/dw 0.5 (w.x - y)^2
+        return (w @ X[k] - Y[k]) * X[k]
+
+    # round 1: g_0 = 0 -> plain local SGD, equal sizes -> the mean
+    w1 = np.mean([w0 - lr * grad(w0, k) for k in range(2)], axis=0)
+    # round 2: every local gradient gets lambda g_1, g_1 = (w0 - w1) / (tau lr)
+    g1 = (w0 - w1) / (1 * lr)
+    w2 = np.mean([w1 - lr * (grad(w1, k) + lam * g1) for k in range(2)], axis=0)
+    np.testing.assert_allclose(np.asarray(s1.params["Dense_0"]["kernel"])[:, 0], w1, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(s2.params["Dense_0"]["kernel"])[:, 0], w2, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(s2.extra["fedfor_g"]["Dense_0"]["kernel"])[:, 0], w1 - w2, rtol=1e-5)

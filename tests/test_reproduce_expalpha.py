@@ -27,42 +27,36 @@ def test_all_five_registered_through_modules():
         "fedjax_appeal.reproduce", fromlist=["MODULES"]).MODULES
 
 
-def test_table_rows_accx_half_final_and_paper_columns():
-    # R = 10, evaluations every 2 rounds
-    s0 = E.run_summary(_hist([0.1, 0.25, 0.41, 0.39, 0.5, 0.6]), 10, "test_acc_seen", 0.2)
-    s1 = E.run_summary(_hist([0.1, 0.15, 0.3, 0.45, 0.44, 0.5]), 10, "test_acc_seen", 0.2)
-    s2 = E.run_summary(_hist([0.1, 0.12, 0.18, 0.19, 0.21, 0.3]), 10, "test_acc_seen", 0.2)
-    assert (s0["acc40"], s0["acc_ours"], s0["acc_half"], s0["acc_final"]) == (4, 2, 0.41, 0.6)
-    assert (s1["acc40"], s1["acc_ours"]) == (6, 4)
-    assert (s2["acc40"], s2["acc_ours"]) == (None, 8)
-    runs = {("FedAvg", "proportional"): [s0, s1],
-            ("FedAvg", "exp-alpha"): [s0, s2],
-            ("FedBN", "exp-alpha"): [s2, {"seed": 1, "diverged": "NaN in round 3"}]}
-    rows = E.table_rows("imbalance", runs, 10, 0.2)
-    assert rows[0] == ["FedAvg", "proportional", "5.00 ± 1.00", "43.33", "3.00 ± 1.00",
-                       "35.50 ± 5.50", "55.00 ± 5.00", "64.60"]
-    assert rows[1][1] == "Exp-α (α=0.2)"
-    assert rows[1][2] == "4.00 ± 0.00 (1/2 reached)"
-    assert rows[1][3:5] == ["38.00", "5.00 ± 3.00"]
-    assert rows[1][7] == "66.86"
-    # FedBN: no paper number; one seed diverged, the other never reached 40%
-    assert rows[2][:4] == ["FedBN", "Exp-α (α=0.2) (1 diverged)", "never (> 10)", "—"]
-    assert rows[2][6] == "30.00 ± 0.00"
-    hdr = E.table_header(0.2, 10, ["w"])
-    assert len(hdr) == len(rows[0]) + 1 and hdr[4].startswith("acc20")
-
-
-def test_flip_table_uses_clean_accuracy_and_weight_column():
-    h = _hist([0.1, 0.2, 0.45], key="test_acc_clean")
-    for e in h:
-        e["test_acc_seen"] = 0.05  # the flipped clients' accuracy drags this down
-    s = E.run_summary(h, 4, "test_acc_clean", 0.2, {"weight_tagged": 0.1})
-    rows = E.table_rows("flip", {("FedAvg", "exp-alpha"): [s]}, 4, 0.2,
-                        [("weight_tagged", 3)])
-    assert rows[0][2] == "4.00 ± 0.00" and rows[0][3] == "36.33"
-    assert rows[0][-1] == "0.100 ± 0.000"
-    assert [k for k in s["history"][0]] == ["round", "train_loss", "test_acc_seen",
-                                           "test_acc_clean"]
+def test_paired_signs_censoring_and_rows_by_hand():
+    # R = 10, evaluations every 2 rounds; targets 0.4 and 0.5
+    xs = (0.4, 0.5)
+    p0 = E.run_summary(_hist([0.1, 0.25, 0.41, 0.39, 0.5, 0.6]), 10, "test_acc_seen", xs)
+    p1 = E.run_summary(_hist([0.1, 0.15, 0.3, 0.45, 0.44, 0.48]), 10, "test_acc_seen", xs)
+    e0 = E.run_summary(_hist([0.1, 0.42, 0.45, 0.5, 0.55, 0.62]), 10, "test_acc_seen", xs)
+    e1 = E.run_summary(_hist([0.1, 0.2, 0.3, 0.35, 0.41, 0.5]), 10, "test_acc_seen", xs)
+    assert p0["reach"] == {"40": 4, "50": 8} and p1["reach"] == {"40": 6, "50": None}
+    assert (p0["acc_half"], p0["acc_final"]) == (0.41, 0.6)
+    pr = E.paired([4, 6], [2, 8], lower_better=True, censor=11)
+    assert pr["diff"] == [-2.0, 2.0] and pr["signs"] == "−+" and not pr["held"]
+    assert pr["mean"] == 0.0 and pr["std"] == 2.0
+    # a target never reached counts as R + 1 = 11
+    pr = E.paired([8, None], [6, 10], lower_better=True, censor=11)
+    assert pr["diff"] == [-2.0, -1.0] and pr["signs"] == "−−" and pr["held"]
+    pr = E.paired([0.5, 0.6], [0.55, 0.6], lower_better=False)
+    assert pr["signs"] == "+0" and not pr["held"]
+    paper = {a: E.PAPER["imbalance"][("FedAvg", a)] for a in E.AGGREGATIONS}
+    rows = E.paired_rows("FedAvg", [p0, p1], [e0, e1], 10, xs, paper)
+    assert len(rows) == 4 and len(rows[0]) == len(E.PAIRED_HEADER)
+    # acc40: prop 4, 6 ; Exp-α 2, 8 -> Δ -2, +2
+    assert rows[0][:7] == ["FedAvg", "acc40 (rounds)", "5 ± 1 (4, 6)", "5 ± 3 (2, 8)",
+                           "+0.0 ± 2.0", "−+", "not held"]
+    assert rows[0][7] == "-5.33 (acc40)"
+    # acc50: prop 8, never ; Exp-α 6, 10 -> Δ -2, 10 - 11 = -1
+    assert rows[1][2] == "8 ± 0 [1/2 reached] (8, >10)"
+    assert rows[1][4:7] == ["-1.5 ± 0.5", "−−", "held"]
+    # final accuracy: 60 vs 62, 48 vs 50 -> +2, +2
+    assert rows[3][1] == "acc @ R=10 (%)"
+    assert rows[3][4:8] == ["+2.00 ± 0.00", "++", "held", "+2.26 (final)"]
 
 
 def test_adapt_rows_and_mean_traces():
@@ -96,21 +90,32 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
     monkeypatch.delenv("FEDJAX_APPEAL_EXPALPHA_MODEL", raising=False)
     ctx = Context("t", [0, 1, 2], Path("unused"), quick=quick)
     for setting in E.SCHEDULES["cpu"]:
-        for b in E.BACKBONES:
+        for b in (*E.BACKBONES, E.FEDBN):
             for agg in E.AGGREGATIONS:
+                if b.bn and setting != "domain":
+                    continue
                 cfg = E.make_cfg(ctx, setting, 1, b, agg)
                 try:
                     validate(cfg, E.make_hp(b))
                 except ConfigError as e:  # pragma: no cover - the message is the point
                     raise AssertionError(f"{setting}/{b.label}/{agg}: {e}") from None
                 assert not cfg.appeal and cfg.unseen_clients == 0 and cfg.seed == 1
-                assert cfg.model == ("cnn_bn" if b.bn or setting == "domain" else "cnn")
+                assert cfg.model == ("cnn_bn" if setting == "domain" else "mlp")
+                if setting != "domain":  # the paper's equal-size clients, a pool >= 100
+                    assert cfg.imbalance_size > 0 and cfg.clients >= 100
+                    assert cfg.global_test_per_class > 0
     flip = E.make_cfg(ctx, "flip", 0, E.BY_LABEL["FedAvg"], "exp-alpha")
-    assert stratified_counts(flip) == (4, 2) and flip.cohort == 6
+    assert flip.flip_protocol == "bernoulli" and flip.cohort == 6
+    assert flip.label_flip_fraction == pytest.approx(1 / 3)
+    assert E.make_cfg(ctx, "adapt-flip", 0, E.BY_LABEL["FedAvg"], "exp-alpha"
+                      ).flip_protocol == "fixed"
     adapt = E.make_cfg(ctx, "adapt-imbalance", 0, E.BY_LABEL["FedAvg"], "exp-alpha")
     assert stratified_counts(adapt) == (4, 3, 3)
+    alpha = E.make_cfg(ctx, "alpha", 0, E.BY_LABEL["FedAvg"], "exp-alpha")
+    assert stratified_counts(alpha) == (4, 6)
     assert E.seeds_of(ctx) == ([0] if quick else [0, 1, 2])
     assert len(E.backbones(ctx, "imbalance")) == (2 if quick else 5)
+    assert "FedFor" in [b.label for b in E.backbones(ctx, "domain")] or quick
     if quick:  # the quick subsets together cover every backbone
         assert {n for v in E.QUICK_BACKBONES.values() for n in v} == set(E.BY_LABEL)
 
@@ -119,7 +124,10 @@ def test_gpu_profile_and_model_override(monkeypatch):
     ctx = Context("t", [0], Path("unused"))
     monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", "gpu")
     cfg = E.make_cfg(ctx, "imbalance", 0, E.BY_LABEL["FedAvg"], "proportional")
-    assert cfg.model == "resnet20" and cfg.rounds > 100
+    assert cfg.model == "resnet20" and cfg.rounds > 100 and cfg.dataset == "cifar10"
+    assert cfg.imbalance_size * cfg.clients == 35000 and cfg.global_test_per_class == 1000
+    assert (cfg.batch_size, E.make_hp(E.BY_LABEL["FedAvg"]).client_lr) == (128, 0.01)
+    assert [cfg.local_steps * t for _, t in E.GRID["gpu"]] and cfg.local_steps == 20
     assert E.make_cfg(ctx, "domain", 0, E.BY_LABEL["FedBN"], "proportional").model == "cnn_bn"
     monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", "cpu")
     monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_MODEL", "resnet20")
@@ -127,3 +135,11 @@ def test_gpu_profile_and_model_override(monkeypatch):
     monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", "tpu")
     with pytest.raises(ValueError, match="cpu or gpu"):
         E.profile()
+
+
+def test_effective_cohort_by_hand():
+    res = {"round_metrics": {"cohort_weights": [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0],
+                                                [0.25, 0.25, 0.5]]}}
+    # 1 / sum w^2: 2, 1, 1 / 0.375
+    assert E.effective_cohort(res) == pytest.approx((2 + 1 + 1 / 0.375) / 3)
+    assert E.effective_cohort({"round_metrics": {}}) is None

@@ -39,6 +39,11 @@ def global_evaluator(model: Model) -> EvalFn:
         from ..expalpha_metrics import tag_metrics  # issue 5: per-group test accuracy
 
         tags = tag_metrics(out, data.info)
+        if data.global_test is not None:  # accuracy on the balanced global test set
+            from ..evaluation import evaluate_split
+
+            g = evaluate_split(model, state.params, state.model_state, data.global_test)
+            tags = {**tags, "test_acc_global": g.acc[0], "test_loss_global": g.loss[0]}
         return {**out, "metrics": tags} if tags else out
 
     return evaluate

@@ -119,6 +119,10 @@ def load_federated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
         from .generated import load_generated
 
         return load_generated(cfg)
+    if cfg.flip_protocol != "static" or cfg.imbalance_size or cfg.global_test_per_class:
+        raise ConfigError("--flip-protocol bernoulli|fixed, --imbalance-size and "
+                          "--global-test-per-class need a generated pool: add "
+                          "--imbalance-ratios (e.g. 1.0 for balanced clients)")
     rng = np.random.default_rng([cfg.seed, 0xDA7A])
     ds = load_dataset(cfg, rng)
     if cfg.max_samples and cfg.max_samples < len(ds):

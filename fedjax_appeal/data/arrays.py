@@ -111,6 +111,9 @@ class FederatedData:
     unseen_info: dict = struct.field(default_factory=dict)
     num_classes: int = struct.field(pytree_node=False, default=10)
     name: str = struct.field(pytree_node=False, default="")
+    # A balanced held-out global test set as one client (generated pools with
+    # --global-test-per-class), evaluated as `test_acc_global`; None = none.
+    global_test: ClientArrays | None = None
 
     @property
     def num_clients(self) -> int:

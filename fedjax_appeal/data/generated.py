@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..config import ConfigError, RunConfig
@@ -28,8 +30,8 @@ DIGIT_DOMAINS = ("mnist", "usps", "mnistm")
 
 
 def _federated(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
-               test: list[np.ndarray], num_seen: int, info: dict, uinfo: dict
-               ) -> FederatedData:
+               test: list[np.ndarray], num_seen: int, info: dict, uinfo: dict,
+               global_test: np.ndarray | None = None) -> FederatedData:
     import jax.numpy as jnp
 
     fd = dict(train=ClientArrays.from_indices(ds.x, labels, train[:num_seen]),
@@ -37,6 +39,8 @@ def _federated(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
     if len(train) > num_seen:
         fd.update(unseen_train=ClientArrays.from_indices(ds.x, labels, train[num_seen:]),
                   unseen_test=ClientArrays.from_indices(ds.x, labels, test[num_seen:]))
+    if global_test is not None and len(global_test):  # clean labels
+        fd["global_test"] = ClientArrays.from_indices(ds.x, ds.y, [global_test])
     tags = lambda d: {k: jnp.asarray(v) for k, v in d.items()}
     return FederatedData(**fd, info=tags(info), unseen_info=tags(uinfo),
                          num_classes=ds.num_classes, name=ds.name)
@@ -45,6 +49,55 @@ def _federated(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
 def _split_info(values: dict[str, np.ndarray], num_seen: int) -> tuple[dict, dict]:
     return ({k: v[:num_seen] for k, v in values.items()},
             {k: v[num_seen:] for k, v in values.items()})
+
+
+def client_counts(cfg: RunConfig, ratios: np.ndarray, num_classes: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """[M, C] train rows per class of every generated client, and [M] its largest class.
+
+    `--imbalance-size N`: N rows each, shares ∝ ratio^(r/(C-1)) over the client's class
+    order (`--imbalance-major shared|random`); else LDAM counts n_max ratio^(c/(C-1)).
+    """
+    try:
+        orders = heterogeneity.class_orders(len(ratios), num_classes, cfg.imbalance_major, rng)
+    except ValueError as e:
+        raise ConfigError(f"--imbalance-major: {e}") from None
+    if cfg.imbalance_size > 0:
+        counts = np.stack([heterogeneity.equal_size_counts(cfg.imbalance_size, r, num_classes, o)
+                           for r, o in zip(ratios, orders, strict=True)])
+    else:
+        counts = np.stack([heterogeneity.imbalance_counts(cfg.imbalance_nmax, r, num_classes)[
+            np.argsort(o)] for r, o in zip(ratios, orders, strict=True)])
+        counts = np.maximum(counts, 0)
+        counts[np.arange(len(ratios)), orders[:, 0]] = np.maximum(
+            counts[np.arange(len(ratios)), orders[:, 0]], 1)  # at least one train row
+    return counts, orders[:, 0]
+
+
+def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
+                   test: list[np.ndarray], cfg: RunConfig
+                   ) -> tuple[Dataset, np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """Append a label-flipped copy of every client (`--flip-protocol bernoulli|fixed`).
+
+    Client M + k holds the rows of client k with labels remapped by its own derangement
+    (`heterogeneity.flip_map`, flip ratio `--flip-ratio`); the selector serves a sampled
+    client k by its copy when the round flips it (`selection.flip_cohort`). Returns the
+    extended dataset, labels and the 2M train / test index lists.
+    """
+    rng = np.random.default_rng([cfg.seed, 0xF11B])
+    xs, ys, tr2, te2 = [ds.x], [labels], list(train), list(test)
+    start = len(ds)
+    for tr, te in zip(train, test, strict=True):
+        fmap = heterogeneity.flip_map(ds.num_classes, cfg.flip_ratio, rng)
+        rows = np.concatenate([tr, te])
+        xs.append(ds.x[rows])
+        ys.append(fmap[labels[rows]])
+        tr2.append(start + np.arange(len(tr)))
+        te2.append(start + len(tr) + np.arange(len(te)))
+        start += len(rows)
+    ext = dataclasses.replace(ds, x=np.concatenate(xs), y=np.concatenate([ds.y] + ys[1:]),
+                              groups=None)
+    return ext, np.concatenate(ys), tr2, te2
 
 
 def imbalanced_federation(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
@@ -58,25 +111,40 @@ def imbalanced_federation(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
         ratios, groups, _ = heterogeneity.client_ratios(total, cfg.imbalance_ratios, rng)
     except ValueError as e:
         raise ConfigError(f"--imbalance-ratios: {e}") from None
-    t = cfg.imbalance_test_per_class
+    t, g = cfg.imbalance_test_per_class, cfg.global_test_per_class
+    if g < 0 or t < 0:
+        raise ConfigError("--imbalance-test-per-class and --global-test-per-class must be >= 0")
+    counts, majors = client_counts(cfg, ratios, num_classes, rng)
     pools = [rng.permutation(np.flatnonzero(ds.y == c)) for c in range(num_classes)]
-    if any(len(p) < total * t + cfg.imbalance_nmax for p in pools):
-        raise ConfigError(f"{total} clients x {t} test rows per class + n_max "
-                          f"{cfg.imbalance_nmax} exceed a class of {ds.name}: lower "
-                          "--imbalance-test-per-class, --imbalance-nmax or --clients")
-    test_pools = [p[:total * t] for p in pools]
-    train_pools = [p[total * t:] for p in pools]
+    need = counts.max(axis=0)
+    if any(len(p) < g + total * t + need[c] for c, p in enumerate(pools)):
+        raise ConfigError(f"{total} clients x {t} test rows per class + {g} global test rows "
+                          f"per class + the largest client class exceed a class of {ds.name}: "
+                          "lower --imbalance-test-per-class, --global-test-per-class, "
+                          "--imbalance-size / --imbalance-nmax or --clients")
+    global_test = np.sort(np.concatenate([p[:g] for p in pools])) if g else None
+    test_pools = [p[g:g + total * t] for p in pools]
+    train_pools = [p[g + total * t:] for p in pools]
+    if t == 0:
+        raise ConfigError("--imbalance-test-per-class must be >= 1 (each client's test split)")
     test = [np.sort(np.concatenate([tp[k * t:(k + 1) * t] for tp in test_pools]))
             for k in range(total)]
-    counts = np.stack([heterogeneity.imbalance_counts(cfg.imbalance_nmax, r, num_classes)
-                       for r in ratios])
-    counts = np.maximum(counts, 0)
-    counts[:, 0] = np.maximum(counts[:, 0], 1)  # every client keeps at least one train row
     train, disjoint = heterogeneity.deal_counts(train_pools, counts, rng)
     info, uinfo = _split_info({"imbalance_ratio": ratios.astype(np.float32),
                                "imbalanced": ratios < 1.0,
-                               "group": groups.astype(np.int32)}, cfg.clients)
+                               "group": groups.astype(np.int32),
+                               "major": majors.astype(np.int32)}, cfg.clients)
     labels = ds.y
+    if cfg.flip_protocol != "static":
+        if cfg.label_flip_fraction <= 0:
+            raise ConfigError(f"--flip-protocol {cfg.flip_protocol} needs "
+                              "--label-flip-fraction p > 0 (the flip probability / share)")
+        if cfg.unseen_clients:
+            raise ConfigError(f"--flip-protocol {cfg.flip_protocol} needs --unseen-clients 0")
+        ds, labels, train, test = flipped_copies(ds, labels, train, test, cfg)
+        info = {k: np.concatenate([v, v]) for k, v in info.items()}
+        info["flipped"] = np.repeat([False, True], cfg.clients)
+        return _federated(ds, labels, train, test, 2 * cfg.clients, info, {}, global_test)
     if cfg.label_flip_fraction > 0:
         if not disjoint:
             raise ConfigError("label flipping needs disjoint clients: lower --imbalance-nmax "
@@ -86,7 +154,7 @@ def imbalanced_federation(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
         labels = ds.y if lab is None else lab
         info.update({k: v for k, v in finfo.items() if k != "group"})
         uinfo.update({k: v for k, v in fu.items() if k != "group"})
-    return _federated(ds, labels, train, test, cfg.clients, info, uinfo)
+    return _federated(ds, labels, train, test, cfg.clients, info, uinfo, global_test)
 
 
 def _to_rgb28(x: np.ndarray) -> np.ndarray:

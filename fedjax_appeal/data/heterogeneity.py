@@ -84,6 +84,41 @@ def imbalance_counts(n_max: int, ratio: float, num_classes: int) -> np.ndarray:
     return np.floor(n_max * ratio ** expo * (1 + 1e-12)).astype(np.int64)
 
 
+def equal_size_counts(size: int, ratio: float, num_classes: int,
+                      order: np.ndarray | None = None) -> np.ndarray:
+    """Per-class counts of an equal-size imbalanced client: `size` rows in all, shares
+    ∝ ratio^(r / (C - 1)) by rank r = 0..C-1 (largest-remainder rounding).
+
+    The Exp-alpha paper's clients all hold the same amount of data (s_i = 1 in its
+    analysis, so proportional weights are uniform) and differ only in their class mix,
+    the Imbalanced-CIFAR shape of Cao et al. 2019 with imbalance ratio `ratio` (smallest /
+    largest class). `order[r]` is the class of rank r (default: class r), so `order[0]`
+    is the client's largest class.
+    """
+    if not 0.0 < ratio <= 1.0:
+        raise ValueError(f"imbalance ratio must be in (0, 1] (got {ratio})")
+    if size < 1:
+        raise ValueError(f"client size must be >= 1 (got {size})")
+    shares = ratio ** (np.arange(num_classes, dtype=np.float64) / max(num_classes - 1, 1))
+    by_rank = proportional_counts(shares, size)
+    order = np.arange(num_classes) if order is None else np.asarray(order)
+    out = np.zeros(num_classes, np.int64)
+    out[order] = by_rank
+    return out
+
+
+def class_orders(num_clients: int, num_classes: int, major: str, rng: np.random.Generator
+                 ) -> np.ndarray:
+    """[M, C] class order per client: 'shared' = 0..C-1 for every client (class 0 is
+    everyone's largest class), 'random' = an independent random permutation per client
+    (a random largest class, and a random order of the others)."""
+    if major == "shared":
+        return np.tile(np.arange(num_classes), (num_clients, 1))
+    if major == "random":
+        return np.stack([rng.permutation(num_classes) for _ in range(num_clients)])
+    raise ValueError(f"imbalance major must be shared or random (got {major!r})")
+
+
 def parse_ratio_spec(spec: str) -> list[tuple[float, int]]:
     """'1.0x4,0.01x3,0.1x3' -> [(1.0, 4), (0.01, 3), (0.1, 3)]; '0.5,0.1' -> counts 1."""
     out = []
