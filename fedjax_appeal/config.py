@@ -159,6 +159,10 @@ class RunConfig:
                               "penalised")
     union_base: str = _f("divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"))
     subtrunc_phi: str = _f("log", "SubTrunc phi: log = ln(1+x), or identity", ("log", "identity"))
+    selector_objective: str = _f("raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the "
+                                        "paper's sum of ||g_i - g_j|| over clients; normalized "
+                                        "= distances / (2 max ||g||), averaged over clients",
+                                 ("raw", "normalized"))
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
     seed: int = _f(0, "random seed (data partition and training)")

@@ -108,7 +108,8 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"--distance-budget-mb must be > 0 (got {cfg.distance_budget_mb})")
     for name, choices in (("selector_features", ("grad", "delta")),
                           ("union_base", ("divfl", "subtrunc")),
-                          ("subtrunc_phi", ("log", "identity"))):
+                          ("subtrunc_phi", ("log", "identity")),
+                          ("selector_objective", ("raw", "normalized"))):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"--{name.replace('_', '-')} must be one of: {', '.join(choices)} "
                               f"(got {getattr(cfg, name)!r})")
