@@ -146,6 +146,9 @@ class RunConfig:
                        "the number of clients)")
     greedy_candidates: int = _f(0, "stochastic greedy: random candidates r scored per pick "
                                    "(0 = exact greedy over all clients)")
+    greedy_epsilon: float = _f(0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
+                                    "candidates per pick, the (1-1/e-eps) guarantee; 0 = "
+                                    "use --greedy-candidates")
     selector_features: str = _f("grad", "DivFL client features: full local gradient at the "
                                         "received model, or the last update Delta_k",
                                 ("grad", "delta"))

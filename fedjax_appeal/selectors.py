@@ -85,6 +85,24 @@ def project(v: jax.Array, dim: int, block: int = 4096) -> jax.Array:
     return jax.lax.fori_loop(0, nb, body, jnp.zeros((dim,), jnp.float32)) / jnp.sqrt(dim)
 
 
+def project_rows(x: jax.Array, dim: int, block: int = 4096) -> jax.Array:
+    """Rows x [B, p] @ P [p, dim] / sqrt(dim) with the same P as `project` (each block of P
+    generated once for all B rows): the projection of a chunk of clients at once, so N
+    model-sized features never have to be held together (N x p), only N x dim."""
+    if dim <= 0:
+        return x
+    b, p = x.shape
+    nb = -(-p // block)
+    xp = jnp.pad(x, ((0, 0), (0, nb * block - p))).reshape(b, nb, block)
+    key = jax.random.key(_PROJ_SEED)
+
+    def body(i, acc):
+        pm = jax.random.normal(jax.random.fold_in(key, i), (block, dim))
+        return acc + xp[:, i] @ pm
+
+    return jax.lax.fori_loop(0, nb, body, jnp.zeros((b, dim), jnp.float32)) / jnp.sqrt(dim)
+
+
 def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
                 chunk: int = 256):
     """(F_k(w), grad F_k(w)) of client k over all its rows, in fixed masked chunks."""
@@ -131,6 +149,8 @@ def power_of_choice(model: Model, cfg: RunConfig) -> Selector:
 def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
     """DivFL (`kind="divfl"`), SubTrunc (`"subtrunc"`) or UnionFL (`"unionfl"`)."""
     m, r = cfg.cohort, cfg.greedy_candidates
+    if cfg.greedy_epsilon > 0:
+        r = submodular.stochastic_candidates(cfg.clients, m, cfg.greedy_epsilon)
     trunc = kind == "subtrunc" or (kind == "unionfl" and cfg.union_base == "subtrunc")
     union = kind == "unionfl"
     delta_mode = cfg.selector_features == "delta"

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import HParams
+from ..config import ConfigError, HParams
 from . import Context, experiment, markdown_table, mean_std
 
 SELECTORS = ("divfl", "subtrunc", "unionfl", "random", "poc")
@@ -87,6 +87,8 @@ _SCHEDULE = {False: dict(rounds=10, local_steps=10, batch_size=32, eval_every=2,
                         max_samples=3000)}
 # CIFAR-10 (Table I's second half) is opt-in: FEDJAX_APPEAL_SELECTION_CIFAR=1.
 _CIFAR_ENV = "FEDJAX_APPEAL_SELECTION_CIFAR"
+# Table II on a subset of its lambdas, e.g. "0.01,0.5,0.95" (default: all six).
+_LAMBDA_ENV = "FEDJAX_APPEAL_SELECTION_LAMBDAS"
 
 
 def _setting(ctx: Context, dataset: str, seed: int, **kw):
@@ -328,6 +330,11 @@ def selection_compare(ctx: Context) -> None:
 @experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal, MNIST)")
 def selection_lambda(ctx: Context) -> None:
     lams = (0.01, 0.5, 0.95) if ctx.quick else (0.01, 0.1, 0.25, 0.5, 0.75, 0.95)
+    if os.environ.get(_LAMBDA_ENV):  # a subset of the paper's lambdas (CPU budget)
+        lams = tuple(float(x) for x in os.environ[_LAMBDA_ENV].split(","))
+        if not set(lams) <= set(PAPER_T2["mnist"]):
+            raise ConfigError(f"{_LAMBDA_ENV} must list lambdas of the paper's Table II: "
+                              f"{', '.join(map(str, PAPER_T2['mnist']))}")
     runs = _run_all(ctx, "mnist", {str(lam): ({"selector": "subtrunc"},
                                               {"subtrunc_lambda": lam}) for lam in lams})
     rows = []
