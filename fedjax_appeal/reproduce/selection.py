@@ -356,7 +356,14 @@ def selection_lambda(ctx: Context) -> None:
                f"dissimilarity {_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp "
                f"{_pair_cell(pa)}.\n\nDiagnostic: per seed, the number of λ values whose "
                f"whole cohort sequence equals λ = {hi}'s (including itself, of {len(lams)}): "
-               f"{same}.\n\nDissimilarity along training:\n\n"
+               f"{same}. Each SubTrunc pick maximises g_j + λ·h_j over its candidates (g: "
+               "facility-location gain, h_j = min(b, Φ + φ_j) − min(b, Φ)), linear in λ: if "
+               "the run at the largest λ makes DivFL's (λ = 0) pick at every step, that pick "
+               "also wins at every λ in between (ties aside), so such a seed has the same "
+               "cohort sequence, hence the same run, for every λ of the table."
+             + (f" Rows run: λ ∈ {list(lams)} ({_LAMBDA_ENV}); the paper's other λ are not "
+                "run." if os.environ.get(_LAMBDA_ENV) else "")
+             + "\n\nDissimilarity along training:\n\n"
              + _by_round({f"λ={k}": v for k, v in runs.items()}))
     _write(ctx, table, data, {"curves.png": ({f"lambda={k}": [r["history"] for r in v]
                                               for k, v in runs.items()}, "SubTrunc lambda")})
