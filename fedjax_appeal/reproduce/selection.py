@@ -87,6 +87,8 @@ _SCHEDULE = {False: dict(rounds=10, local_steps=10, batch_size=32, eval_every=2,
                         max_samples=3000)}
 # CIFAR-10 (Table I's second half) is opt-in: FEDJAX_APPEAL_SELECTION_CIFAR=1.
 _CIFAR_ENV = "FEDJAX_APPEAL_SELECTION_CIFAR"
+# Run each seed's variants in reverse order (to share seeds between two processes).
+_REVERSE_ENV = "FEDJAX_APPEAL_SELECTION_REVERSE"
 # Table II on a subset of its lambdas, e.g. "0.01,0.5,0.95" (default: all six).
 _LAMBDA_ENV = "FEDJAX_APPEAL_SELECTION_LAMBDAS"
 
@@ -256,8 +258,11 @@ def _run_all(ctx: Context, dataset: str, variants: dict[str, tuple[dict, dict]]
     """Run every variant (cfg overrides, hp overrides) for every seed, seeds outermost (so an
     interrupted experiment leaves whole seeds in the run cache)."""
     out: dict[str, list[dict]] = {k: [] for k in variants}
+    order = list(variants.items())
+    if os.environ.get(_REVERSE_ENV):  # a second process on the same seeds meets the first
+        order = order[::-1]           # halfway through the run cache
     for s in _seeds(ctx):
-        for name, (ckw, hkw) in variants.items():
+        for name, (ckw, hkw) in order:
             out[name].append(_one(ctx, f"{dataset}/{name}", _setting(ctx, dataset, s, **ckw),
                                   _hp(dataset, **hkw)))
     return out
