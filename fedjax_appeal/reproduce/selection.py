@@ -369,8 +369,8 @@ def selection_lambda(ctx: Context) -> None:
                "h_j = min(b, Φ + φ_j) − min(b, Φ)), linear in λ: where the run at the largest "
                "λ makes DivFL's (λ = 0) pick at every step, that pick also wins at every λ in "
                "between (ties aside), so that seed has the same cohort sequence, hence the "
-               "same run, for every λ ∈ [0, " + hi + "]: the paper's other rows are then "
-               "DivFL's row, measured."
+               "same run, for every λ ∈ [0, " + hi + "]: the paper's other rows would repeat "
+               "the measured DivFL row (a consequence of the argument, not separate runs)."
              + (f" Rows run: λ ∈ {list(lams)} ({_LAMBDA_ENV}) and DivFL." if
                 os.environ.get(_LAMBDA_ENV) else "")
              + " See `selection-gains` for the size of g's gaps against λ·b.\n\n"
