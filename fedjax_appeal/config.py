@@ -149,6 +149,9 @@ class RunConfig:
                        "the number of clients)")
     greedy_candidates: int = _f(0, "stochastic greedy: random candidates r scored per pick "
                                    "(0 = exact greedy over all clients)")
+    greedy_epsilon: float = _f(0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
+                                    "candidates per pick, the (1-1/e-eps) guarantee; 0 = "
+                                    "use --greedy-candidates")
     selector_features: str = _f("grad", "DivFL client features: full local gradient at the "
                                         "received model, or the last update Delta_k",
                                 ("grad", "delta"))
@@ -162,6 +165,10 @@ class RunConfig:
                               "penalised")
     union_base: str = _f("divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"))
     subtrunc_phi: str = _f("log", "SubTrunc phi: log = ln(1+x), or identity", ("log", "identity"))
+    selector_objective: str = _f("raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the "
+                                        "paper's sum of ||g_i - g_j|| over clients; normalized "
+                                        "= distances / (2 max ||g||), averaged over clients",
+                                 ("raw", "normalized"))
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
     seed: int = _f(0, "random seed (data partition and training)")

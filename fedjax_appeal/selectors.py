@@ -28,9 +28,24 @@ clients' ones after each round (`Selector.update`), and all of them again every
 in blocks on the fly (never stored), which keeps the [M, p] memory and the distance cost
 small for big models.
 
-Distances are normalised, D_ij = ||g_i - g_j|| / s with s = 2 max_k ||g_k|| >= max D, and
-the facility location is averaged over the covered clients, so G(S)/Z lies in [0, 1] with
-C = 1 and lam, b, mu act on a scale that does not depend on the model size.
+Objective scale (`selector_objective`):
+
+  * `raw` (default, the paper's eqs. 9-14): D_ij = ||g_i - g_j|| on the unscaled features and
+    G(S) = sum_{i in N} (C - min_{j in S} D_ij) summed over every available client, with
+    C = 2 max_k ||g_k|| >= max D (C shifts every first-step gain by the same N C, so it never
+    changes a pick). lam * min(b, .) and mu * |window & S| are then traded against a sum of
+    gradient distances over N clients, whose size depends on N, the model and the round.
+  * `normalized`: D_ij / s with s = 2 max_k ||g_k||, averaged over the covered clients, so
+    G(S)/Z lies in [0, 1] with C = 1. It exists because in the raw form the same lam, b, mu
+    mean different things for another model, another N or a later round (gradients shrink as
+    training converges, so the SubTrunc and UnionFL terms gain weight over time); normalised,
+    lam * b and mu compare with a facility-location value that is at most 1. DivFL's picks
+    are the same in both forms (a positive rescaling of G); SubTrunc's and UnionFL's are not.
+
+With `feature_refresh = 1` (the paper-literal setting) every available client's loss and
+full gradient are recomputed at the new global model after every round, so each selection
+sees fresh f_i(w) and grad f_i(w) of everyone: one full-data gradient pass per round,
+visible in `timing["sec_per_round"]`.
 """
 
 from __future__ import annotations
@@ -68,6 +83,24 @@ def project(v: jax.Array, dim: int, block: int = 4096) -> jax.Array:
         return acc + vp[i] @ pm
 
     return jax.lax.fori_loop(0, nb, body, jnp.zeros((dim,), jnp.float32)) / jnp.sqrt(dim)
+
+
+def project_rows(x: jax.Array, dim: int, block: int = 4096) -> jax.Array:
+    """Rows x [B, p] @ P [p, dim] / sqrt(dim) with the same P as `project` (each block of P
+    generated once for all B rows): the projection of a chunk of clients at once, so N
+    model-sized features never have to be held together (N x p), only N x dim."""
+    if dim <= 0:
+        return x
+    b, p = x.shape
+    nb = -(-p // block)
+    xp = jnp.pad(x, ((0, 0), (0, nb * block - p))).reshape(b, nb, block)
+    key = jax.random.key(_PROJ_SEED)
+
+    def body(i, acc):
+        pm = jax.random.normal(jax.random.fold_in(key, i), (block, dim))
+        return acc + xp[:, i] @ pm
+
+    return jax.lax.fori_loop(0, nb, body, jnp.zeros((b, dim), jnp.float32)) / jnp.sqrt(dim)
 
 
 def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
@@ -116,11 +149,14 @@ def power_of_choice(model: Model, cfg: RunConfig) -> Selector:
 def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
     """DivFL (`kind="divfl"`), SubTrunc (`"subtrunc"`) or UnionFL (`"unionfl"`)."""
     m, r = cfg.cohort, cfg.greedy_candidates
+    if cfg.greedy_epsilon > 0:
+        r = submodular.stochastic_candidates(cfg.clients, m, cfg.greedy_epsilon)
     trunc = kind == "subtrunc" or (kind == "unionfl" and cfg.union_base == "subtrunc")
     union = kind == "unionfl"
     delta_mode = cfg.selector_features == "delta"
     budget = cfg.distance_budget_mb * 2 ** 20
     phi_fn = jnp.log1p if cfg.subtrunc_phi == "log" else (lambda x: x)
+    normalized = cfg.selector_objective == "normalized"
 
     def grad_features(params, mstate, data, ks, hp):
         def one(k):
@@ -148,7 +184,8 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
         mem = state.extra["selector"]
         f = mem["features"]
         n = f.shape[0]
-        scale = 2.0 * jnp.max(jnp.linalg.norm(f, axis=-1)) + 1e-12
+        top = 2.0 * jnp.max(jnp.linalg.norm(f, axis=-1)) + 1e-12  # >= max_ij D_ij
+        scale, c0 = (top, 1.0) if normalized else (1.0, top)
         if r > 0 or n * n * 4 > budget:
             oracle = submodular.feature_oracle(f, scale, block=max(1, int(budget // (4 * n))))
         else:
@@ -159,7 +196,7 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
             in_window = jnp.zeros((n,), bool).at[jnp.where(w >= 0, w, n)].set(True, mode="drop")
             penalty = hp.union_mu * in_window.astype(jnp.float32)
         res = submodular.greedy(
-            oracle, m, available=state.pool, cover=state.pool, c0=1.0, normalize=True,
+            oracle, m, available=state.pool, cover=state.pool, c0=c0, normalize=normalized,
             phi=phi_fn(jnp.maximum(mem["loss"], 0.0)) if trunc else None,
             lam=hp.subtrunc_lambda, b=hp.subtrunc_b, penalty=penalty, key=key, r=r,
             lazy=r == 0)
@@ -167,21 +204,28 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
 
     def update(new, upd, idx, valid, data, hp):
         mem = dict(new.extra["selector"])
-        if delta_mode:
-            fs = jax.vmap(lambda d: project(flatten(d), cfg.feature_dim))(upd.delta)
-            ls = jax.lax.map(lambda k: client_loss(model, mem["received"], mem["received_state"],
-                                                   data.train, k)[0], idx, batch_size=_batch(m))
+        everyone = jnp.arange(data.num_clients)
+        if cfg.feature_refresh == 1:
+            # paper-literal: every client's f_i and grad f_i at the new model, every round
+            # (the cohort's refresh at the received model would be overwritten: skipped)
+            mem["features"], mem["loss"] = grad_features(new.params, new.model_state, data,
+                                                         everyone, hp)
         else:
-            fs, ls = grad_features(mem["received"], mem["received_state"], data, idx, hp)
-        slot = jnp.where(valid, idx, data.num_clients)  # invalid slots are dropped
-        mem["features"] = mem["features"].at[slot].set(fs, mode="drop")
-        mem["loss"] = mem["loss"].at[slot].set(ls, mode="drop")
-        if cfg.feature_refresh > 0:
-            mem["features"], mem["loss"] = jax.lax.cond(
-                new.round % cfg.feature_refresh == 0,
-                lambda: grad_features(new.params, new.model_state, data,
-                                      jnp.arange(data.num_clients), hp),
-                lambda: (mem["features"], mem["loss"]))
+            if delta_mode:
+                fs = jax.vmap(lambda d: project(flatten(d), cfg.feature_dim))(upd.delta)
+                ls = jax.lax.map(lambda k: client_loss(model, mem["received"],
+                                                       mem["received_state"], data.train, k)[0],
+                                 idx, batch_size=_batch(m))
+            else:
+                fs, ls = grad_features(mem["received"], mem["received_state"], data, idx, hp)
+            slot = jnp.where(valid, idx, data.num_clients)  # invalid slots are dropped
+            mem["features"] = mem["features"].at[slot].set(fs, mode="drop")
+            mem["loss"] = mem["loss"].at[slot].set(ls, mode="drop")
+            if cfg.feature_refresh > 0:
+                mem["features"], mem["loss"] = jax.lax.cond(
+                    new.round % cfg.feature_refresh == 0,
+                    lambda: grad_features(new.params, new.model_state, data, everyone, hp),
+                    lambda: (mem["features"], mem["loss"]))
         if union:
             row = jnp.where(valid, idx, -1).astype(jnp.int32)
             mem["window"] = jnp.concatenate([row[None], mem["window"][:-1]], axis=0)

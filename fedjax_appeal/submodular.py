@@ -26,6 +26,7 @@ Everything is a pure function of arrays: it jits, vmaps and runs inside a round.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -100,15 +101,27 @@ def _zero_self(d: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
 
 
 def feature_oracle(features: jax.Array, scale: jax.Array | float = 1.0,
-                   block: int = 1024) -> DistanceOracle:
+                   block: int = 1024, cache_norms: bool = True) -> DistanceOracle:
     """Oracle computing distance columns from features in column blocks (no N x N array).
 
+    A column block is ||x_i||^2 + ||x_j||^2 - 2 x_i . x_j: with `cache_norms` (default) the
+    N squared norms are computed once per oracle, so a block of r columns costs one [N, p] x
+    [p, r] product (2 N p r flops) and no further pass over the N x p features; without it
+    every call recomputes them (one extra N x p pass per stochastic-greedy pick).
     `gains` sweeps the candidates in blocks of `block` columns with `lax.map`; its peak
     memory is N * block floats.
     """
     f = jnp.asarray(features, jnp.float32)
     n = f.shape[0]
-    cols = lambda idx: _zero_self(feature_distances(f, f[idx], scale), jnp.arange(n), idx)
+    if cache_norms:
+        sq = jnp.sum(f * f, -1)
+
+        def cols(idx):
+            d2 = (sq[:, None] + sq[idx][None, :]
+                  - 2.0 * jnp.dot(f, f[idx].T, precision=jax.lax.Precision.HIGHEST))
+            return _zero_self(jnp.sqrt(jnp.maximum(d2, 0.0)) / scale, jnp.arange(n), idx)
+    else:
+        cols = lambda idx: _zero_self(feature_distances(f, f[idx], scale), jnp.arange(n), idx)
 
     def gains(c, w):
         idx, ok = _blocks(n, block)
@@ -119,6 +132,25 @@ def feature_oracle(features: jax.Array, scale: jax.Array | float = 1.0,
         return jax.lax.map(one, idx).reshape(-1)[:n]
 
     return DistanceOracle(n, cols, gains)
+
+
+def stochastic_candidates(n: int, k: int, eps: float) -> int:
+    """r = ceil((N / k) ln(1 / eps)), at most N: stochastic greedy with r uniform candidates
+    per pick is (1 - 1/e - eps)-approximate in expectation for monotone submodular W
+    (Mirzasoleiman et al., "Lazier Than Lazy Greedy", AAAI 2015), with N r k = N^2 ln(1/eps)
+    gain evaluations in all, independent of k."""
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"eps must lie in (0, 1) (got {eps})")
+    return int(min(n, math.ceil(n / k * math.log(1.0 / eps))))
+
+
+def jl_dim(n: int, eps: float) -> int:
+    """Johnson-Lindenstrauss dimension k >= 4 ln N / (eps^2/2 - eps^3/3) (Dasgupta and
+    Gupta 2003): a Gaussian projection to k dimensions keeps all N (N - 1) / 2 pairwise
+    distances of N points within a factor 1 +- eps with probability >= 1 - 1/N."""
+    if not 0.0 < eps < 1.0:
+        raise ValueError(f"eps must lie in (0, 1) (got {eps})")
+    return int(math.ceil(4.0 * math.log(n) / (eps ** 2 / 2 - eps ** 3 / 3)))
 
 
 class GreedyResult(NamedTuple):

@@ -109,13 +109,17 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
     for name in ("greedy_candidates", "feature_refresh", "feature_dim"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
+    if not 0.0 <= cfg.greedy_epsilon < 1.0:
+        raise ConfigError(f"--greedy-epsilon must lie in [0, 1) (got {cfg.greedy_epsilon}); "
+                          "0 = use --greedy-candidates")
     if cfg.union_window < 1:
         raise ConfigError(f"--union-window must be >= 1 (got {cfg.union_window})")
     if cfg.distance_budget_mb <= 0:
         raise ConfigError(f"--distance-budget-mb must be > 0 (got {cfg.distance_budget_mb})")
     for name, choices in (("selector_features", ("grad", "delta")),
                           ("union_base", ("divfl", "subtrunc")),
-                          ("subtrunc_phi", ("log", "identity"))):
+                          ("subtrunc_phi", ("log", "identity")),
+                          ("selector_objective", ("raw", "normalized"))):
         if getattr(cfg, name) not in choices:
             raise ConfigError(f"--{name.replace('_', '-')} must be one of: {', '.join(choices)} "
                               f"(got {getattr(cfg, name)!r})")

@@ -126,6 +126,51 @@ def test_lazy_greedy_equals_plain_greedy_and_reference(seed):
         sm.greedy(sm.dense_oracle(d), 2, key=jax.random.key(0), r=3, lazy=True)
 
 
+def _counting_oracle(d, log):
+    """dense_oracle whose column reads append their batch size to `log` (also under jit)."""
+    base = sm.dense_oracle(d)
+
+    def cols(idx):
+        jax.debug.callback(lambda i: log.append(int(np.asarray(i).size)), idx)
+        return base.cols(idx)
+
+    return sm.DistanceOracle(base.n, cols, base.gains)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lazy_greedy_small_rescoring_batch_exercises_the_bounds(seed):
+    # with lazy_batch = 1..3 (<< N) a step must re-score stale bounds batch by batch until the
+    # largest bound is fresh; the picks must still be the plain greedy's and the reference's
+    rng = np.random.default_rng(300 + seed)
+    n, k = 40, 8
+    d, _ = rand_dist(rng, n, dim=2)
+    c0 = float(d.max())
+    phi = np.log1p(rng.uniform(0, 3, n)).astype(np.float32)
+    pen = rng.uniform(0, 0.5, n).astype(np.float32) * (rng.uniform(size=n) < 0.5)
+    avail = rng.uniform(size=n) < 0.8
+    for kw in ({}, {"available": avail, "phi": phi, "lam": 0.7, "b": 1.1, "penalty": pen}):
+        ref = ref_greedy(d, k, kw.get("available"), c0, kw.get("phi"), kw.get("lam", 0.0),
+                         kw.get("b", np.inf), kw.get("penalty"))
+        plain = np.asarray(sm.greedy(sm.dense_oracle(d), k, c0=c0, **kw).idx)
+        np.testing.assert_array_equal(plain, ref)
+        for nb in (1, 2, 3):
+            log: list[int] = []
+            res = jax.jit(lambda dd, kw=kw, nb=nb, log=log: sm.greedy(
+                _counting_oracle(dd, log), k, c0=c0, lazy=True, lazy_batch=nb, **kw))(d)
+            np.testing.assert_array_equal(np.asarray(res.idx), ref)
+            jax.effects_barrier()
+            # the k commits read one column each; re-scoring reads batches of nb columns
+            assert log.count(1) >= k
+            rescored = sum(log) - k
+            batches = (len(log) - k) if nb > 1 else rescored
+            assert rescored % nb == 0
+            eligible = int(np.sum(kw.get("available", np.ones(n, bool))))
+            # lazy: far fewer re-scored clients than the plain greedy's (k-1) full sweeps ...
+            assert rescored < (k - 1) * eligible // 2
+            # ... but more batches than one per step: the stale bounds were really consulted
+            assert batches > k - 1
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_greedy_within_1_minus_1_over_e_of_brute_force(seed):
     rng = np.random.default_rng(100 + seed)
@@ -368,3 +413,114 @@ def test_dissimilarity_metrics_against_numpy():
     assert out["client_dissimilarity_range"] == pytest.approx(p.max() - p.min())
     assert out["client_dissimilarity_mad"] == pytest.approx(np.mean(pairs))
     assert dissimilarity(np.array([0.5, 0.7]))["client_dissimilarity_mad"] == pytest.approx(20)
+
+
+def test_raw_objective_picks_match_reference_on_unscaled_distances(data10, tiny_model):
+    # paper-literal objective: G(S) = sum_i (C - min_j ||g_i - g_j||) on raw gradients, plus
+    # lam * min(b, sum ln(1 + f_j)) and the UnionFL penalty, against the float64 reference
+    hp = HParams(subtrunc_lambda=0.8, subtrunc_b=0.9, union_mu=0.05).as_arrays()
+    for name in ("divfl", "subtrunc", "unionfl"):
+        cfg = _cfg(selector=name, selector_objective="raw", union_window=1)
+        alg = build("fedavg", tiny_model, cfg)
+        state = alg.init(jax.random.key(0), data10, hp)
+        mem = dict(state.extra["selector"])
+        win = np.full(10, False)
+        if name == "unionfl":
+            mem["window"] = jnp.asarray([[1, 4, 6]], jnp.int32)
+            win[[1, 4, 6]] = True
+            state = state.replace(extra={**state.extra, "selector": mem})
+        f = np.asarray(mem["features"], np.float64)
+        d = np.linalg.norm(f[:, None] - f[None], axis=-1)
+        c0 = 2 * np.linalg.norm(f, axis=1).max()
+        phi = np.log1p(np.asarray(mem["loss"], np.float64)) if name == "subtrunc" else None
+        ref = ref_greedy(d, 3, None, c0, phi, 0.8 if phi is not None else 0.0, 0.9,
+                         0.05 * win if name == "unionfl" else None)
+        idx, _ = make_selector(tiny_model, cfg).select(jax.random.key(0), state, data10, hp)
+        assert np.asarray(idx).tolist() == ref
+        if name == "divfl":  # a positive rescaling: normalized DivFL picks the same clients
+            ncfg = cfg.replace(selector_objective="normalized")
+            nidx, _ = make_selector(tiny_model, ncfg).select(jax.random.key(0), state, data10,
+                                                             hp)
+            assert np.asarray(nidx).tolist() == ref
+
+
+def test_feature_refresh_1_recomputes_every_client_at_the_new_model(data10, tiny_model):
+    cfg = _cfg(selector="subtrunc", feature_refresh=1)
+    hp = HParams().as_arrays()
+    alg = build("fedavg", tiny_model, cfg)
+    state = alg.init(jax.random.key(0), data10, hp)
+    new, _ = jax.jit(alg.round)(state, data10, jax.random.key(1), hp)
+    mem = new.extra["selector"]
+    assert not np.allclose(np.asarray(mem["features"]),
+                           np.asarray(state.extra["selector"]["features"]))
+    for k in range(10):  # everyone's loss and full gradient at the model after the round
+        loss, g = client_grad(tiny_model, new.params, new.model_state, data10.train, k)
+        np.testing.assert_allclose(np.asarray(mem["features"][k]), np.asarray(flatten(g)),
+                                   rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(float(mem["loss"][k]), float(loss), rtol=1e-5)
+
+
+def test_scale_helpers_candidates_jl_dim_cached_norms_and_row_projection():
+    # r = ceil((N / k) ln(1 / eps)), clipped to N; JL dimension of Dasgupta-Gupta
+    assert sm.stochastic_candidates(10_000, 100, 0.1) == math.ceil(100 * math.log(10))
+    assert sm.stochastic_candidates(100, 10, 1e-9) == 100
+    assert sm.jl_dim(10_000, 0.3) == math.ceil(4 * math.log(1e4) / (0.045 - 0.009))
+    with pytest.raises(ValueError):
+        sm.stochastic_candidates(10, 2, 1.0)
+    rng = np.random.default_rng(7)
+    f = rng.normal(size=(50, 9)).astype(np.float32)
+    ref = np.linalg.norm(f[:, None].astype(np.float64) - f[None], axis=-1)
+    idx = jnp.asarray([3, 0, 41])
+    for cache in (True, False):
+        got = np.asarray(sm.feature_oracle(f, 2.0, cache_norms=cache).cols(idx))
+        np.testing.assert_allclose(got, ref[:, [3, 0, 41]] / 2.0, rtol=1e-4, atol=1e-4)
+    # the chunked row projection uses the same Gaussian matrix as the per-vector one
+    from fedjax_appeal.selectors import project, project_rows
+
+    x = rng.normal(size=(4, 300)).astype(np.float32)
+    rows = np.asarray(project_rows(jnp.asarray(x), 16, block=128))
+    for i in range(4):
+        np.testing.assert_allclose(rows[i], np.asarray(project(jnp.asarray(x[i]), 16, 128)),
+                                   rtol=1e-4, atol=1e-4)
+    # and, with dim large, it roughly keeps distances (JL): within 30% at dim 2048 here
+    big = np.asarray(project_rows(jnp.asarray(x), 2048, block=128))
+    for i, j in ((0, 1), (2, 3)):
+        ratio = np.linalg.norm(big[i] - big[j]) / np.linalg.norm(x[i] - x[j])
+        assert 0.7 < ratio < 1.3
+
+
+def test_greedy_epsilon_sets_the_candidate_count(data10, tiny_model, monkeypatch):
+    seen = []
+    orig = sm.greedy
+
+    def spy(*a, **k):
+        seen.append(k.get("r"))
+        return orig(*a, **k)
+
+    monkeypatch.setattr(sm, "greedy", spy)
+    cfg = _cfg(selector="divfl", greedy_epsilon=0.5)  # ceil((10 / 3) ln 2) = 3
+    hp = HParams().as_arrays()
+    alg = build("fedavg", tiny_model, cfg)
+    state = alg.init(jax.random.key(0), data10, hp)
+    make_selector(tiny_model, cfg).select(jax.random.key(0), state, data10, hp)
+    assert seen == [math.ceil(10 / 3 * math.log(2))]
+
+
+def test_reproduce_paired_differences_window_share_and_divergence():
+    from fedjax_appeal.reproduce import selection as rs
+
+    a = [{"seed": s, "x": v} for s, v in ((0, 1.0), (1, 5.0), (2, 2.0))]
+    b = [{"seed": s, "x": v} for s, v in ((2, 3.0), (0, 0.5), (1, 5.0))]  # matched by seed
+    p = rs.paired(a, b, "x")
+    assert p["diffs"] == [0.5, 0.0, -1.0] and p["signs"] == "+0-"
+    assert p["mean"] == pytest.approx(np.mean([0.5, 0.0, -1.0]))
+    assert rs._verdict(p, "-") == "not held"
+    assert rs._verdict(rs.paired(b[1:2], a[:1], "x"), "-") == "held"
+    cohorts = np.array([[0, 1], [1, 2], [3, 4], [0, 4]])
+    # round 1: {1} of {0,1}; round 2: none of {1,2} (u=1); round 3: {4} of {3,4}
+    assert rs._window_picks(cohorts, 1) == pytest.approx(2 / 6)
+    # u=3, round 3: both 0 and 4 in {0,1,2,3,4}
+    assert rs._window_picks(cohorts, 3) == pytest.approx(3 / 6)
+    x = {"cohorts": [[0, 1], [2, 3], [4, 5]]}
+    assert rs._first_divergence(x, {"cohorts": [[1, 0], [2, 3], [5, 6]]}) == 2
+    assert rs._first_divergence(x, x) == -1
