@@ -40,6 +40,13 @@ def _type_of(f: dataclasses.Field) -> Callable[[str], Any]:
     return {"int": int, "float": float}.get(t, str)
 
 
+def _hp_float(v: Any) -> float:
+    """A hyperparameter value; 'same' (used by --solo-lr: the client lr) reads as 0."""
+    if isinstance(v, str) and v.strip().lower() == "same":
+        return 0.0
+    return float(v)
+
+
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """One flag per RunConfig/HParams field, defaulting to 'not given'."""
     g = p.add_argument_group("run configuration")
@@ -55,7 +62,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         g.add_argument(_flag(f.name), **kw)
     h = p.add_argument_group("hyperparameters (vmappable)")
     for f in dataclasses.fields(HParams):
-        h.add_argument(_flag(f.name), type=float, default=argparse.SUPPRESS, dest=f.name,
+        h.add_argument(_flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
                        metavar="X", help=f"{f.metadata.get('help', '')} (default: {f.default})")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="TOML or JSON file with the same keys as the flags")
@@ -73,7 +80,7 @@ def resolve(args: argparse.Namespace, base: dict[str, Any] | None = None
     types = {f.name: _type_of(f) for f in dataclasses.fields(RunConfig)}
     try:
         run_kw = {k: types[k](v) if not isinstance(v, bool) else v for k, v in run_kw.items()}
-        hp_kw = {k: float(v) for k, v in hp_kw.items()}
+        hp_kw = {k: _hp_float(v) for k, v in hp_kw.items()}
     except (TypeError, ValueError) as e:
         raise ConfigError(f"bad value in configuration: {e}") from None
     return RunConfig(**run_kw), HParams(**hp_kw)

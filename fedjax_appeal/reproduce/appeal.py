@@ -24,9 +24,10 @@ from . import Context, experiment, markdown_table, mean_std
 
 # Fields of RunConfig that change the federation's data (runs sharing them share data).
 DATA_FIELDS = ("dataset", "max_samples", "partition", "alpha", "num_clusters",
-               "labels_per_cluster", "classes_per_client", "min_samples", "train_fraction",
-               "label_flip_fraction", "flip_ratio", "byzantine_fraction", "clients",
-               "unseen_clients", "seed", "data_dir", "fmnist_dir", "cache_dir")
+               "labels_per_cluster", "cluster_labels", "synthetic_alpha", "synthetic_beta",
+               "classes_per_client", "min_samples", "train_fraction", "label_flip_fraction",
+               "flip_ratio", "byzantine_fraction", "clients", "unseen_clients", "seed",
+               "data_dir", "fmnist_dir", "cache_dir")
 NA = "not available"
 
 
@@ -128,10 +129,39 @@ def run_grid(ctx: Context, columns: list[Column], variants: list[Variant],
                     rec["status"] = f"failed: {type(e).__name__}"
                     continue
                 rec["config"], rec["hparams"] = res["config"], res["hparams"]
-                rec["runs"].append({
-                    "seed": seed, "final": res["history"][-1],
-                    "history": [{k: h.get(k) for k in HISTORY_KEYS} for h in res["history"]],
-                    "timing": res["timing"]})
+                run = {"seed": seed, "final": res["history"][-1],
+                       "history": [{k: h.get(k) for k in HISTORY_KEYS}
+                                   for h in res["history"]],
+                       "timing": res["timing"],
+                       "available": res["round_metrics"].get("available"),
+                       "appealed": res["round_metrics"].get("appealed")}
+                if "cluster" in data.info:
+                    run["clusters"] = cluster_diagnostics(res, data)
+                rec["runs"].append(run)
+    return out
+
+
+def cluster_diagnostics(res: dict, data) -> dict[str, dict[str, list]]:
+    """Per-cluster means of the final per-client numbers of one run (`appeal.per_cluster`):
+    global and solo test loss and accuracy, appeal share, requirement, share of flipped
+    clients, and (seen clients) participation count, for the seen and unseen clients."""
+    from ..appeal import per_cluster
+
+    fc = res["final_clients"]
+    out = {}
+    for tag, info, te in (("seen", data.info, "test"), ("unseen", data.unseen_info,
+                                                         "unseen_test")):
+        if "cluster" not in info or f"appeal_{tag}" not in fc:
+            continue
+        ids = np.asarray(info["cluster"])
+        vals = {"global_test_loss": fc[f"{te}_loss"], "solo_test_loss": fc[f"solo_test_loss_{tag}"],
+                "global_test_acc": fc[f"{te}_acc"], "solo_test_acc": fc[f"solo_test_acc_{tag}"],
+                "appeal": fc[f"appeal_{tag}"], "requirement": fc[f"requirement_{tag}"]}
+        if "flipped" in info:
+            vals["flipped"] = np.asarray(info["flipped"], np.float64)
+        if tag == "seen":
+            vals["participation"] = res["participation"]
+        out[tag] = per_cluster(ids, vals)
     return out
 
 
@@ -171,29 +201,197 @@ def table_markdown(grid: dict, columns: list[Column], variants: list[Variant],
 
 
 def plot_histories(path: Path, grid: dict, key: str, ylabel: str) -> None:
-    """Mean over seeds of a history column vs round: one line per (column, variant)."""
+    """Mean ± std over seeds of a history column vs round: one line and band per
+    (column, variant)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for col, recs in grid.items():
-        for var, rec in (recs or {}).items():
+    cols = [c for c, recs in grid.items() if recs]
+    fig, axes = plt.subplots(1, max(1, len(cols)), figsize=(6.5 * max(1, len(cols)), 4.5),
+                             squeeze=False)
+    for ax, col in zip(axes[0], cols, strict=False):
+        for var, rec in grid[col].items():
             if rec.get("status") != "ok" or not rec["runs"]:
                 continue
             hs = [r["history"] for r in rec["runs"]]
             n = min(len(h) for h in hs)
             xs = [hs[0][i]["round"] for i in range(n)]
-            ys = [np.nanmean([np.nan if h[i].get(key) is None else h[i][key] for h in hs])
-                  for i in range(n)]
-            ax.plot(xs, ys, marker="o", ms=3, label=f"{var} ({col})")
-    ax.set_xlabel("round")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+            ys = np.array([[np.nan if h[i].get(key) is None else h[i][key] for i in range(n)]
+                           for h in hs], np.float64)
+            m, sd = np.nanmean(ys, 0), np.nanstd(ys, 0)
+            line, = ax.plot(xs, m, marker="o", ms=3, label=var)
+            ax.fill_between(xs, m - sd, m + sd, color=line.get_color(), alpha=0.15)
+        ax.set_title(col, fontsize=9)
+        ax.set_xlabel("round")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_pool(path: Path, grid: dict) -> None:
+    """Pool size (`round_metrics.available`) per round, mean ± std over seeds, per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = [c for c, recs in grid.items() if recs]
+    fig, axes = plt.subplots(1, max(1, len(cols)), figsize=(6.5 * max(1, len(cols)), 4.5),
+                             squeeze=False)
+    for ax, col in zip(axes[0], cols, strict=False):
+        for var, rec in grid[col].items():
+            runs = [r for r in rec.get("runs", []) if r.get("available")]
+            if rec.get("status") != "ok" or not runs:
+                continue
+            a = np.array([r["available"] for r in runs], np.float64)
+            m, sd = a.mean(0), a.std(0)
+            xs = np.arange(a.shape[1])
+            line, = ax.plot(xs, m, label=var, lw=1.2)
+            ax.fill_between(xs, m - sd, m + sd, color=line.get_color(), alpha=0.15)
+        ax.set_title(col, fontsize=9)
+        ax.set_xlabel("round")
+        ax.set_ylabel("clients available (pool size)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def paired(grid: dict, columns: list[Column], metrics: list[str], target: str = "MaxFL"
+           ) -> list[dict[str, Any]]:
+    """Per column and metric: `target` minus the best other variant (best by mean over
+    seeds), per seed, paired by seed. `held` means the difference is > 0 in every seed."""
+    out = []
+    for col in columns:
+        recs = grid.get(col.label) or {}
+        t = recs.get(target)
+        if not t or t.get("status") != "ok" or not t["runs"]:
+            continue
+        for key in metrics:
+            scale = METRICS[key][1]
+            tv = {r["seed"]: r["final"].get(key) for r in t["runs"]}
+            best, best_m = None, -np.inf
+            for var, rec in recs.items():
+                if var == target or rec.get("status") != "ok" or not rec["runs"]:
+                    continue
+                vals = [r["final"].get(key) for r in rec["runs"]]
+                if any(v is None for v in vals):
+                    continue
+                if np.mean(vals) > best_m:
+                    best, best_m = var, float(np.mean(vals))
+            if best is None or any(v is None for v in tv.values()):
+                continue
+            bv = {r["seed"]: r["final"][key] for r in recs[best]["runs"]}
+            seeds = sorted(set(tv) & set(bv))
+            d = [scale * (tv[s] - bv[s]) for s in seeds]
+            out.append({"column": col.label, "metric": key, "best_baseline": best,
+                        "seeds": seeds, "diff": d,
+                        "signs": " ".join("+" if x > 0 else ("0" if x == 0 else "−") for x in d),
+                        "mean": float(np.mean(d)), "std": float(np.std(d)),
+                        "held": bool(d) and all(x > 0 for x in d)})
+    return out
+
+
+def paired_markdown(rows: list[dict[str, Any]], target: str = "MaxFL") -> str:
+    if not rows:
+        return "(no paired comparison: a row is missing)\n"
+    return markdown_table(
+        ["column", "metric", "best baseline (by mean)", f"{target} − best, per seed",
+         "mean ± std", "signs", "held (all seeds > 0)"],
+        [[r["column"], METRICS[r["metric"]][0], r["best_baseline"],
+          ", ".join(f"{x:+.2f}" for x in r["diff"]), f"{r['mean']:+.2f} ± {r['std']:.2f}",
+          r["signs"], "held" if r["held"] else "not held"] for r in rows])
+
+
+def cluster_summary(rec: dict, tag: str) -> dict[str, list] | None:
+    """Seed-mean of the per-cluster diagnostics of one variant (None without clusters)."""
+    runs = [r["clusters"][tag] for r in rec.get("runs", []) if tag in r.get("clusters", {})]
+    if not runs:
+        return None
+    out = {"cluster": runs[0]["cluster"], "clients": runs[0]["clients"]}
+    for k in runs[0]:
+        if k in ("cluster", "clients"):
+            continue
+        if all(len(r[k]) == len(runs[0][k]) for r in runs):
+            out[k] = np.mean([r[k] for r in runs], 0).tolist()
+    return out
+
+
+def cluster_markdown(grid: dict, columns: list[Column], tag: str,
+                     variants: tuple[str, ...] = ("FedAvg", "MaxFL")) -> str:
+    """MaxFL-vs-FedAvg per-cluster table (mean over seeds) of every clusters column."""
+    parts = []
+    for col in columns:
+        recs = grid.get(col.label) or {}
+        sums = {v: cluster_summary(recs[v], tag) for v in variants
+                if v in recs and recs[v].get("status") == "ok"}
+        sums = {v: x for v, x in sums.items() if x}
+        if not sums:
+            continue
+        first = next(iter(sums.values()))
+        header = ["cluster (labels)", "solo acc (%)", "solo test loss"]
+        for v in sums:
+            header += [f"{v} acc (%)", f"{v} test loss", f"{v} appeal"]
+            if tag == "seen":
+                header.append(f"{v} rounds/client")
+        rows = []
+        for i, c in enumerate(first["cluster"]):
+            labels = f"{c} ({2 * c}, {2 * c + 1})" if col.cfg.get("cluster_labels") == "pairs" \
+                else str(c)
+            row = [labels, f"{100 * first['solo_test_acc'][i]:.1f}",
+                   f"{first['solo_test_loss'][i]:.3f}"]
+            for x in sums.values():
+                row += [f"{100 * x['global_test_acc'][i]:.1f}", f"{x['global_test_loss'][i]:.3f}",
+                        f"{x['appeal'][i]:.2f}"]
+                if tag == "seen":
+                    row.append(f"{x['participation'][i]:.1f}")
+            rows.append(row)
+        parts.append(f"\n**{col.label}** ({tag} clients; mean over seeds; flipped clients "
+                     "counted in their original cluster):\n\n" + markdown_table(header, rows))
+    return "".join(parts)
+
+
+def plot_clusters(path: Path, grid: dict, tag: str) -> None:
+    """Per-cluster appeal share (top) and test accuracy (bottom; solo as a black mark) of
+    every variant, one panel column per table column."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = [c for c, recs in grid.items() if recs and any(
+        cluster_summary(r, tag) for r in recs.values() if r.get("status") == "ok")]
+    if not cols:
+        return
+    fig, axes = plt.subplots(2, len(cols), figsize=(6.5 * len(cols), 6.5), squeeze=False)
+    for j, col in enumerate(cols):
+        sums = {v: cluster_summary(r, tag) for v, r in grid[col].items()
+                if r.get("status") == "ok"}
+        sums = {v: x for v, x in sums.items() if x}
+        n = len(next(iter(sums.values()))["cluster"])
+        w = 0.8 / max(1, len(sums))
+        for i, (v, x) in enumerate(sums.items()):
+            xs = np.arange(n) + i * w
+            axes[0][j].bar(xs, x["appeal"], w, label=v)
+            axes[1][j].bar(xs, 100 * np.asarray(x["global_test_acc"]), w, label=v)
+        solo = next(iter(sums.values()))["solo_test_acc"]
+        axes[1][j].plot(np.arange(n) + 0.4 - w / 2, 100 * np.asarray(solo), "k_", ms=18,
+                        mew=2, label="solo")
+        for r, lab in ((0, "appeal share"), (1, "test accuracy (%)")):
+            axes[r][j].set_xticks(np.arange(n) + 0.4 - w / 2)
+            axes[r][j].set_xticklabels([f"c{c}" for c in range(n)])
+            axes[r][j].set_ylabel(f"{lab} ({tag})")
+            axes[r][j].grid(alpha=0.3, axis="y")
+        axes[0][j].set_title(col, fontsize=9)
+        axes[0][j].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -210,7 +408,7 @@ def _settings_markdown(grid: dict, columns: list[Column], ctx: Context) -> str:
                         "clients", "unseen_clients", "cohort", "rounds", "local_steps",
                         "batch_size", "rho_steps", "opt_out_after", "finetune_steps",
                         "label_flip_fraction", "byzantine_fraction", "max_samples", "model",
-                        "requirement", "appeal_split")
+                        "requirement", "appeal_def", "cluster_labels")
                 hk = ("client_lr", "solo_lr", "server_lr", "prox_mu", "maxfl_eps", "qffl_q")
                 lines.append(f"- {col.label} / {var}: " + ", ".join(
                     f"{k}={c[k]}" for k in keys if k in c) + "; " + ", ".join(
@@ -218,27 +416,49 @@ def _settings_markdown(grid: dict, columns: list[Column], ctx: Context) -> str:
     return "\n".join(lines)
 
 
+def _appeal_defs(grid: dict) -> list[str]:
+    return sorted({rec["config"].get("appeal_def", "?") for recs in grid.values() if recs
+                   for rec in recs.values() if rec.get("status") == "ok" and rec["config"]})
+
+
 def report(ctx: Context, title: str, grid: dict, columns: list[Column],
            variants: list[Variant], metrics: list[str], paper: dict, notes: str,
-           plot_tag: str = "seen", extra_files: dict | None = None) -> None:
+           plot_tag: str = "seen", extra_files: dict | None = None,
+           paired_metrics: list[str] | None = None, pool_plot: bool = False) -> None:
     paper_keys = {k for d in paper.values() for k in d}
     table = table_markdown(grid, columns, variants, metrics, paper, paper_keys)
+    pm = paired_metrics or [m for m in metrics if m.startswith(("gm_appeal", "test_acc",
+                                                                 "preferred_acc"))]
+    pairs = paired(grid, columns, pm)
+    defs = _appeal_defs(grid)
+    clusters = cluster_markdown(grid, columns, plot_tag)
     text = (f"# {title}\n\nCommand: `{ctx.command}`\n\nSeeds: {ctx.seeds}"
             f"{' (--quick: reduced setting)' if ctx.quick else ''}. Ours: mean ± std over "
-            "seeds of the last evaluation; fractions in [0, 1], accuracies in %.\n\n"
-            f"{table}\n## Settings and hyperparameters (see notes)\n\n"
+            "seeds of the last evaluation; fractions in [0, 1], accuracies in %. Appeal "
+            f"definition (`--appeal-def`): {', '.join(defs)} (GM-Appeal, preferred acc and, "
+            "with opt-out, the pool all use it).\n\n"
+            f"{table}\n## MaxFL minus the best baseline, paired by seed\n\n"
+            "The best baseline is the other row with the highest mean; a direction counts as "
+            "held only when its sign is + in every seed.\n\n"
+            f"{paired_markdown(pairs)}\n"
+            + (f"## Per cluster: MaxFL vs FedAvg\n{clusters}\n" if clusters else "")
+            + f"## Settings and hyperparameters (see notes)\n\n"
             f"{_settings_markdown(grid, columns, ctx)}\n\n## Notes\n\n{notes}\n")
     print(text)
     files: dict[str, Any] = {
         "table.md": text,
         "results.json": {"title": title, "command": ctx.command, "seeds": ctx.seeds,
-                         "quick": ctx.quick,
+                         "quick": ctx.quick, "appeal_def": defs, "paired": pairs,
                          "grid": grid, "paper": {f"{c}|{v}": d for (c, v), d in paper.items()}},
         "gm_appeal.png": lambda p: plot_histories(p, grid, f"gm_appeal_{plot_tag}",
                                                   f"GM-Appeal ({plot_tag} clients)"),
         "preferred_acc.png": lambda p: plot_histories(
             p, grid, f"preferred_acc_{plot_tag}", f"preferred-model test accuracy ({plot_tag})"),
     }
+    if clusters:
+        files["clusters.png"] = lambda p: plot_clusters(p, grid, plot_tag)
+    if pool_plot:
+        files["pool.png"] = lambda p: plot_pool(p, grid)
     files.update(extra_files or {})
     ctx.write(files)
 
@@ -249,28 +469,40 @@ BASELINES = [Variant("FedAvg", "fedavg"), Variant("FedProx", "fedprox"),
              Variant("SCAFFOLD", "scaffold"), Variant("PerFedAvg", "perfedavg"),
              Variant("pFedMe", "pfedme"), Variant("q-FFL", "qffl", {"qffl_q": 1.0}),
              Variant("MW-Fed", "mwfed"), Variant("MaxFL", "maxfl")]
-# solo_lr fixes the solo models (requirements rho_k) for every algorithm and client lr.
+# Solo models use the client lr of each run (solo_lr 0 = `--solo-lr same`, TMLR App. D.1:
+# "the same batch-size and learning rate used for the local training").
 BASE_HP = {"client_lr": 0.05, "server_lr": 1.0, "prox_mu": 0.01, "maxfl_eps": 1e-3,
-           "solo_lr": 0.05}
-# The two FMNIST settings the algorithms are tuned on (`appeal-tune`), and their tables:
-# "clusters" = Table 2 (also Tables 3, 5, 7); "flexible" = Table 1 (also Table 4).
-CLUSTERS = dict(partition="clusters", num_clusters=5, labels_per_cluster=2, cohort=5,
-                opt_out_after=0)
+           "solo_lr": 0.0}
+# The FMNIST settings (TMLR App. D.1; IncFL Sec. 5). Clusters: 5 clusters x 2 labels, the
+# labels of cluster c are (2c, 2c+1) (`--cluster-labels pairs`; the text does not say how
+# labels are grouped; `random` is the other reading).
+CLUSTERS_TMLR = dict(partition="clusters", num_clusters=5, labels_per_cluster=2,
+                     cluster_labels="pairs", cohort=5, label_flip_fraction=0.3,
+                     opt_out_after=0)
+CLUSTERS_INCFL = dict(partition="clusters", num_clusters=5, labels_per_cluster=2,
+                      cluster_labels="pairs", cohort=10, label_flip_fraction=0.0,
+                      opt_out_after=0)
+CLUSTERS = CLUSTERS_TMLR
 FLEXIBLE = dict(partition="dirichlet", alpha=0.5, cohort=5, label_flip_fraction=0.3,
                 opt_out_after=10)
+SETTINGS = {
+    "tmlr": ("Table 2 as in TMLR: FMNIST 5 x 2-label clusters, cohort 5, 30% flipped",
+             CLUSTERS_TMLR),
+    "incfl": ("Table 2 as in IncFL (its Table 1): FMNIST 5 x 2-label clusters, cohort 10, "
+              "no flipping", CLUSTERS_INCFL),
+    "flexible": ("Table 1: FMNIST Dirichlet(0.5), 30% flipped, cohort 5, opt-out from "
+                 "round 10", FLEXIBLE),
+}
+TUNE_ALGORITHMS = {
+    "tmlr": ("fedavg", "fedprox", "scaffold", "mwfed", "maxfl", "perfedavg", "qffl"),
+    "incfl": ("fedavg", "fedprox", "scaffold", "mwfed", "maxfl"),
+    "flexible": ("fedavg", "fedprox", "scaffold", "perfedavg", "pfedme", "qffl", "mwfed",
+                 "maxfl"),
+}
 # (client_lr, local_steps) per setting and algorithm, chosen by
 # `fedjax-appeal reproduce appeal-tune` (results/appeal-tune/table.md): the grid point with
-# the highest final GM-Appeal (seen) on a held-out seed, ties broken by test accuracy.
-TUNED: dict[str, dict[str, tuple[float, int]]] = {
-    "clusters": {"fedavg": (0.1, 10), "fedprox": (0.05, 10), "scaffold": (0.05, 50),
-                 "perfedavg": (0.1, 30), "pfedme": (0.05, 50), "qffl": (0.1, 10),
-                 "mwfed": (0.05, 30), "maxfl": (0.1, 50)},
-    # FedAvg, FedProx, SCAFFOLD tuned on this setting; the tune was stopped there (CPU
-    # budget), so the other algorithms carry their "clusters" values over.
-    "flexible": {"fedavg": (0.05, 50), "fedprox": (0.05, 50), "scaffold": (0.05, 50),
-                 "perfedavg": (0.1, 30), "pfedme": (0.05, 50), "qffl": (0.1, 10),
-                 "mwfed": (0.05, 30), "maxfl": (0.1, 50)},
-}
+# the highest final test accuracy (seen) on the held-out seed, ties by GM-Appeal.
+TUNED: dict[str, dict[str, tuple[float, int]]] = {}
 
 
 def tuned_values(setting: str, algorithm: str) -> tuple[dict, dict]:
