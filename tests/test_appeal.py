@@ -358,3 +358,18 @@ def test_per_cluster_equals_numpy():
         assert d["participation"][c] == pytest.approx(part[m].mean())
         assert d["solo_test_loss"][c] == pytest.approx(v["solo_test_loss_seen"][m].mean())
         assert d["global_test_acc"][c] == pytest.approx(v["test_acc"][m].mean())
+
+
+def test_paired_differences_by_hand():
+    from fedjax_appeal.reproduce.appeal import Column, paired
+
+    def rec(vals):
+        return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}
+                                         for s, v in zip((0, 1, 2), vals, strict=True)]}
+
+    grid = {"c": {"FedAvg": rec([0.1, 0.2, 0.3]), "MW-Fed": rec([0.3, 0.0, 0.0]),
+                  "MaxFL": rec([0.15, 0.1, 0.5])}}
+    (row,) = paired(grid, [Column("c", {})], ["gm_appeal_unseen"])
+    assert row["best_baseline"] == "FedAvg"  # mean 0.2 > 0.1
+    np.testing.assert_allclose(row["diff"], [0.05, -0.1, 0.2], atol=1e-12)
+    assert row["signs"] == "+ − +" and not row["held"]

@@ -424,24 +424,25 @@ def _appeal_defs(grid: dict) -> list[str]:
 def report(ctx: Context, title: str, grid: dict, columns: list[Column],
            variants: list[Variant], metrics: list[str], paper: dict, notes: str,
            plot_tag: str = "seen", extra_files: dict | None = None,
-           paired_metrics: list[str] | None = None, pool_plot: bool = False) -> None:
+           paired_metrics: list[str] | None = None, pool_plot: bool = False,
+           target: str = "MaxFL") -> None:
     paper_keys = {k for d in paper.values() for k in d}
     table = table_markdown(grid, columns, variants, metrics, paper, paper_keys)
     pm = paired_metrics or [m for m in metrics if m.startswith(("gm_appeal", "test_acc",
                                                                  "preferred_acc"))]
-    pairs = paired(grid, columns, pm)
+    pairs = paired(grid, columns, pm, target)
     defs = _appeal_defs(grid)
-    clusters = cluster_markdown(grid, columns, plot_tag)
+    clusters = cluster_markdown(grid, columns, plot_tag, ("FedAvg", target))
     text = (f"# {title}\n\nCommand: `{ctx.command}`\n\nSeeds: {ctx.seeds}"
             f"{' (--quick: reduced setting)' if ctx.quick else ''}. Ours: mean ± std over "
             "seeds of the last evaluation; fractions in [0, 1], accuracies in %. Appeal "
             f"definition (`--appeal-def`): {', '.join(defs)} (GM-Appeal, preferred acc and, "
             "with opt-out, the pool all use it).\n\n"
-            f"{table}\n## MaxFL minus the best baseline, paired by seed\n\n"
+            f"{table}\n## {target} minus the best baseline, paired by seed\n\n"
             "The best baseline is the other row with the highest mean; a direction counts as "
             "held only when its sign is + in every seed.\n\n"
-            f"{paired_markdown(pairs)}\n"
-            + (f"## Per cluster: MaxFL vs FedAvg\n{clusters}\n" if clusters else "")
+            f"{paired_markdown(pairs, target)}\n"
+            + (f"## Per cluster: {target} vs FedAvg\n{clusters}\n" if clusters else "")
             + f"## Settings and hyperparameters (see notes)\n\n"
             f"{_settings_markdown(grid, columns, ctx)}\n\n## Notes\n\n{notes}\n")
     print(text)
@@ -496,8 +497,7 @@ SETTINGS = {
 TUNE_ALGORITHMS = {
     "tmlr": ("fedavg", "fedprox", "scaffold", "mwfed", "maxfl", "perfedavg", "qffl"),
     "incfl": ("fedavg", "fedprox", "scaffold", "mwfed", "maxfl"),
-    "flexible": ("fedavg", "fedprox", "scaffold", "perfedavg", "pfedme", "qffl", "mwfed",
-                 "maxfl"),
+    "flexible": ("fedavg", "fedprox", "scaffold", "qffl", "mwfed", "maxfl"),
 }
 # (client_lr, local_steps) per setting and algorithm, chosen by
 # `fedjax-appeal reproduce appeal-tune` (results/appeal-tune/table.md): the grid point with
@@ -518,144 +518,206 @@ FMNIST_FULL = dict(dataset="fmnist", clients=100, unseen_clients=100, rounds=200
 FMNIST_QUICK = dict(dataset="fmnist", clients=20, unseen_clients=20, rounds=30, eval_every=10,
                     local_steps=10, batch_size=64, rho_steps=50, max_samples=8000)
 COMMON_NOTES = (
-    "- Hyperparameters: client lr and local steps tau of every algorithm were chosen per "
-    "setting by `fedjax-appeal reproduce appeal-tune` (grid lr {0.1, 0.05, 0.01, 0.005, "
-    "0.001} x tau {10, 30, 50}, b = 64, one held-out seed; results/appeal-tune/) on the "
-    "FMNIST settings of Table 1 (used by Tables 1 and 4) and Table 2 (Tables 2, 3, 5, 7); "
-    "on the Table 1 setting only FedAvg, FedProx and SCAFFOLD were tuned, the others "
-    "use their Table 2 values; "
-    "columns on other data (FEMNIST, Sent140) use lr 0.05, tau 10 untuned. Server lr 1, "
-    "no momentum, no lr decay; the values of every run are listed above.\n"
-    "- Solo models (requirements rho_k) use lr 0.05 (`solo_lr`) for every algorithm, so "
-    "all algorithms of a table face the same requirements whatever their tuned client lr.\n"
-    "- GM-Appeal compares, per client, the global model's loss on the client's held-out "
-    "test split with its solo model's test loss (solo model: rho_steps local SGD steps "
-    "from the initial global model); preferred acc is the test accuracy of whichever of "
-    "the two the client prefers.\n"
-    "- Algorithms not registered in this build are shown as 'not available'; they are "
-    "picked up automatically once registered.\n"
+    "- Schedule (every FMNIST column unless stated): the paper's, 100 seen + 100 unseen "
+    "clients, 200 rounds, tau = 10 local steps unless tuned otherwise, b = 64, solo models "
+    "100 local SGD steps (tau_l) with the run's client lr (`--solo-lr same`, TMLR App. D.1), "
+    "MLP [64, 30] with dropout, 60/40 train/test split per client.\n"
+    "- Hyperparameters: client lr per algorithm and setting chosen by "
+    "`fedjax-appeal reproduce appeal-tune` (results/appeal-tune/): grid lr {0.1, 0.05, "
+    "0.01, 0.005} (vmapped), tau = 10, b = 64, on a held-out seed (100), highest final test "
+    "accuracy of the seen clients (TMLR D.1); the paper's grid is larger (lr also 0.001, "
+    "b in {32, 64, 128}, tau in {10, 30, 50}). Server lr 1, no momentum, no lr decay.\n"
+    "- Appeal (`--appeal-def test-vs-solo-test`): client k finds the global model appealing "
+    "iff its loss on k's held-out test split is below the solo model's; preferred acc is the "
+    "test accuracy of whichever of the two k prefers. MaxFL's own objective uses rho_k = "
+    "the solo model's train loss (Algorithm 1).\n"
+    "- Paired differences: MaxFL minus the best other row (by mean), seed by seed (seeds "
+    "fix the partition, the flipped clients and the training keys).\n"
     "- --quick runs a reduced setting (fewer clients/samples/rounds): its numbers are not "
     "comparable with the paper's.\n")
 
 
+def _col(label: str, setting: str, extra: dict | None = None, quick_extra: dict | None = None,
+         quick: bool = True) -> Column:
+    """A FMNIST column of a setting of `SETTINGS`, tuned on it (`quick`: run by --quick)."""
+    base = SETTINGS[setting][1]
+    return Column(label, {**FMNIST_FULL, **base, **(extra or {})},
+                  {**FMNIST_QUICK, **base, **(extra or {}), **(quick_extra or {})}
+                  if quick else None, tuned=setting)
+
+
+TABLE1_PAPER = {("FMNIST", k): {"test_acc_seen": a, "gm_appeal_seen": g} for k, a, g in [
+    ("FedAvg", 43.70, 0.04), ("FedProx", 44.59, 0.05), ("SCAFFOLD", 39.90, 0.00),
+    ("PerFedAvg", 46.62, 0.05), ("pFedMe", 31.06, 0.00), ("q-FFL", 29.92, 0.00),
+    ("MW-Fed", 44.41, 0.04), ("MaxFL", 70.86, 0.37)]}
+
+
 @experiment("appeal-flexible", "MaxFL Table 1: flexible participation (opt-out), 30% flipped")
 def appeal_flexible(ctx: Context) -> None:
-    fl = FLEXIBLE
-    columns = [Column("FMNIST", {**FMNIST_FULL, **fl}, {**FMNIST_QUICK, **fl},
-                      tuned="flexible"),
-               Column("FEMNIST", dict(dataset="femnist", partition="natural", clients=88,
-                                      unseen_clients=88, cohort=10, rounds=200,
-                                      eval_every=10, local_steps=10, batch_size=64,
-                                      rho_steps=100, min_samples=10,
-                                      label_flip_fraction=0.3, opt_out_after=10))]
-    paper = {("FMNIST", k): {"test_acc_seen": a, "gm_appeal_seen": g} for k, a, g in [
-        ("FedAvg", 43.70, 0.04), ("FedProx", 44.59, 0.05), ("SCAFFOLD", 39.90, 0.00),
-        ("PerFedAvg", 46.62, 0.05), ("pFedMe", 31.06, 0.00), ("q-FFL", 29.92, 0.00),
-        ("MW-Fed", 44.41, 0.04), ("MaxFL", 70.86, 0.37)]}
-    grid = run_grid(ctx, columns, BASELINES, BASE_HP)
-    notes = COMMON_NOTES + (
-        "- The paper's EMNIST column runs here on FEMNIST-partial (176 writers with >= 10 "
-        "samples: 88 seen + 88 unseen, natural partition, cohort 10); the paper's EMNIST "
-        "numbers are not given "
-        "in the issue, so that column has no paper values.\n"
-        "- Participation: rounds < 10 everyone; afterwards only clients whose train loss at "
-        "the current global model is below rho_k (their solo model's train loss). Solo "
-        "models on 2-3-label clients reach very low train losses, so after round 10 few "
-        "clients stay and the global model can freeze (no available client) — the "
-        "'appealed' round metric in results.json shows the pool size per round.\n")
-    report(ctx, "Appeal under flexible participation (MaxFL Table 1)", grid, columns,
-           BASELINES, ["test_acc_seen", "gm_appeal_seen", "preferred_acc_seen",
-                       "gm_appeal_unseen"], paper, notes)
-
-
-@experiment("appeal-unseen", "MaxFL Table 2: GM-Appeal on unseen clients (FMNIST 5x2 clusters)")
-def appeal_unseen(ctx: Context) -> None:
-    cl = CLUSTERS
-    columns = [Column("FMNIST", {**FMNIST_FULL, **cl}, {**FMNIST_QUICK, **cl},
-                      tuned="clusters"),
-               Column("Sent140", dict(dataset="sent140", partition="natural", clients=100,
-                                      unseen_clients=100, cohort=10, rounds=200,
-                                      eval_every=10, local_steps=10, batch_size=32,
-                                      rho_steps=100, min_samples=10, opt_out_after=0))]
-    variants = [v for v in BASELINES if v.label in ("FedAvg", "FedProx", "SCAFFOLD", "MW-Fed",
-                                                    "MaxFL")]
-    paper = {("FMNIST", k): {"gm_appeal_unseen": g} for k, g in [
-        ("FedAvg", 0.08), ("FedProx", 0.07), ("SCAFFOLD", 0.02), ("MW-Fed", 0.05),
-        ("MaxFL", 0.55)]}
+    columns = [_col("FMNIST", "flexible")]
+    variants = [v for v in BASELINES if v.label not in ("PerFedAvg", "pFedMe")]
     grid = run_grid(ctx, columns, variants, BASE_HP)
     notes = COMMON_NOTES + (
-        "- Sent140 runs on the Sent140 subset of the data folder (users with >= 10 tweets, "
-        "218 of its 2,875 users: 100 seen + 100 unseen; features: average-pooled "
-        "GloVe-50); the paper's Sent140 numbers are not given in the issue.\n"
-        "- Full participation (no opt-out) in this table; unseen clients never train and "
-        "train their solo models on their own train split.\n")
-    report(ctx, "GM-Appeal on unseen clients (MaxFL Table 2)", grid, columns, variants,
-           ["gm_appeal_unseen", "preferred_acc_unseen", "test_acc_unseen", "gm_appeal_seen"],
+        "- Participation: rounds < 10 everyone; from round 10 on, the pool is the seen "
+        "clients the current global model appeals to under the same definition as GM-Appeal "
+        "(recomputed every round, so clients also come back); `pool.png` and "
+        "`grid.*.runs[].available` give the pool size per round.\n"
+        "- Not run (CPU budget): the paper's EMNIST column and the personalized baselines "
+        "PerFedAvg and pFedMe.\n")
+    report(ctx, "Appeal under flexible participation (MaxFL Table 1)", grid, columns,
+           variants, ["test_acc_seen", "gm_appeal_seen", "preferred_acc_seen",
+                       "test_acc_unseen", "gm_appeal_unseen"], TABLE1_PAPER, notes,
+           pool_plot=True)
+
+
+TABLE2_VARIANTS = ("FedAvg", "FedProx", "SCAFFOLD", "MW-Fed", "MaxFL")
+TMLR_LABEL = "TMLR (cohort 5, 30% flipped)"
+INCFL_LABEL = "IncFL (cohort 10, no flipping)"
+
+
+@experiment("appeal-unseen", "MaxFL Table 2: GM-Appeal on unseen clients (FMNIST 5x2 clusters), "
+            "in the TMLR and the IncFL setting")
+def appeal_unseen(ctx: Context) -> None:
+    columns = [_col(TMLR_LABEL, "tmlr"), _col(INCFL_LABEL, "incfl", quick=False)]
+    variants = [v for v in BASELINES if v.label in TABLE2_VARIANTS]
+    paper = {}
+    for col in (TMLR_LABEL, INCFL_LABEL):
+        for k, g, a in [("FedAvg", 0.08, 98.53), ("FedProx", 0.07, 98.43),
+                        ("SCAFFOLD", 0.02, 98.26), ("MW-Fed", 0.05, 98.32),
+                        ("MaxFL", 0.55, 98.83)]:
+            if col == INCFL_LABEL and k == "SCAFFOLD":
+                continue
+            paper[(col, k)] = {"gm_appeal_unseen": g, "preferred_acc_unseen": a}
+    grid = run_grid(ctx, columns, variants, BASE_HP)
+    notes = COMMON_NOTES + (
+        "- Two readings of the setting: TMLR Table 2 (App. D.1: cohort 5, label flipping on "
+        "30% of the clients) and IncFL Table 1 (the same numbers; 10 clients per round, no "
+        "flipping mentioned). Clusters: 5 x 2 labels, cluster c holds labels (2c, 2c+1) "
+        "(`--cluster-labels pairs`).\n"
+        "- Full participation (no opt-out); unseen clients never train, their solo models "
+        "train on their own train split.\n"
+        "- The per-cluster table shows where appeal comes from: a client can only find the "
+        "10-class global model appealing when its loss on the client's two labels beats a "
+        "2-label solo model's (solo accuracy ~97-99%).\n"
+        "- The Sent140 column of the paper is not run (CPU budget).\n")
+    report(ctx, "GM-Appeal on unseen clients (MaxFL Table 2 / IncFL Table 1)", grid, columns,
+           variants, ["gm_appeal_unseen", "preferred_acc_unseen", "test_acc_unseen",
+                      "gm_appeal_seen", "preferred_acc_seen"],
            paper, notes, plot_tag="unseen")
+
+
+@experiment("appeal-curves", "MaxFL Figure 4: GM-Appeal and preferred accuracy (seen) over "
+            "rounds, TMLR Table 2 setting")
+def appeal_curves(ctx: Context) -> None:
+    columns = [_col(TMLR_LABEL, "tmlr")]
+    variants = [v for v in BASELINES if v.label in TABLE2_VARIANTS]
+    grid = run_grid(ctx, columns, variants, BASE_HP)
+    notes = COMMON_NOTES + ("- The runs are those of Table 2 (TMLR setting); the figure "
+                            "shows the seen clients, mean ± std over seeds as bands.\n")
+    report(ctx, "GM-Appeal and preferred accuracy over rounds (MaxFL Figure 4)", grid,
+           columns, variants, ["gm_appeal_seen", "preferred_acc_seen", "test_acc_seen"], {},
+           notes, plot_tag="seen")
 
 
 @experiment("appeal-finetune", "MaxFL Table 3: GM-Appeal after 5 local fine-tuning steps")
 def appeal_finetune(ctx: Context) -> None:
-    cl = {**CLUSTERS, "finetune_steps": 5}
-    columns = [Column("FMNIST", {**FMNIST_FULL, **cl}, {**FMNIST_QUICK, **cl},
-                      tuned="clusters")]
-    variants = [v for v in BASELINES if v.label in ("FedAvg", "FedProx", "PerFedAvg",
-                                                    "pFedMe", "MaxFL")]
+    columns = [_col(TMLR_LABEL, "tmlr", {"finetune_steps": 5})]
+    variants = [v for v in BASELINES if v.label in ("FedAvg", "FedProx", "SCAFFOLD",
+                                                    "PerFedAvg", "MW-Fed", "MaxFL")]
+    paper = {(TMLR_LABEL, k): {"gm_appeal_ft_seen": a, "gm_appeal_ft_unseen": b}
+             for k, a, b in [("FedAvg", 0.38, 0.39), ("FedProx", 0.40, 0.41),
+                             ("SCAFFOLD", 0.02, 0.03), ("PerFedAvg", 0.45, 0.46),
+                             ("MW-Fed", 0.28, 0.39), ("MaxFL", 0.55, 0.56)]}
     grid = run_grid(ctx, columns, variants, BASE_HP)
-    notes = COMMON_NOTES + ("- The paper's Table 3 numbers are not given in the issue (paper "
-                            "column omitted).\n")
+    notes = COMMON_NOTES + ("- Same runs as Table 2 (TMLR setting) plus PerFedAvg; every "
+                            "client fine-tunes the final global model for 5 local SGD steps "
+                            "(client lr, b = 64) and compares it with its solo model.\n")
     report(ctx, "GM-Appeal after personalization (MaxFL Table 3)", grid, columns, variants,
            ["gm_appeal_ft_seen", "gm_appeal_ft_unseen", "preferred_acc_ft_seen",
-            "preferred_acc_ft_unseen", "gm_appeal_seen"], {}, notes)
+            "preferred_acc_ft_unseen", "gm_appeal_seen"], paper, notes)
 
 
 @experiment("appeal-byzantine", "MaxFL Table 4: Byzantine clients (5% and 10%)")
 def appeal_byzantine(ctx: Context) -> None:
-    base = dict(partition="dirichlet", alpha=0.5, cohort=5, opt_out_after=0)
-    columns = [Column(f"Byzantine {int(f * 100)}%", {**FMNIST_FULL, **base,
-                                                      "byzantine_fraction": f},
-                      {**FMNIST_QUICK, **base, "byzantine_fraction": f}, tuned="flexible")
+    columns = [_col(f"Byzantine {int(f * 100)}%", "flexible", {"byzantine_fraction": f})
                for f in (0.05, 0.1)]
     variants = [v for v in BASELINES if v.label in ("FedAvg", "FedProx", "MW-Fed", "MaxFL")]
     grid = run_grid(ctx, columns, variants, BASE_HP)
     notes = COMMON_NOTES + (
-        "- Byzantine clients report their losses x byzantine_loss_scale (10) and add "
-        "N(0, 1) noise to their updates (FMNIST Dirichlet(0.5)); under MaxFL the inflated "
-        "loss drives q_k -> 0, so they get little weight. Paper numbers are not given in "
-        "the issue.\n")
+        "- Table 1's setting (Dirichlet(0.5), 30% flipped, opt-out from round 10; its tuned "
+        "lrs) plus Byzantine seen clients that report their losses x byzantine_loss_scale "
+        "(10) and add N(0, 1) noise to their updates. The paper's text gives only MaxFL's "
+        "row (FMNIST: 69.75% / 0.39 seen, 71.11% / 0.46 unseen; its second pair of columns, "
+        "53.82% / 0.26 and 55.10% / 0.28, is not labelled in the text) and the claim that "
+        "MaxFL loses only 1-5% accuracy against Table 1.\n")
     report(ctx, "Robustness to Byzantine clients (MaxFL Table 4)", grid, columns, variants,
-           ["test_acc_seen", "gm_appeal_seen", "gm_appeal_unseen"], {}, notes)
+           ["test_acc_seen", "gm_appeal_seen", "test_acc_unseen", "gm_appeal_unseen"], {},
+           notes, pool_plot=True)
 
 
 @experiment("appeal-rho-steps", "MaxFL Table 5: solo-model steps tau_l in {50, 100, 150}")
 def appeal_rho_steps(ctx: Context) -> None:
-    base = CLUSTERS
     steps = (50, 100, 150)
-    columns = [Column(f"tau_l={s}", {**FMNIST_FULL, **base, "rho_steps": s},
-                      {**FMNIST_QUICK, **base, "rho_steps": s // 2}, tuned="clusters")
+    columns = [_col(f"tau_l={s}", "tmlr", {"rho_steps": s}, {"rho_steps": s // 2})
                for s in steps]
-    variants = [Variant("FedAvg", "fedavg"), Variant("MaxFL", "maxfl")]
+    variants = [Variant("FedAvg", "fedavg"), Variant("FedProx", "fedprox"),
+                Variant("MaxFL", "maxfl")]
+    paper = {(f"tau_l={s}", k): {"gm_appeal_seen": g} for s in steps
+             for k, g in (("FedAvg", 0.01), ("FedProx", 0.01), ("MaxFL", 0.55))}
     grid = run_grid(ctx, columns, variants, BASE_HP)
-    notes = COMMON_NOTES + ("- --quick halves tau_l (25/50/75). Paper numbers are not "
-                            "given in the issue.\n")
+    notes = COMMON_NOTES + ("- TMLR Table 2 setting; only tau_l varies. --quick halves "
+                            "tau_l.\n")
     report(ctx, "Sensitivity to the solo-model steps (MaxFL Table 5)", grid, columns,
-           variants, ["gm_appeal_seen", "gm_appeal_unseen", "test_acc_seen"], {}, notes)
+           variants, ["gm_appeal_seen", "preferred_acc_seen", "gm_appeal_unseen"], paper, notes)
 
 
 @experiment("appeal-fairness", "MaxFL Table 7: q-FFL (q=1, q=10 as AFL stand-in) vs MaxFL")
 def appeal_fairness(ctx: Context) -> None:
-    base = CLUSTERS
-    columns = [Column("FMNIST", {**FMNIST_FULL, **base}, {**FMNIST_QUICK, **base},
-                      tuned="clusters")]
+    columns = [_col(TMLR_LABEL, "tmlr")]
     variants = [Variant("q-FFL q=1", "qffl", {"qffl_q": 1.0}),
                 Variant("q-FFL q=10 (AFL stand-in)", "qffl", {"qffl_q": 10.0}),
                 Variant("FedAvg", "fedavg"), Variant("MaxFL", "maxfl")]
+    paper = {(TMLR_LABEL, k): {"gm_appeal_seen": g, "preferred_acc_seen": a} for k, g, a in
+             [("q-FFL q=1", 0.03, 99.24), ("q-FFL q=10 (AFL stand-in)", 0.0, 98.90),
+              ("MaxFL", 0.55, 99.29)]}
     grid = run_grid(ctx, columns, variants, BASE_HP)
-    notes = COMMON_NOTES + ("- AFL is replaced by q-FFL with q = 10. Paper numbers are not "
-                            "given in the issue.\n")
+    notes = COMMON_NOTES + ("- AFL is replaced by q-FFL with q = 10 (as the paper says it "
+                            "emulates AFL); both q use q-FFL's tuned lr.\n")
     report(ctx, "Fairness baselines vs MaxFL (MaxFL Table 7)", grid, columns, variants,
-           ["test_acc_seen", "gm_appeal_seen", "gm_appeal_unseen", "preferred_acc_seen"], {},
-           notes)
+           ["gm_appeal_seen", "preferred_acc_seen", "test_acc_seen", "gm_appeal_unseen"],
+           paper, notes)
+
+
+SYNTHETIC = dict(dataset="synthetic", synthetic_alpha=1.0, synthetic_beta=1.0,
+                 partition="natural", clients=100, unseen_clients=0, cohort=10, rounds=200,
+                 eval_every=10, local_steps=10, batch_size=64, rho_steps=100, min_samples=10,
+                 opt_out_after=0, finetune_steps=0)
+SYNTHETIC_QUICK = {**SYNTHETIC, "rounds": 50}
+
+
+@experiment("incfl-synthetic", "IncFL Figure 2: IPR and preferred accuracy over rounds on "
+            "Synthetic(1,1), training-data ratio 40% vs 80%")
+def incfl_synthetic(ctx: Context) -> None:
+    columns = [Column(f"train ratio {int(100 * r)}%", {**SYNTHETIC, "train_fraction": r},
+                      {**SYNTHETIC_QUICK, "train_fraction": r}) for r in (0.4, 0.8)]
+    variants = [Variant("FedAvg", "fedavg"), Variant("FedProx", "fedprox"),
+                Variant("PerFedAvg", "perfedavg"), Variant("MW-Fed", "mwfed"),
+                Variant("IncFL", "incfl")]
+    grid = run_grid(ctx, columns, variants, BASE_HP)
+    notes = (
+        "- IncFL Sec. 5 / App. F.1: Synthetic(1, 1) (FedProx's generator, power-law client "
+        "sizes), 100 clients, logistic regression (60 -> 10), 10 clients per round, solo "
+        "models 100 local SGD steps with the client lr and batch size; the client's data is "
+        "split into train / test with ratio 40% or 80% (Fig. 2 (a), (b)). Schedule here: 200 "
+        "rounds, tau = 10, b = 64, client lr 0.05 for every algorithm (not tuned: CPU "
+        "budget; the paper tunes each). IPR = GM-Appeal of the seen (training) clients with "
+        "`--appeal-def test-vs-solo-test` (IncFL eq. (1)).\n"
+        "- The paper gives this as a figure (no numbers): IncFL's IPR is at least 5 points "
+        "above the baselines and its preferred accuracy the highest, with a larger IPR gain "
+        "at the 40% ratio than at 80%.\n")
+    report(ctx, "IPR and preferred accuracy on Synthetic(1,1) (IncFL Figure 2)", grid,
+           columns, variants, ["gm_appeal_seen", "preferred_acc_seen", "test_acc_seen"], {},
+           notes, plot_tag="seen", target="IncFL")
 
 
 @experiment("mean-estimation", "MaxFL Figure 2: GM-Appeal of FedAvg / MaxFL / MaxFL-ReLU vs "

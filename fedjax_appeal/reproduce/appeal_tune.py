@@ -17,19 +17,25 @@ prints them in that form.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..config import HParams
-from . import Context, experiment, markdown_table
+from . import Context, experiment, markdown_table, run_cache, run_key
 from .appeal import BASE_HP, BASELINES, FMNIST_FULL, FMNIST_QUICK, SETTINGS, TUNE_ALGORITHMS
 
 TUNE_SEED = 100
 GRID = {"client_lr": [0.1, 0.05, 0.01, 0.005], "local_steps": [10]}
 GRID_QUICK = {"client_lr": [0.05, 0.01], "local_steps": [10]}
 KEYS = ("gm_appeal_seen", "test_acc_seen", "preferred_acc_seen")
+
+
+def _grid_key(grid: dict[str, list]) -> str:
+    return hashlib.sha256(json.dumps(grid, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def choose(points: list[dict[str, Any]]) -> dict[str, Any]:
@@ -63,20 +69,30 @@ def appeal_tune(ctx: Context) -> None:
         for v in BASELINES:
             if v.algorithm not in ALGORITHMS or v.algorithm not in TUNE_ALGORITHMS[name]:
                 continue
-            ctx.log(f"{name}: sweeping {v.label} over {grid}")
-            res = sweep(cfg.replace(algorithm=v.algorithm, **v.cfg), grid, [TUNE_SEED],
-                        hp=HParams(**{**BASE_HP, **v.hp}), metric="test_acc_seen",
-                        data=data, dataset=ds, progress=ctx.log)
-            points = [{"client_lr": float(r["hparams"]["client_lr"]),
-                       "local_steps": int(r["static"]["local_steps"]),
-                       **{k: float(r["final"].get(k, float("nan"))) for k in KEYS}}
-                      for r in res.rows]
+            scfg, shp = cfg.replace(algorithm=v.algorithm, **v.cfg), HParams(**{**BASE_HP,
+                                                                                 **v.hp})
+            path = run_cache(ctx.cache_dir) / f"tune-{run_key(scfg, shp)}-{_grid_key(grid)}.json"
+            if ctx.reuse and path.is_file():  # a sweep finished earlier with this code
+                ctx.log(f"{name}: {v.label}: sweep finished earlier (cached in {path.parent})")
+                points, timing_s = (lambda d: (d["points"], d["timing_s"]))(
+                    json.loads(path.read_text()))
+            else:
+                ctx.log(f"{name}: sweeping {v.label} over {grid}")
+                res = sweep(scfg, grid, [TUNE_SEED], hp=shp, metric="test_acc_seen",
+                            data=data, dataset=ds, progress=ctx.log)
+                points = [{"client_lr": float(r["hparams"]["client_lr"]),
+                           "local_steps": int(r["static"]["local_steps"]),
+                           **{k: float(r["final"].get(k, float("nan"))) for k in KEYS}}
+                          for r in res.rows]
+                timing_s = res.timing["total_s"]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps({"points": points, "timing_s": timing_s}))
             best = choose(points)
             ctx.log(f"{name}: {v.label} -> lr {best['client_lr']:g}, tau "
                     f"{best['local_steps']}: GM-Appeal {best['gm_appeal_seen']:.3f}, test acc "
                     f"{best['test_acc_seen']:.4f}")
             out[name][v.algorithm] = {"label": v.label, "best": best, "points": points,
-                                      "timing_s": res.timing["total_s"]}
+                                      "timing_s": timing_s}
     _report(ctx, out, grid)
 
 
