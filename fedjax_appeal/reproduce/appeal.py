@@ -503,7 +503,7 @@ TUNE_ALGORITHMS = {"tmlr": ("fedavg", "fedprox", "scaffold", "mwfed", "maxfl")}
 # (client_lr, local_steps) per setting and algorithm, chosen by
 # `fedjax-appeal reproduce appeal-tune` (results/appeal-tune/table.md): the grid point with
 # the highest final test accuracy (seen) on the held-out seed, ties by GM-Appeal.
-TUNED: dict[str, dict[str, tuple[float, int]]] = {}
+TUNED: dict[str, dict[str, tuple[float, int]]] = {"tmlr": {"fedavg": (0.01, 10), "fedprox": (0.01, 10), "scaffold": (0.01, 10), "mwfed": (0.05, 10), "maxfl": (0.1, 10)}}
 
 
 # Settings without their own search use the values chosen on another one.
