@@ -29,7 +29,9 @@ Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
   `preferred_acc_S` = (1/|S|) sum_k (appeal_k ? A_k^test : A_hat_k^test), the test accuracy
   of the model each client prefers (global if it appeals, else solo); `solo_acc_S`,
   `train_loss_S_mean` / `test_loss_S_mean` (the paper's f_k ~ F_k check); per client
-  `appeal_S`, `solo_test_acc_S`, `solo_test_loss_S`, `requirement_S`, `global_loss_S` (L_k).
+  `appeal_S`, `solo_test_acc_S`, `solo_test_loss_S`, `solo_train_loss_S`,
+  `solo_minibatch_loss_S`, `requirement_S`, `global_loss_S` (L_k), so that every definition
+  can be evaluated afterwards on the final model.
 * flexible participation (`--opt-out-after R0` > 0): in rounds r < R0 every seen client is
   available; from round R0 on, `state.pool` = {k : appeal_k at the current global model},
   recomputed at the start of every round inside the jitted round (one evaluation pass over
@@ -138,6 +140,8 @@ def appeal_metrics(cfg: RunConfig, info: dict, ev: dict, suffix: str = ""
             out[f"test_loss_{tag}_mean"] = jnp.mean(ev[te].loss)
             out[f"solo_test_acc_{tag}"] = solo.test_acc
             out[f"solo_test_loss_{tag}"] = solo.test_loss
+            out[f"solo_train_loss_{tag}"] = solo.train_loss
+            out[f"solo_minibatch_loss_{tag}"] = solo.minibatch_loss
             out[f"requirement_{tag}"] = r
             out[f"global_loss_{tag}"] = loss
     return out

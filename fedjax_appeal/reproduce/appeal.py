@@ -138,8 +138,50 @@ def run_grid(ctx: Context, columns: list[Column], variants: list[Variant],
                        "appealed": res["round_metrics"].get("appealed")}
                 if "cluster" in data.info:
                     run["clusters"] = cluster_diagnostics(res, data)
+                run["by_def"] = appeal_by_def(res["final_clients"])
                 rec["runs"].append(run)
     return out
+
+
+def appeal_by_def(fc: dict) -> dict[str, dict[str, float]]:
+    """GM-Appeal and preferred accuracy of the final global model under every
+    `--appeal-def`, recomputed from the per-client numbers of the last evaluation (exact for
+    runs whose participation does not depend on the definition, i.e. without opt-out)."""
+    from ..appeal import APPEAL_DEFS
+
+    out: dict[str, dict[str, float]] = {}
+    for d, (split, field) in APPEAL_DEFS.items():
+        out[d] = {}
+        for tag, pre in (("seen", ""), ("unseen", "unseen_")):
+            need = (f"{pre}{split}_loss", f"solo_{field}_{tag}", f"{pre}test_acc",
+                    f"solo_test_acc_{tag}")
+            if not all(k in fc for k in need):
+                continue
+            loss, req, acc, solo = (np.asarray(fc[k], np.float64) for k in need)
+            appeal = loss < req
+            out[d][f"gm_appeal_{tag}"] = float(appeal.mean())
+            out[d][f"preferred_acc_{tag}"] = float(np.where(appeal, acc, solo).mean())
+    return out
+
+
+def by_def_markdown(grid: dict, columns: list[Column], tag: str) -> str:
+    """GM-Appeal (tag) of the final model under each appeal definition (mean ± std)."""
+    from ..appeal import APPEAL_DEFS
+
+    parts = []
+    for col in columns:
+        recs = grid.get(col.label) or {}
+        rows = []
+        for var, rec in recs.items():
+            runs = [r for r in rec.get("runs", []) if r.get("by_def")]
+            if rec.get("status") != "ok" or not runs:
+                continue
+            rows.append([var] + [mean_std([r["by_def"][d].get(f"gm_appeal_{tag}")
+                                           for r in runs]) for d in APPEAL_DEFS])
+        if rows:
+            parts.append(f"\n**{col.label}**:\n\n" + markdown_table(
+                ["algorithm"] + [f"`{d}`" for d in APPEAL_DEFS], rows))
+    return "".join(parts)
 
 
 def cluster_diagnostics(res: dict, data) -> dict[str, dict[str, list]]:
@@ -444,6 +486,12 @@ def report(ctx: Context, title: str, grid: dict, columns: list[Column],
             "held only when its sign is + in every seed.\n\n"
             f"{paired_markdown(pairs, target)}\n"
             + (f"## Per cluster: {target} vs FedAvg\n{clusters}\n" if clusters else "")
+            + "## GM-Appeal under each appeal definition (final model)\n\n"
+            f"GM-Appeal ({plot_tag} clients) of the final global model recomputed from the "
+            "per-client losses for each `--appeal-def`: which requirement is beatable at all. "
+            "Exact where participation does not depend on the definition (no opt-out); with "
+            "opt-out, training itself followed the definition above.\n"
+            f"{by_def_markdown(grid, columns, plot_tag)}\n"
             + f"## Settings and hyperparameters (see notes)\n\n"
             f"{_settings_markdown(grid, columns, ctx)}\n\n## Notes\n\n{notes}\n")
     if summary is not None:
@@ -503,7 +551,9 @@ TUNE_ALGORITHMS = {"tmlr": ("fedavg", "fedprox", "scaffold", "mwfed", "maxfl")}
 # (client_lr, local_steps) per setting and algorithm, chosen by
 # `fedjax-appeal reproduce appeal-tune` (results/appeal-tune/table.md): the grid point with
 # the highest final test accuracy (seen) on the held-out seed, ties by GM-Appeal.
-TUNED: dict[str, dict[str, tuple[float, int]]] = {"tmlr": {"fedavg": (0.01, 10), "fedprox": (0.01, 10), "scaffold": (0.01, 10), "mwfed": (0.05, 10), "maxfl": (0.1, 10)}}
+TUNED: dict[str, dict[str, tuple[float, int]]] = {
+    "tmlr": {"fedavg": (0.01, 10), "fedprox": (0.01, 10), "scaffold": (0.01, 10),
+             "mwfed": (0.05, 10), "maxfl": (0.1, 10)}}
 
 
 # Settings without their own search use the values chosen on another one.
