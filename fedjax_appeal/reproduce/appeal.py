@@ -378,25 +378,26 @@ def cluster_markdown(grid: dict, columns: list[Column], tag: str,
         if not sums:
             continue
         first = next(iter(sums.values()))
-        header = ["cluster (labels)", "solo acc (%)", "solo test loss"]
+        header = ["cluster (labels)"]
         for v in sums:
-            header += [f"{v} acc (%)", f"{v} test loss", f"{v} appeal"]
+            header += [f"{v}: acc / solo acc (%)", f"{v}: test loss / solo", f"{v} appeal"]
             if tag == "seen":
                 header.append(f"{v} rounds/client")
         rows = []
         for i, c in enumerate(first["cluster"]):
             labels = f"{c} ({2 * c}, {2 * c + 1})" if col.cfg.get("cluster_labels") == "pairs" \
                 else str(c)
-            row = [labels, f"{100 * first['solo_test_acc'][i]:.1f}",
-                   f"{first['solo_test_loss'][i]:.3f}"]
+            row = [labels]
             for x in sums.values():
-                row += [f"{100 * x['global_test_acc'][i]:.1f}", f"{x['global_test_loss'][i]:.3f}",
+                row += [f"{100 * x['global_test_acc'][i]:.1f} / {100 * x['solo_test_acc'][i]:.1f}",
+                        f"{x['global_test_loss'][i]:.3f} / {x['solo_test_loss'][i]:.3f}",
                         f"{x['appeal'][i]:.2f}"]
                 if tag == "seen":
                     row.append(f"{x['participation'][i]:.1f}")
             rows.append(row)
         parts.append(f"\n**{col.label}** ({tag} clients; mean over seeds; flipped clients "
-                     "counted in their original cluster):\n\n" + markdown_table(header, rows))
+                     "counted in their original cluster; solo models use each algorithm's "
+                     "client lr):\n\n" + markdown_table(header, rows))
     return "".join(parts)
 
 
@@ -699,14 +700,15 @@ def table2_summary(ctx: Context, pairs: list[dict], grid: dict, columns: list[Co
               if recs.get(v, {}).get("status") == "ok"}
         if all(cs.values()) and len(cs) == 2:
             per = "; ".join(
-                f"c{c}: solo {100 * cs['MaxFL']['solo_test_acc'][i]:.0f}%, FedAvg "
-                f"{100 * cs['FedAvg']['global_test_acc'][i]:.0f}% / appeal "
+                f"c{c}: FedAvg {100 * cs['FedAvg']['global_test_acc'][i]:.0f}% (solo "
+                f"{100 * cs['FedAvg']['solo_test_acc'][i]:.0f}%) appeal "
                 f"{cs['FedAvg']['appeal'][i]:.2f}, MaxFL "
-                f"{100 * cs['MaxFL']['global_test_acc'][i]:.0f}% / appeal "
+                f"{100 * cs['MaxFL']['global_test_acc'][i]:.0f}% (solo "
+                f"{100 * cs['MaxFL']['solo_test_acc'][i]:.0f}%) appeal "
                 f"{cs['MaxFL']['appeal'][i]:.2f}"
                 for i, c in enumerate(cs["MaxFL"]["cluster"]))
-            lines.append(f"  Per cluster (unseen, mean over seeds; accuracy / appeal share): "
-                         f"{per}.")
+            lines.append(f"  Per cluster (unseen, mean over seeds; global accuracy, solo "
+                         f"accuracy, appeal share): {per}.")
         lines.append("")
     lines.append(
         "**Why the size differs**: a client prefers the global model only when its loss on "
