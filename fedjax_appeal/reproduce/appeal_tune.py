@@ -100,7 +100,7 @@ def _report(ctx: Context, out: dict[str, Any], grid: dict[str, list]) -> None:
     parts = [f"# Hyperparameter search of the appeal tables\n\nCommand: `{ctx.command}`\n\n"
              f"Grid: {grid}, b = 64, seed {TUNE_SEED} (partition and training), "
              f"{'--quick setting' if ctx.quick else '200 rounds, 100 clients (no unseen)'}; "
-             f"settings: {', '.join(SETTINGS)}; "
+             f"settings: {', '.join(TUNE_ALGORITHMS)}; "
              "solo lr = client lr of each point. Chosen: highest final test accuracy (seen), "
              "ties by GM-Appeal (seen) (TMLR App. D.1).\n"]
     for name, algs in out.items():
