@@ -4,30 +4,44 @@ Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
 `with_appeal(alg, model, cfg)` returns an algorithm with the same round and evaluation plus:
 
 * init: every client (seen and unseen) trains a solo model w_hat_k once, `--rho-steps`
-  local SGD steps from the initial global model (client lr, batch size); only its loss and
-  accuracy on the client's train and test split are kept, in `state.extra["appeal"]`,
-  together with the requirements rho_k (`requirement.py`; default: solo TRAIN loss).
+  local SGD steps from the initial global model (`--solo-lr`, default the client lr, and
+  the client batch size; TMLR App. D.1); its loss and accuracy on the client's train and
+  test split and the mean of its training minibatch losses are kept in
+  `state.extra["appeal"]`, with the requirements rho_k of `--requirement`.
+* ONE appeal definition, `--appeal-def` (`APPEAL_DEFS`): client k finds the global model w
+  appealing iff L_k(w) < r_k (strict), with
+
+    ===========================  =====================  ==================================
+    `--appeal-def`               L_k(w)                 r_k
+    ===========================  =====================  ==================================
+    test-vs-solo-test (default)  f_k(w), test split     f_k(w_hat_k), solo test loss
+    test-vs-solo-train           f_k(w), test split     F_k(w_hat_k) (TMLR Definition 1
+                                                        with rho_k = F_k(w_hat_k))
+    train-vs-solo-train          F_k(w), train split    F_k(w_hat_k), solo train loss
+    train-vs-solo-minibatch      F_k(w), train split    mean minibatch loss of the solo run
+    ===========================  =====================  ==================================
+
+  A given `--requirement` (constant or file) replaces r_k under every definition. The same
+  definition decides GM-Appeal, preferred-model accuracy, the `appealed` round metric and
+  opt-out/opt-in; MaxFL's own objective keeps rho_k = `--requirement` (Algorithm 1).
 * metrics at every evaluation (added to `evaluate(...)["metrics"]`), for S in {seen,
-  unseen} with the global model's per-client loss L_k and accuracy A_k:
-    - appeal_k = [L_k < r_k] (strict). Default `--appeal-split test`: L_k is the global
-      model's loss on client k's held-out TEST split and r_k the solo model's test loss
-      (a given `--requirement` is used as r_k instead). `--appeal-split train`: L_k is the
-      loss on the client's TRAIN split and r_k = rho_k.
-    - `gm_appeal_S` = (1/|S|) sum_k appeal_k  (GM-Appeal, a fraction in [0, 1]);
-    - `preferred_acc_S` = (1/|S|) sum_k (appeal_k ? A_k^test : A_hat_k^test), the test
-      accuracy of the model each client prefers (global if it appeals, else solo);
-    - `solo_acc_S` = mean solo test accuracy; `train_loss_S_mean` / `test_loss_S_mean`:
-      mean over clients of F_k (train) and f_k (test) of the global model (the paper's
-      f_k ~ F_k check); `appeal_S`, `solo_test_acc_S`, `requirement_S` per client ([M]/[U]
-      arrays, in the final per-client results).
+  unseen}: `gm_appeal_S` = (1/|S|) sum_k appeal_k (GM-Appeal, in [0, 1]);
+  `preferred_acc_S` = (1/|S|) sum_k (appeal_k ? A_k^test : A_hat_k^test), the test accuracy
+  of the model each client prefers (global if it appeals, else solo); `solo_acc_S`,
+  `train_loss_S_mean` / `test_loss_S_mean` (the paper's f_k ~ F_k check); per client
+  `appeal_S`, `solo_test_acc_S`, `solo_test_loss_S`, `solo_train_loss_S`,
+  `solo_minibatch_loss_S`, `requirement_S`, `global_loss_S` (L_k), so that every definition
+  can be evaluated afterwards on the final model.
 * flexible participation (`--opt-out-after R0` > 0): in rounds r < R0 every seen client is
-  available; from round R0 on, `state.pool` = {k : F_k^train(w) < rho_k}, the clients the
-  current global model appeals to on their own train data, recomputed at the start of
-  every round (one evaluation pass over all seen train rows, inside the jitted round), so a
-  client that left comes back once the model appeals to it again. Round metric `appealed`.
+  available; from round R0 on, `state.pool` = {k : appeal_k at the current global model},
+  recomputed at the start of every round inside the jitted round (one evaluation pass over
+  the seen clients' split of the definition), so a client that left comes back once the
+  model appeals to it again. Round metrics `appealed` (count) and `available` (pool size).
 * personalization (`personalize`): after training every client runs `--finetune-steps` local
   SGD steps from the final global model; GM-Appeal and preferred-model accuracy of the
-  fine-tuned models (`gm_appeal_ft_S`, `preferred_acc_ft_S`, `test_acc_ft_S`).
+  fine-tuned models under the same definition (`gm_appeal_ft_S`, `preferred_acc_ft_S`,
+  `test_acc_ft_S`).
+* `per_cluster`: per-cluster means of these per-client numbers (host side, diagnostics).
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .algorithms.base import FederatedAlgorithm
 from .config import HParams, RunConfig
@@ -61,10 +76,30 @@ def appeal_stats(loss: jax.Array, acc: jax.Array, requirement: jax.Array, solo_a
                                                                             solo_acc))
 
 
-def _requirement(cfg: RunConfig, solo: SoloStats, rho: jax.Array, split: str) -> jax.Array:
-    if split == "test" and parse_requirement(cfg.requirement) is None:
-        return solo.test_loss
-    return rho
+# --appeal-def -> (split of the global model's loss, SoloStats field of the requirement)
+APPEAL_DEFS: dict[str, tuple[str, str]] = {
+    "test-vs-solo-test": ("test", "test_loss"),
+    "test-vs-solo-train": ("test", "train_loss"),
+    "train-vs-solo-train": ("train", "train_loss"),
+    "train-vs-solo-minibatch": ("train", "minibatch_loss"),
+}
+
+
+def appeal_requirement(appeal_def: str, solo: SoloStats, rho: jax.Array,
+                       given: bool) -> jax.Array:
+    """r_k of `appeal_def`: the given `--requirement` values `rho` when `given`, else the
+    solo statistic the definition names."""
+    return rho if given else getattr(solo, APPEAL_DEFS[appeal_def][1])
+
+
+def appeal_loss_split(appeal_def: str) -> str:
+    """'train' or 'test': the split on which the global model's loss L_k is measured."""
+    return APPEAL_DEFS[appeal_def][0]
+
+
+def _requirement(cfg: RunConfig, solo: SoloStats, rho: jax.Array) -> jax.Array:
+    return appeal_requirement(cfg.appeal_def, solo, rho,
+                              parse_requirement(cfg.requirement) is not None)
 
 
 def init_appeal(model: Model, cfg: RunConfig, state: ServerState, data: FederatedData,
@@ -93,9 +128,8 @@ def appeal_metrics(cfg: RunConfig, info: dict, ev: dict, suffix: str = ""
         if f"solo_{tag}" not in info or te not in ev:
             continue
         solo, rho = info[f"solo_{tag}"], info[f"rho_{tag}"]
-        split = cfg.appeal_split
-        r = _requirement(cfg, solo, rho, split)
-        loss = ev[te].loss if split == "test" else ev[tr].loss
+        r = _requirement(cfg, solo, rho)
+        loss = ev[te].loss if appeal_loss_split(cfg.appeal_def) == "test" else ev[tr].loss
         appeal, gm, pref = appeal_stats(loss, ev[te].acc, r, solo.test_acc)
         out[f"gm_appeal{suffix}_{tag}"] = gm
         out[f"preferred_acc{suffix}_{tag}"] = pref
@@ -105,20 +139,48 @@ def appeal_metrics(cfg: RunConfig, info: dict, ev: dict, suffix: str = ""
             out[f"train_loss_{tag}_mean"] = jnp.mean(ev[tr].loss)
             out[f"test_loss_{tag}_mean"] = jnp.mean(ev[te].loss)
             out[f"solo_test_acc_{tag}"] = solo.test_acc
+            out[f"solo_test_loss_{tag}"] = solo.test_loss
+            out[f"solo_train_loss_{tag}"] = solo.train_loss
+            out[f"solo_minibatch_loss_{tag}"] = solo.minibatch_loss
             out[f"requirement_{tag}"] = r
+            out[f"global_loss_{tag}"] = loss
     return out
 
 
-def appeal_pool(model: Model, state: ServerState, data: FederatedData, rho: jax.Array,
-                opt_out_after: int) -> tuple[jax.Array, jax.Array]:
+def appeal_pool(model: Model, state: ServerState, data: FederatedData, requirement: jax.Array,
+                opt_out_after: int, appeal_def: str = "test-vs-solo-test"
+                ) -> tuple[jax.Array, jax.Array]:
     """(pool [M] bool, appealed [M] bool) of flexible participation at `state.round`.
 
-    appealed_k = F_k^train(w) < rho_k at the current global model; the pool is everyone
+    appealed_k = L_k(w) < r_k at the current global model, with L_k on the split that
+    `appeal_def` names and r_k = `requirement` (`appeal_requirement`); the pool is everyone
     before round `opt_out_after` and the appealed clients from then on.
     """
-    loss = evaluate_split(model, state.params, state.model_state, data.train).loss
-    appealed = loss < rho
+    split = data.test if appeal_loss_split(appeal_def) == "test" else data.train
+    loss = evaluate_split(model, state.params, state.model_state, split).loss
+    appealed = loss < requirement
     return jnp.where(state.round < opt_out_after, True, appealed), appealed
+
+
+def per_cluster(cluster: np.ndarray, values: dict[str, np.ndarray]) -> dict[str, list]:
+    """Per-cluster means of per-client arrays (host-side diagnostics).
+
+    Args:
+      cluster: [n] cluster id of each client (ids < 0 are left out).
+      values: name -> [n] per-client values (e.g. global and solo test loss and accuracy,
+        appeal 0/1, participation count).
+
+    Returns:
+      {"cluster": ids, "clients": [count per id], name: [mean per id]} (ids ascending).
+    """
+    cluster = np.asarray(cluster)
+    ids = sorted(int(c) for c in np.unique(cluster) if c >= 0)
+    out: dict[str, list] = {"cluster": ids,
+                            "clients": [int(np.sum(cluster == c)) for c in ids]}
+    for name, v in values.items():
+        v = np.asarray(v, np.float64)
+        out[name] = [float(np.mean(v[cluster == c])) for c in ids]
+    return out
 
 
 def with_appeal(alg: FederatedAlgorithm, model: Model, cfg: RunConfig) -> FederatedAlgorithm:
@@ -132,8 +194,10 @@ def with_appeal(alg: FederatedAlgorithm, model: Model, cfg: RunConfig) -> Federa
     def round_fn(state, data, key, hp):
         appealed = None
         if cfg.opt_out_after > 0:
-            pool, appealed = appeal_pool(model, state, data, state.extra["appeal"]["rho_seen"],
-                                         cfg.opt_out_after)
+            info = state.extra["appeal"]
+            pool, appealed = appeal_pool(model, state, data,
+                                         _requirement(cfg, info["solo_seen"], info["rho_seen"]),
+                                         cfg.opt_out_after, cfg.appeal_def)
             state = state.replace(pool=pool)
         new, metrics = alg.round(state, data, key, hp)
         if appealed is not None:

@@ -47,6 +47,13 @@ def _type_of(f: dataclasses.Field) -> Callable[[str], Any]:
     return {"int": int, "float": float}.get(t, str)
 
 
+def _hp_float(v: Any) -> float:
+    """A hyperparameter value; 'same' (used by --solo-lr: the client lr) reads as 0."""
+    if isinstance(v, str) and v.strip().lower() == "same":
+        return 0.0
+    return float(v)
+
+
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """One flag per RunConfig/HParams field, defaulting to 'not given'."""
     g = p.add_argument_group("run configuration")
@@ -62,7 +69,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         g.add_argument(_flag(f.name), **kw)
     h = p.add_argument_group("hyperparameters (vmappable)")
     for f in dataclasses.fields(HParams):
-        h.add_argument(_flag(f.name), type=float, default=argparse.SUPPRESS, dest=f.name,
+        h.add_argument(_flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
                        metavar="X", help=f"{f.metadata.get('help', '')} (default: {f.default})")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="TOML or JSON file with the same keys as the flags")

@@ -55,7 +55,8 @@ class HParams:
                                             "losses they report")
     # Appeal protocol: solo models (requirements rho_k)
     solo_lr: float = _hp(0.0, "learning rate of the solo models that set the requirements "
-                              "rho_k and the preferred-model metrics (0 = the client lr); fix "
+                              "rho_k and the preferred-model metrics ('same' or 0 = the client "
+                              "lr, as MaxFL D.1); fix "
                               "it when comparing or tuning algorithms, so that all of them face "
                               "the same requirements")
     # MaxFL
@@ -94,6 +95,8 @@ class HParams:
 DATASETS = ("fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
             "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10")
 PARTITIONS = ("dirichlet", "clusters", "classes", "natural")
+APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
+               "train-vs-solo-minibatch")
 DATASETS = DATASETS + ("digits",)  # issue 5: Digits domain shift (MNIST, USPS, MNIST-M)
 
 
@@ -117,6 +120,9 @@ class RunConfig:
     alpha: float = _f(0.5, "Dirichlet concentration (partition=dirichlet)")
     num_clusters: int = _f(5, "number of label clusters (partition=clusters)")
     labels_per_cluster: int = _f(2, "disjoint labels per cluster (partition=clusters)")
+    cluster_labels: str = _f("random", "labels of each cluster (partition=clusters): random "
+                                       "(a seeded permutation) or pairs (cluster c gets labels "
+                                       "c*L .. c*L+L-1: (0,1), (2,3), ...)", ("random", "pairs"))
     classes_per_client: int = _f(3, "classes per client (partition=classes)")
     min_samples: int = _f(10, "minimum samples per client (all partitions)")
     train_fraction: float = _f(0.6, "per-client train share; the rest is the client's test split")
@@ -178,9 +184,11 @@ class RunConfig:
                             "model metrics, opt-out participation, fine-tuning evaluation")
     requirement: str = _f("solo", "client requirement rho_k: 'solo' (train loss of the solo "
                                   "model), a constant, or a .npy/.txt file of M (or M+U) values")
-    appeal_split: str = _f("test", "split on which GM-Appeal compares the global model with the "
-                                   "requirement (test: solo test loss; train: rho_k)",
-                           ("test", "train"))
+    appeal_def: str = _f("test-vs-solo-test", "appeal definition (global-model loss vs "
+                                              "requirement) used by GM-Appeal, preferred acc, "
+                                              "the 'appealed' metric and opt-out: test-vs-solo-"
+                                              "test, test-vs-solo-train, train-vs-solo-train, "
+                                              "train-vs-solo-minibatch", APPEAL_DEFS)
     opt_out_after: int = _f(0, "flexible participation (MaxFL's protocol uses 10): after this "
                                "many rounds only clients the global model appeals to (on their "
                                "train data) are available; 0 = off, everyone always available")
@@ -282,6 +290,8 @@ def check_types(values: dict[str, Any], source: str = "configuration") -> dict[s
     for k, v in values.items():
         if k in hp_keys:
             kind = "float"
+            if k == "solo_lr" and isinstance(v, str) and v.strip().lower() == "same":
+                v = 0.0  # the client lr of the run (see HParams.solo_lr)
         elif k in run_keys:
             kind = _field_kind(RunConfig, k)
         else:

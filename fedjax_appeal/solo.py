@@ -3,7 +3,9 @@
 
 Every client k trains its own model w_hat_k with `steps` local SGD steps from the initial
 global model (MaxFL uses 100), once, before federated training. Only its statistics are
-kept: loss and accuracy on the client's train and test split.
+kept: loss and accuracy on the client's train and test split, and the mean of the
+minibatch losses of its training run (the requirement of `--appeal-def
+train-vs-solo-minibatch`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class SoloStats(NamedTuple):
     train_acc: jax.Array  # [M]
     test_loss: jax.Array  # [M] on the client's test split
     test_acc: jax.Array  # [M]
+    minibatch_loss: jax.Array  # [M] mean of the solo run's `steps` minibatch losses
 
 
 def solo_stats(model: Model, params, state, train: ClientArrays, test: ClientArrays,
@@ -43,7 +46,7 @@ def solo_stats(model: Model, params, state, train: ClientArrays, test: ClientArr
                         batch_size=batch_size)
         trl, tra = client_loss(model, res.params, res.state, train, k)
         tel, tea = client_loss(model, res.params, res.state, test, k)
-        return trl, tra, tel, tea
+        return trl, tra, tel, tea, res.loss
 
     out = jax.lax.map(lambda a: jax.vmap(one)(*a), (ks, keys))
     return SoloStats(*(o.reshape(-1)[:m] for o in out))

@@ -65,7 +65,8 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     if float(hp.client_lr) <= 0:
         raise ConfigError(f"--client-lr must be > 0 (got {float(hp.client_lr)})")
     if float(hp.solo_lr) < 0:
-        raise ConfigError(f"--solo-lr must be >= 0 (0 = the client lr; got {float(hp.solo_lr)})")
+        raise ConfigError(f"--solo-lr must be >= 0 or 'same' (0 = same = the client lr; got "
+                          f"{float(hp.solo_lr)})")
     if float(hp.server_lr) <= 0:
         raise ConfigError(f"--server-lr must be > 0 (got {float(hp.server_lr)})")
     if float(hp.prox_mu) < 0:
@@ -85,8 +86,13 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be > 0 "
                               f"(got {float(getattr(hp, name))})")
     # --- appeal protocol (issue 3) ---
-    if cfg.appeal_split not in ("test", "train"):
-        raise ConfigError(f"--appeal-split must be test or train (got {cfg.appeal_split!r})")
+    from .config import APPEAL_DEFS
+
+    if cfg.appeal_def not in APPEAL_DEFS:
+        raise ConfigError(f"--appeal-def must be one of: {', '.join(APPEAL_DEFS)} "
+                          f"(got {cfg.appeal_def!r})")
+    if cfg.cluster_labels not in ("random", "pairs"):
+        raise ConfigError(f"--cluster-labels must be random or pairs (got {cfg.cluster_labels!r})")
     for name in ("rho_steps", "finetune_steps"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")

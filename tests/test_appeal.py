@@ -41,12 +41,13 @@ def _per_client_numpy(model, params, st, arrays):
     return np.array(loss), np.array(acc)
 
 
-@pytest.mark.parametrize("split", ["test", "train"])
-def test_metrics_equal_numpy_by_hand(split):
+@pytest.mark.parametrize("appeal_def", ["test-vs-solo-test", "test-vs-solo-train",
+                                        "train-vs-solo-train", "train-vs-solo-minibatch"])
+def test_metrics_equal_numpy_by_hand(appeal_def):
     data = make_tiny_data(num_clients=6, unseen=4, seed=1)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
     cfg = RunConfig(clients=6, unseen_clients=4, cohort=3, local_steps=3, batch_size=4,
-                    rho_steps=4, appeal_split=split, opt_out_after=0)
+                    rho_steps=4, appeal_def=appeal_def, opt_out_after=0)
     hp = HParams(client_lr=0.3).as_arrays()
     alg = with_appeal(build("fedavg", model, cfg), model, cfg)
     state = jax.jit(alg.init)(jax.random.key(0), data, hp)
@@ -60,10 +61,12 @@ def test_metrics_equal_numpy_by_hand(split):
         solo = info[f"solo_{tag}"]
         te_loss, te_acc = _per_client_numpy(model, state.params, state.model_state, te)
         tr_loss, _ = _per_client_numpy(model, state.params, state.model_state, tr)
-        if split == "test":
-            appeal = te_loss < np.asarray(solo.test_loss)
-        else:
-            appeal = tr_loss < np.asarray(solo.train_loss)
+        loss = te_loss if appeal_def.startswith("test-") else tr_loss
+        req = np.asarray({"test-vs-solo-test": solo.test_loss,
+                          "test-vs-solo-train": solo.train_loss,
+                          "train-vs-solo-train": solo.train_loss,
+                          "train-vs-solo-minibatch": solo.minibatch_loss}[appeal_def])
+        appeal = loss < req
         pref = np.where(appeal, te_acc, np.asarray(solo.test_acc))
         np.testing.assert_allclose(float(ev[f"gm_appeal_{tag}"]), appeal.mean(), atol=1e-6)
         np.testing.assert_allclose(float(ev[f"preferred_acc_{tag}"]), pref.mean(), rtol=1e-5)
@@ -87,7 +90,8 @@ def test_flexible_participation_leave_and_return():
     data = _lsq_two_clients()
     model = linear_model()
     cfg = RunConfig(clients=2, unseen_clients=0, cohort=2, local_steps=1, batch_size=1,
-                    rho_steps=1, opt_out_after=3, algorithm="fedavg")
+                    rho_steps=1, opt_out_after=3, algorithm="fedavg",
+                    appeal_def="train-vs-solo-train", requirement="1.0")
     hp = HParams(client_lr=1e-4).as_arrays()  # tiny steps: w stays where we put it
     alg = with_appeal(build("fedavg", model, cfg), model, cfg)
     state = alg.init(jax.random.key(0), data, hp)
@@ -120,7 +124,8 @@ def test_opt_out_trains_only_on_appealed_clients():
     data = _lsq_two_clients()
     model = linear_model()
     cfg = RunConfig(clients=2, unseen_clients=0, cohort=2, local_steps=1, batch_size=1,
-                    rho_steps=1, opt_out_after=1, algorithm="fedavg")
+                    rho_steps=1, opt_out_after=1, algorithm="fedavg",
+                    appeal_def="train-vs-solo-train", requirement="1.0")
     hp = HParams(client_lr=0.1).as_arrays()
     alg = with_appeal(build("fedavg", model, cfg), model, cfg)
     state = alg.init(jax.random.key(0), data, hp)
@@ -212,3 +217,159 @@ def test_cli_no_appeal_flag(tmp_path):
     assert main(["run", *TINY, "--no-appeal", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     assert "gm_appeal_seen" not in res["history"][0] and "personalized" not in res
+
+
+# --- one appeal definition (`--appeal-def`) for metrics, pool and opt-out ------------------
+
+from fedjax_appeal.appeal import APPEAL_DEFS, appeal_metrics, appeal_pool, appeal_requirement  # noqa: E402
+from fedjax_appeal.evaluation import ClientEval  # noqa: E402
+from fedjax_appeal.solo import SoloStats  # noqa: E402
+
+_SOLO = SoloStats(train_loss=jnp.array([0.5, 1.0, 2.0]), train_acc=jnp.array([1.0, 1.0, 1.0]),
+                  test_loss=jnp.array([0.8, 1.2, 1.0]), test_acc=jnp.array([0.9, 0.8, 0.7]),
+                  minibatch_loss=jnp.array([0.7, 0.9, 2.5]))
+# by hand: (appeal per client, GM-Appeal, preferred accuracy) for global train losses
+# (0.6, 0.9, 1.5), test losses (0.7, 1.3, 2.2) and test accuracies (0.6, 0.5, 0.4)
+_BY_HAND = {
+    "test-vs-solo-test": ([1, 0, 0], 1 / 3, (0.6 + 0.8 + 0.7) / 3),
+    "test-vs-solo-train": ([0, 0, 0], 0.0, (0.9 + 0.8 + 0.7) / 3),
+    "train-vs-solo-train": ([0, 1, 1], 2 / 3, (0.9 + 0.5 + 0.4) / 3),
+    "train-vs-solo-minibatch": ([1, 0, 1], 2 / 3, (0.6 + 0.8 + 0.4) / 3),
+}
+
+
+@pytest.mark.parametrize("appeal_def", sorted(_BY_HAND))
+def test_each_appeal_def_on_three_clients_by_hand(appeal_def):
+    assert set(_BY_HAND) == set(APPEAL_DEFS)
+    cfg = RunConfig(appeal_def=appeal_def)
+    n = jnp.ones(3)
+    ev = {"train": ClientEval(jnp.array([0.6, 0.9, 1.5]), jnp.array([0.7, 0.7, 0.7]), n),
+          "test": ClientEval(jnp.array([0.7, 1.3, 2.2]), jnp.array([0.6, 0.5, 0.4]), n)}
+    info = {"solo_seen": _SOLO, "rho_seen": _SOLO.train_loss}
+    out = appeal_metrics(cfg, info, ev)
+    appeal, gm, pref = _BY_HAND[appeal_def]
+    assert np.asarray(out["appeal_seen"]).tolist() == appeal
+    assert float(out["gm_appeal_seen"]) == pytest.approx(gm)
+    assert float(out["preferred_acc_seen"]) == pytest.approx(pref)
+    # a given --requirement replaces r_k under every definition
+    given = appeal_metrics(cfg.replace(requirement="1.0"),
+                           {**info, "rho_seen": jnp.full(3, 1.0)}, ev)
+    loss = [0.7, 1.3, 2.2] if appeal_def.startswith("test") else [0.6, 0.9, 1.5]
+    assert np.asarray(given["appeal_seen"]).tolist() == [float(v < 1.0) for v in loss]
+
+
+@pytest.mark.parametrize("appeal_def", sorted(_BY_HAND))
+def test_opt_out_pool_uses_the_same_definition(appeal_def):
+    # w = 1, one row per client: train y = (0, 1, 3), test y = (0.5, 2, 3)
+    # -> F(w) = 0.5 (w - y)^2 = (0.5, 0, 2) on train, (0.125, 0.5, 2) on test
+    one = lambda ys: arrays_from_clients([np.ones((1, 1), np.float32)] * 3,  # noqa: E731
+                                         [np.array([y], np.float32) for y in ys])
+    data = FederatedData(train=one([0.0, 1.0, 3.0]), test=one([0.5, 2.0, 3.0]), num_classes=1,
+                         name="lsq3")
+    model = linear_model()
+    params, mstate = model.init(jax.random.key(0))
+    params = jax.tree.map(lambda a: jnp.ones_like(a), params)
+    from fedjax_appeal.round import init_state
+    from fedjax_appeal.server import server_optimizer
+
+    state = init_state(params, mstate, server_optimizer("sgd", HParams()), 3)
+    req = appeal_requirement(appeal_def, _SOLO, _SOLO.train_loss, given=False)
+    loss = [0.125, 0.5, 2.0] if appeal_def.startswith("test") else [0.5, 0.0, 2.0]
+    want = [bool(a < b) for a, b in zip(loss, np.asarray(req).tolist(), strict=True)]
+    pool, appealed = appeal_pool(model, state.replace(round=jnp.int32(5)), data, req, 3,
+                                 appeal_def)
+    assert np.asarray(appealed).tolist() == want and np.asarray(pool).tolist() == want
+    pool, _ = appeal_pool(model, state.replace(round=jnp.int32(2)), data, req, 3, appeal_def)
+    assert np.asarray(pool).tolist() == [True] * 3  # everyone before the opt-out round
+
+
+@pytest.mark.parametrize("appeal_def", ["test-vs-solo-test", "train-vs-solo-minibatch"])
+def test_pool_after_opt_out_equals_appealing_seen_clients(tmp_path, appeal_def):
+    out = tmp_path / "r"
+    assert main(["run", *TINY, "--rounds", "5", "--eval-every", "1", "--opt-out-after", "2",
+                 "--appeal-def", appeal_def, "--finetune-steps", "0", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["appeal_def"] == appeal_def
+    gm = {h["round"]: h["gm_appeal_seen"] for h in res["history"]}
+    av, ap = res["round_metrics"]["available"], res["round_metrics"]["appealed"]
+    for r in range(5):  # round r decides on the model evaluated at history round r
+        assert ap[r] == round(8 * gm[r])
+        assert av[r] == (8 if r < 2 else round(8 * gm[r]))
+
+
+def test_appeal_def_and_solo_lr_flags(tmp_path, capsys):
+    from fedjax_appeal.cli import _hp_float
+
+    assert _hp_float("same") == 0.0 and _hp_float("0.05") == pytest.approx(0.05)
+    out = tmp_path / "bad"
+    assert main(["run", *TINY, "--appeal-def", "test-vs-train", "--out", str(out)]) == 2
+    assert not out.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("fedjax-appeal: error:") and "test-vs-solo-test" in err[-1]
+
+
+# --- clusters: pairs labels, cluster ids, per-cluster diagnostics ------------------------
+
+def _six_class_partition(order):
+    from fedjax_appeal.data import partition
+
+    labels = np.repeat(np.arange(6), 30)
+    parts = partition.clusters(labels, 9, 3, 2, np.random.default_rng(3), 4, order)
+    return labels, parts, partition.client_clusters(labels, parts)
+
+
+def test_pairs_cluster_labels():
+    labels, parts, ids = _six_class_partition("pairs")
+    for k, idx in enumerate(parts):
+        held = sorted(set(labels[idx].tolist()))
+        assert held in ([0, 1], [2, 3], [4, 5])
+        assert ids[k] == held[0] // 2
+    assert sorted(np.bincount(ids).tolist()) == [3, 3, 3]
+    labels, parts, ids = _six_class_partition("random")
+    sets = {tuple(sorted(set(labels[idx].tolist()))) for idx in parts}
+    assert len(sets) == 3 and sorted(x for s in sets for x in s) == list(range(6))
+    for k, idx in enumerate(parts):  # same id <=> same label pair
+        for j, jdx in enumerate(parts):
+            assert (ids[k] == ids[j]) == (set(labels[idx]) == set(labels[jdx]))
+
+
+def test_per_cluster_equals_numpy():
+    from fedjax_appeal.appeal import per_cluster
+    from fedjax_appeal.reproduce.appeal import cluster_diagnostics
+
+    labels, parts, ids = _six_class_partition("pairs")
+    rng = np.random.default_rng(0)
+    v = {k: rng.random(9) for k in ("test_loss", "test_acc", "solo_test_loss_seen",
+                                    "solo_test_acc_seen", "requirement_seen")}
+    v["appeal_seen"] = (rng.random(9) < 0.5).astype(float)
+    part = rng.integers(0, 20, 9)
+    got = per_cluster(ids, {"acc": v["test_acc"], "appeal": v["appeal_seen"]})
+    assert got["cluster"] == [0, 1, 2] and got["clients"] == [3, 3, 3]
+    for c in range(3):
+        members = [k for k, idx in enumerate(parts) if labels[idx].min() == 2 * c]
+        assert got["acc"][c] == pytest.approx(sum(v["test_acc"][k] for k in members) / 3)
+        assert got["appeal"][c] == pytest.approx(sum(v["appeal_seen"][k] for k in members) / 3)
+    res = {"final_clients": {k: a.tolist() for k, a in v.items()}, "participation": part.tolist()}
+    data = FederatedData(train=None, test=None, info={"cluster": jnp.asarray(ids)},
+                         num_classes=6, name="toy")
+    d = cluster_diagnostics(res, data)["seen"]
+    for c in range(3):
+        m = ids == c
+        assert d["participation"][c] == pytest.approx(part[m].mean())
+        assert d["solo_test_loss"][c] == pytest.approx(v["solo_test_loss_seen"][m].mean())
+        assert d["global_test_acc"][c] == pytest.approx(v["test_acc"][m].mean())
+
+
+def test_paired_differences_by_hand():
+    from fedjax_appeal.reproduce.appeal import Column, paired
+
+    def rec(vals):
+        return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}
+                                         for s, v in zip((0, 1, 2), vals, strict=True)]}
+
+    grid = {"c": {"FedAvg": rec([0.1, 0.2, 0.3]), "MW-Fed": rec([0.3, 0.0, 0.0]),
+                  "MaxFL": rec([0.15, 0.1, 0.5])}}
+    (row,) = paired(grid, [Column("c", {})], ["gm_appeal_unseen"])
+    assert row["best_baseline"] == "FedAvg"  # mean 0.2 > 0.1
+    np.testing.assert_allclose(row["diff"], [0.05, -0.1, 0.2], atol=1e-12)
+    assert row["signs"] == "+ − +" and not row["held"]

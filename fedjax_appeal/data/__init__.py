@@ -54,7 +54,7 @@ def partition_clients(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
         parts = partition.dirichlet(ds.y, total, cfg.alpha, rng, cfg.min_samples)
     elif cfg.partition == "clusters":
         parts = partition.clusters(ds.y, total, cfg.num_clusters, cfg.labels_per_cluster, rng,
-                                   cfg.min_samples)
+                                   cfg.min_samples, cfg.cluster_labels)
     elif cfg.partition == "classes":
         parts = partition.classes_per_client(ds.y, total, cfg.classes_per_client, rng,
                                              cfg.min_samples)
@@ -129,4 +129,7 @@ def load_federated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
         ds = ds.subset(np.sort(rng.choice(len(ds), cfg.max_samples, replace=False)))
     seen, unseen = partition_clients(ds, cfg, rng)
     labels, info, uinfo = apply_heterogeneity(ds, seen, unseen, cfg)
+    if cfg.partition == "clusters":  # cluster id per client (original labels): diagnostics
+        ids = partition.client_clusters(ds.y, list(seen) + list(unseen))
+        info["cluster"], uinfo["cluster"] = ids[:len(seen)], ids[len(seen):]
     return build_federated(ds, seen, unseen, cfg.train_fraction, rng, labels, info, uinfo), ds

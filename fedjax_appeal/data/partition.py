@@ -44,14 +44,59 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random
                       f"{max_tries} draws: raise --alpha or lower --min-samples")
 
 
+def cluster_label_sets(classes: np.ndarray, num_clusters: int, labels_per_cluster: int,
+                       rng: np.random.Generator, order: str = "random") -> np.ndarray:
+    """[C, L] labels of each cluster: `pairs` takes the sorted classes in order (cluster c
+    gets classes c*L .. c*L+L-1, i.e. (0, 1), (2, 3), ... for L = 2); `random` takes them
+    after a seeded permutation."""
+    classes = np.sort(np.asarray(classes))
+    need = num_clusters * labels_per_cluster
+    if order == "pairs":
+        return classes[:need].reshape(num_clusters, labels_per_cluster)
+    if order != "random":
+        raise ConfigError(f"--cluster-labels must be random or pairs (got {order!r})")
+    return rng.permutation(classes)[:need].reshape(num_clusters, labels_per_cluster)
+
+
+def client_clusters(labels: np.ndarray, parts: list[np.ndarray]) -> np.ndarray:
+    """Cluster id of each client of a `clusters` partition, from the (original) labels.
+
+    Labels held by one client belong to one cluster; clusters are the connected groups of
+    labels that co-occur in some client, numbered by their smallest label (with `pairs`
+    labels, cluster c is the one holding labels c*L .. c*L+L-1). Clients with no rows get -1.
+    """
+    labels = np.asarray(labels)
+    parent = {}
+
+    def find(a):
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    sets = [np.unique(labels[np.asarray(idx, np.int64)]) for idx in parts]
+    for ls in sets:
+        for lab in ls:
+            parent.setdefault(int(lab), int(lab))
+        for lab in ls[1:]:
+            ra, rb = find(int(ls[0])), find(int(lab))
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    roots = sorted({find(a) for a in parent})
+    rank = {r: i for i, r in enumerate(roots)}
+    return np.array([rank[find(int(ls[0]))] if ls.size else -1 for ls in sets], np.int32)
+
+
 def clusters(labels: np.ndarray, num_clients: int, num_clusters: int, labels_per_cluster: int,
-             rng: np.random.Generator, min_samples: int = 10) -> list[np.ndarray]:
+             rng: np.random.Generator, min_samples: int = 10, label_order: str = "random"
+             ) -> list[np.ndarray]:
     """Label clusters: C clusters own L disjoint labels each; clients join a random cluster.
 
     The MaxFL/IncFL FMNIST setting is 5 clusters x 2 labels. Labels are assigned to clusters
-    after a random permutation; clients are assigned to clusters at random with balanced
-    sizes (each cluster gets floor or ceil of M/C clients); inside a cluster the cluster's
-    samples are shuffled and dealt out evenly, so clients of one cluster are homogeneous.
+    by `cluster_label_sets` (`label_order`: random or pairs); clients are assigned to
+    clusters at random with balanced sizes (each cluster gets floor or ceil of M/C
+    clients); inside a cluster the cluster's samples are shuffled and dealt out evenly, so
+    clients of one cluster are homogeneous.
     """
     labels = np.asarray(labels)
     classes = np.unique(labels)
@@ -63,8 +108,8 @@ def clusters(labels: np.ndarray, num_clients: int, num_clusters: int, labels_per
     if num_clients < num_clusters:
         raise ConfigError(f"{num_clients} clients cannot fill {num_clusters} clusters: "
                           "raise --clients or lower --num-clusters")
-    perm = rng.permutation(classes)
-    cluster_labels = perm[:need].reshape(num_clusters, labels_per_cluster)
+    cluster_labels = cluster_label_sets(classes, num_clusters, labels_per_cluster, rng,
+                                        label_order)
     assignment = rng.permutation(np.arange(num_clients) % num_clusters)
     out: list[np.ndarray] = [np.empty(0, np.int64)] * num_clients
     for c in range(num_clusters):
