@@ -30,7 +30,7 @@ def uniform(valid: jax.Array) -> jax.Array:
 AGGREGATIONS = ("proportional", "uniform")
 
 
-# --- Exp-alpha (issue 5) -------------------------------------------------------------------
+# --- Exp-alpha -------------------------------------------------------------------
 
 def masked_softmax(logits: jax.Array, valid: jax.Array) -> jax.Array:
     """softmax(logits) over the valid slots (0 elsewhere; all zeros if none is valid).

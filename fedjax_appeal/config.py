@@ -73,11 +73,11 @@ class HParams:
     pfedme_lambda: float = _hp(15.0, "pFedMe regularisation lambda of the personal models")
     pfedme_lr: float = _hp(0.05, "pFedMe personal learning rate (K inner steps)")
     pfedme_beta: float = _hp(1.0, "pFedMe server mixing beta: w <- (1-beta) w + beta avg(w_k)")
-    # --- client selection (issue 4: SubTrunc / UnionFL) ---
+    # --- client selection (SubTrunc / UnionFL) ---
     subtrunc_lambda: float = _hp(0.5, "SubTrunc weight lambda of the truncated loss term")
     subtrunc_b: float = _hp(1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))")
     union_mu: float = _hp(1.0, "UnionFL penalty mu per selected client of the recent window")
-    # Exp-alpha (issue 5)
+    # Exp-alpha
     exp_alpha: float = _hp(0.2, "Exp-alpha temperature alpha in rho_i ∝ exp((F_i(w_i) - "
                                 "F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)")
     fedfor_lambda: float = _hp(0.1, "FedFor first-order regularisation weight lambda of "
@@ -97,7 +97,7 @@ DATASETS = ("fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "us
 PARTITIONS = ("dirichlet", "clusters", "classes", "natural")
 APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
                "train-vs-solo-minibatch")
-DATASETS = DATASETS + ("digits",)  # issue 5: Digits domain shift (MNIST, USPS, MNIST-M)
+DATASETS = DATASETS + ("digits",)  # Digits domain shift (MNIST, USPS, MNIST-M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,7 +150,7 @@ class RunConfig:
     perfedavg_variant: str = _f("fo", "Per-FedAvg variant: fo (first-order) or hf "
                                       "(Hessian-free)", ("fo", "hf"))
     pfedme_k: int = _f(5, "pFedMe inner steps K per local step")
-    # --- client selection (issue 4: Power-of-Choice, DivFL, SubTrunc, UnionFL) ---
+    # --- client selection (Power-of-Choice, DivFL, SubTrunc, UnionFL) ---
     poc_d: int = _f(0, "Power-of-Choice candidates d drawn per round (0 = 2 x cohort, at most "
                        "the number of clients)")
     greedy_candidates: int = _f(0, "stochastic greedy: random candidates r scored per pick "
@@ -179,7 +179,7 @@ class RunConfig:
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
     seed: int = _f(0, "random seed (data partition and training)")
     out: str = _f("", "output directory (results.json, history.csv, accuracy.png)")
-    # --- appeal protocol (issue 3; fedjax_appeal/appeal.py, requirement.py) ---
+    # --- appeal protocol (fedjax_appeal/appeal.py, requirement.py) ---
     appeal: bool = _f(True, "apply the appeal protocol: solo models, GM-Appeal and preferred-"
                             "model metrics, opt-out participation, fine-tuning evaluation")
     requirement: str = _f("solo", "client requirement rho_k: 'solo' (train loss of the solo "
@@ -194,7 +194,7 @@ class RunConfig:
                                "train data) are available; 0 = off, everyone always available")
     finetune_steps: int = _f(5, "local SGD steps of the personalization evaluation from the "
                                 "final global model (0 = skip)")
-    # --- issue 5: heterogeneity generators (Exp-alpha) ---
+    # --- heterogeneity generators (Exp-alpha) ---
     imbalance_ratios: str = _f("", "generated pool of class-imbalanced clients (LDAM recipe "
                                    "n_c = n_max ratio^(c/(C-1))): 'random' draws each client's "
                                    "ratio from {1,.5,.1,.05,.01,.005,.001}, or a composition "
@@ -209,7 +209,7 @@ class RunConfig:
     domains: str = _f("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
                                            "round-robin from this list")
     domain_samples: int = _f(500, "dataset 'digits': rows per client (train + test)")
-    # --- scale (issue 6): checkpoints, devices, large cohorts ---
+    # --- scale: checkpoints, devices, large cohorts ---
     checkpoint_every: int = _f(0, "save a checkpoint into --out every this many rounds "
                                   "(0 = only when interrupted with Ctrl-C)")
     resume: str = _f("", "continue the run whose checkpoint is in this folder")

@@ -56,7 +56,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     load_s = time.perf_counter() - t0
     model = model_for(cfg.model, data, dataset)
     alg = build(cfg.algorithm, model, cfg)
-    if cfg.appeal:  # the appeal protocol (issue 3) around every algorithm
+    if cfg.appeal:  # the appeal protocol around every algorithm
         alg = with_appeal(alg, model, cfg)
     ckpt, mesh = _scale_options(cfg, hp)
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,

@@ -37,7 +37,7 @@ def summarize(evals: dict[str, Any]) -> dict[str, float]:
         out[f"test_loss_{tag}"] = float(np.mean(ev.loss))
         out[f"test_acc_{tag}"] = float(np.mean(ev.acc))
         out[f"test_acc_{tag}_pooled"] = _pooled(np.asarray(ev.acc), np.asarray(ev.count))
-    if "test" in evals:  # client dissimilarity (issue 4), in percent
+    if "test" in evals:  # client dissimilarity, in percent
         out.update(dissimilarity(np.asarray(evals["test"].acc)))
     for k, v in evals.get("metrics", {}).items():
         a = np.asarray(v)

@@ -193,7 +193,7 @@ def model_for(cfg_model: str, data, dataset) -> Model:
                       data.train.x.dtype, dataset.scale, dataset.mean, dataset.std)
 
 
-# --- issue 5: BatchNorm models (FedBN, Exp-alpha's ResNet20) -------------------------------
+# --- BatchNorm models (FedBN, Exp-alpha's ResNet20) -------------------------------
 
 class CNNBN(nn.Module):
     """The `cnn` of MaxFL with BatchNorm after every conv and the first FC layer.

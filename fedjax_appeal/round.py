@@ -26,7 +26,7 @@ from .config import HParams
 from .data.arrays import FederatedData
 from .distributed import constrain_cohort
 
-# --- scale (issue 6): (client_chunk, mesh) read by `make_round` when it is called; set
+# --- scale: (client_chunk, mesh) read by `make_round` when it is called; set
 # around an algorithm's construction by `algorithms.build` from RunConfig.client_chunk /
 # devices, so every algorithm gets chunked cohorts and cohort sharding without knowing.
 SCALE: contextvars.ContextVar = contextvars.ContextVar("fedjax_appeal_scale", default=(0, None))
@@ -133,7 +133,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
         normalised weights; FedBN turns this off and keeps it per client.
     """
 
-    client_chunk, mesh = SCALE.get()  # issue 6: large cohorts / sharding (see `scale_options`)
+    client_chunk, mesh = SCALE.get()  # large cohorts / sharding (see `scale_options`)
 
     def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
         k_sel, k_loc, k_adv = jax.random.split(key, 3)

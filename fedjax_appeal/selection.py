@@ -39,7 +39,7 @@ def weighted(key: jax.Array, pool: jax.Array, m: int, weights: jax.Array
 
 
 SELECTORS = ("random",)
-# --- issue 4: submodular / loss-aware selectors (see `selectors.py`, `submodular.py`) ---
+# --- submodular / loss-aware selectors (see `selectors.py`, `submodular.py`) ---
 SELECTORS = SELECTORS + ("poc", "divfl", "subtrunc", "unionfl")
 from .submodular import (  # noqa: E402  (public, jit-able selection without a simulation)
     facility_location,
@@ -52,7 +52,7 @@ __all__ = ["uniform", "weighted", "make_selector", "SELECTORS", "facility_locati
            "stochastic_facility_location", "stochastic_facility_location_features", "greedy"]
 
 
-# --- issue 5: stratified cohorts (deterministic number of clients per group) ---------------
+# --- stratified cohorts (deterministic number of clients per group) ---------------
 
 def stratified(key: jax.Array, pool: jax.Array, groups: jax.Array, counts: tuple[int, ...]
                ) -> tuple[jax.Array, jax.Array]:
@@ -128,9 +128,9 @@ def make_selector(model, cfg):
         return flip_selector(cfg)
     if cfg.selector == "random":
         return uniform_selector(cfg.cohort)
-    if cfg.selector == "stratified":  # issue 5
+    if cfg.selector == "stratified":
         return stratified_selector(cfg)
-    if cfg.selector in SELECTORS:  # issue 4
+    if cfg.selector in SELECTORS:
         from .selectors import build_selector
 
         return build_selector(model, cfg)

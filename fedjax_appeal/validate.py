@@ -85,7 +85,7 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         if float(getattr(hp, name)) <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be > 0 "
                               f"(got {float(getattr(hp, name))})")
-    # --- appeal protocol (issue 3) ---
+    # --- appeal protocol ---
     from .config import APPEAL_DEFS
 
     if cfg.appeal_def not in APPEAL_DEFS:
@@ -103,7 +103,7 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
     if float(hp.maxfl_eps) < 0:
         raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")
-    # --- client selection (issue 4) ---
+    # --- client selection ---
     _validate_selection(cfg, hp)
 
 
@@ -131,10 +131,10 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
                               f"(got {getattr(cfg, name)!r})")
     if float(hp.subtrunc_lambda) < 0 or float(hp.union_mu) < 0:
         raise ConfigError("--subtrunc-lambda and --union-mu must be >= 0")
-    # --- issue 5: Exp-alpha, heterogeneity generators
+    # --- Exp-alpha, heterogeneity generators
     if float(hp.exp_alpha) <= 0:
         raise ConfigError(f"--exp-alpha must be > 0 (got {float(hp.exp_alpha)})")
-    # --- scale (issue 6) ---
+    # --- scale ---
     if cfg.checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every must be >= 0 (got {cfg.checkpoint_every})")
     if cfg.client_chunk < -1:
@@ -153,14 +153,15 @@ _SUBMODULAR = ("divfl", "subtrunc", "unionfl")
 
 def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
     """Why option `key` has no effect in `cfg`, or None if it has one."""
-    appeal_keys = ("opt_out_after", "requirement", "appeal_split", "finetune_steps")
+    appeal_keys = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
     if key in appeal_keys and not cfg.appeal:
         return "it belongs to the appeal protocol, which --no-appeal turns off"
     if key == "aggregation" and cfg.algorithm in _NO_AGGREGATION:
         return f"{cfg.algorithm} computes its own aggregation weights"
     if key == "alpha" and (cfg.partition != "dirichlet" or cfg.imbalance_ratios):
         return "it is the Dirichlet concentration (--partition dirichlet)"
-    if key in ("num_clusters", "labels_per_cluster") and cfg.partition != "clusters":
+    if key in ("num_clusters", "labels_per_cluster", "cluster_labels") and \
+            cfg.partition != "clusters":
         return "it configures --partition clusters"
     if key == "classes_per_client" and cfg.partition != "classes":
         return "it configures --partition classes"
@@ -173,7 +174,8 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
     if key == "poc_d" and cfg.selector != "poc":
         return "it configures --selector poc"
     if key in ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
-               "distance_budget_mb") and cfg.selector not in _SUBMODULAR:
+               "distance_budget_mb", "greedy_epsilon", "selector_objective") and \
+            cfg.selector not in _SUBMODULAR:
         return f"it configures the selectors {', '.join(_SUBMODULAR)}"
     if key in ("union_window", "union_base") and cfg.selector != "unionfl":
         return "it configures --selector unionfl"

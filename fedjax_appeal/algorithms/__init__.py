@@ -2,7 +2,7 @@
 
 from . import (
     fedavg,  # noqa: F401  (registers fedavg, fedprox)
-    fedbn,  # noqa: F401  (issue 5: registers fedbn)
+    fedbn,  # noqa: F401  (registers fedbn)
     fedfor,  # noqa: F401
     maxfl,  # noqa: F401  (registers maxfl, incfl)
     mwfed,  # noqa: F401

@@ -36,7 +36,7 @@ def global_evaluator(model: Model) -> EvalFn:
     """Evaluate the global model on every split (the default)."""
     def evaluate(state, data, hp):
         out = evaluate_global(model, state.params, state.model_state, data)
-        from ..expalpha_metrics import tag_metrics  # issue 5: per-group test accuracy
+        from ..expalpha_metrics import tag_metrics  # per-group test accuracy
 
         tags = tag_metrics(out, data.info)
         if data.global_test is not None:  # accuracy on the balanced global test set

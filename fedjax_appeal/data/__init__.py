@@ -106,7 +106,7 @@ def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.nda
         labels, _ = heterogeneity.flip_labels(labels, unseen, fu, ds.num_classes, cfg.flip_ratio,
                                               rng)
         info["flipped"], uinfo["flipped"] = fs, fu
-        # issue 5: group tag (0 clean / 1 flipped) for --selector stratified
+        # group tag (0 clean / 1 flipped) for --selector stratified
         info["group"], uinfo["group"] = fs.astype(np.int32), fu.astype(np.int32)
     if cfg.byzantine_fraction > 0:
         info["byzantine"] = heterogeneity.choose_fraction(len(seen), cfg.byzantine_fraction, rng)
@@ -115,7 +115,7 @@ def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.nda
 
 def load_federated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
     """Load, partition and split the data of a run; everything seeded by `cfg.seed`."""
-    if cfg.imbalance_ratios or cfg.dataset == "digits":  # issue 5: generated client pools
+    if cfg.imbalance_ratios or cfg.dataset == "digits":  # generated client pools
         from .generated import load_generated
 
         return load_generated(cfg)

@@ -64,7 +64,7 @@ def flip_labels(labels: np.ndarray, clients: list[np.ndarray], flipped: np.ndarr
     return out, maps
 
 
-# --- issue 5: exponential class imbalance (Exp-alpha; LDAM recipe) -------------------------
+# --- exponential class imbalance (Exp-alpha; LDAM recipe) -------------------------
 
 IMBALANCE_RATIOS = (1.0, 0.5, 0.1, 0.05, 0.01, 0.005, 0.001)
 
@@ -198,7 +198,7 @@ def deal_counts(pools: list[np.ndarray], counts: np.ndarray, rng: np.random.Gene
     return out, disjoint
 
 
-# --- issue 5: label-flip corruption rate per cohort -----------------------------------------
+# --- label-flip corruption rate per cohort -----------------------------------------
 
 def cohort_group_counts(group_sizes: list[int] | np.ndarray, cohort: int) -> list[int]:
     """How many cohort slots each group gets so that a cohort mirrors the pool's mix.

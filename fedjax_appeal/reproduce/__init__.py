@@ -135,11 +135,11 @@ def run_cache(explicit: str = "") -> Path:
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 # Modules whose import registers experiments.
 MODULES: list[str] = [
-    "fedjax_appeal.reproduce.appeal",  # issue 3: MaxFL appeal tables, mean estimation
+    "fedjax_appeal.reproduce.appeal",  # MaxFL appeal tables, mean estimation
     "fedjax_appeal.reproduce.appeal_tune",  # the hyperparameter search of those tables
 ]
-MODULES.append("fedjax_appeal.reproduce.selection")  # issue 4: client selection tables
-MODULES.append("fedjax_appeal.reproduce.expalpha")  # issue 5: Exp-alpha tables
+MODULES.append("fedjax_appeal.reproduce.selection")  # client selection tables
+MODULES.append("fedjax_appeal.reproduce.expalpha")  # Exp-alpha tables
 
 
 def experiment(name: str, help: str):
