@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import statistics
@@ -78,3 +79,77 @@ def append_results(title: str, table_md: str, notes: str = "") -> None:
         section += f"\n{notes}\n"
     with open(RESULTS_MD, "a") as f:
         f.write(head + section)
+
+
+def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict[str, float]:
+    """Measured matmul FLOP/s of this process's default JAX device: the roofline's ceiling.
+
+    Times `jnp.dot` of two n x n matrices (2 n^3 FLOPs, compiled once, inputs on the device)
+    and returns the best and median FLOP/s over `repeats` calls. Benchmarks report their
+    achieved FLOP/s as a share of the best figure measured in the same run.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    k1, k2 = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(k1, (n, n), dtype)
+    b = jax.random.normal(k2, (n, n), dtype)
+    f = jax.jit(jnp.dot)
+    f(a, b).block_until_ready()
+    secs = time_repeats(lambda: f(a, b).block_until_ready(), repeats)
+    flops = 2.0 * n ** 3
+    return {"n": n, "dtype": dtype, "best_flops": flops / min(secs),
+            "median_flops": flops / statistics.median(secs)}
+
+
+def jaxpr_flops(jaxpr) -> float:
+    """dot_general + convolution FLOPs of a jaxpr, nested jaxprs included."""
+    total = 0.0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            (lc, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lc)
+        elif name == "conv_general_dilated":
+            rhs = eqn.invars[1].aval.shape
+            out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
+            per_out = math.prod(rhs) / rhs[out_feature_dim]
+            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * per_out
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, tuple | list) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    total += jaxpr_flops(inner)
+    return total
+
+
+def step_flops(model, batch_size: int) -> tuple[float, str, float]:
+    """(FLOPs of one local SGD step, source, jaxpr dot/conv count of the same step).
+
+    The step is counted by XLA (`cost_analysis` of the compiled step); where the backend
+    gives none, by `jaxpr_flops` of its jaxpr (dot_general and convolution FLOPs only).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    params, state = model.init(jax.random.key(0))
+    x = jnp.zeros((batch_size, *model.input_shape), model.input_dtype)
+    y = jnp.zeros((batch_size,), jnp.int32)
+    lr = jnp.float32(0.05)
+
+    def step(p, s, x, y, key):
+        g, _ = jax.grad(lambda q: model.loss(q, s, x, y, train=True, key=key), has_aux=True)(p)
+        return jax.tree.map(lambda a, b: a - lr * b, p, g)
+
+    args = (params, state, x, y, jax.random.key(1))
+    counted = jaxpr_flops(jax.make_jaxpr(step)(*args).jaxpr)
+    try:
+        ca = jax.jit(step).lower(*args).compile().cost_analysis()
+        ca = ca[0] if isinstance(ca, list | tuple) else ca
+        flops = float((ca or {}).get("flops", 0.0))
+    except Exception:  # noqa: BLE001 - backends without cost analysis
+        flops = 0.0
+    if flops > 0:
+        return flops, "xla cost_analysis", counted
+    return counted, "jaxpr count (dot/conv only)", counted

@@ -22,8 +22,8 @@ FLOPs only); the table says which. Utilisation is against a table of peak FLOP/s
 dense bf16 tensor-core peaks, e.g. H100 SXM / H200: 67 / 989 TFLOP/s) looked up by the
 device name, or `--peak-flops`; 'n/a' for CPUs unless given. The computation is float32.
 
-The sequential PyTorch loop (`round_throughput.torch_round_times`, FMNIST MLP only, on cuda
-when available) runs in the same invocation for cohorts <= `--torch-max-cohort` (100).
+Two PyTorch peers (`torch_peer.py`: the plain loop and the torch.func.vmap cohort, FMNIST MLP
+only, on cuda when available) run in the same invocation for cohorts <= `--torch-max-cohort` (100).
 PyTorch is a benchmark-only dependency. Targets printed: cohort 1000 FMNIST <= 50 ms per
 round on an H100 (or H200), and >= 50x the sequential loop at cohort 100.
 
@@ -39,17 +39,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import os
 import sys
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, append_results, machine, stats, write_json  # noqa: E402
+from _common import HERE, append_results, machine, matmul_peak, stats, step_flops, write_json  # noqa: E402
 from round_throughput import (  # noqa: E402
     FMNIST_DIR,
     HP,
@@ -57,6 +55,7 @@ from round_throughput import (  # noqa: E402
     torch_round_times,
     workload,
 )
+from torch_peer import LABELS  # noqa: E402
 
 from fedjax_appeal.models import model_for  # noqa: E402
 
@@ -96,52 +95,6 @@ def cifar_config(m: int):
     return workload(m).replace(dataset="cifar10", model="cnn")
 
 
-def _jaxpr_flops(jaxpr) -> float:
-    """dot_general + convolution FLOPs of a jaxpr, nested jaxprs included."""
-    total = 0.0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "dot_general":
-            (lc, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lc)
-        elif name == "conv_general_dilated":
-            rhs = eqn.invars[1].aval.shape
-            out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
-            per_out = math.prod(rhs) / rhs[out_feature_dim]
-            total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * per_out
-        for v in eqn.params.values():
-            for sub in (v if isinstance(v, tuple | list) else (v,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    total += _jaxpr_flops(inner)
-    return total
-
-
-def step_flops(model, batch_size: int) -> tuple[float, str, float]:
-    """(FLOPs of one local SGD step, source, jaxpr dot/conv count of the same step)."""
-    params, state = model.init(jax.random.key(0))
-    x = jnp.zeros((batch_size, *model.input_shape), model.input_dtype)
-    y = jnp.zeros((batch_size,), jnp.int32)
-    lr = jnp.float32(0.05)
-
-    def step(p, s, x, y, key):
-        g, _ = jax.grad(lambda q: model.loss(q, s, x, y, train=True, key=key), has_aux=True)(p)
-        return jax.tree.map(lambda a, b: a - lr * b, p, g)
-
-    args = (params, state, x, y, jax.random.key(1))
-    counted = _jaxpr_flops(jax.make_jaxpr(step)(*args).jaxpr)
-    try:
-        ca = jax.jit(step).lower(*args).compile().cost_analysis()
-        ca = ca[0] if isinstance(ca, list | tuple) else ca
-        flops = float((ca or {}).get("flops", 0.0))
-    except Exception:  # noqa: BLE001 - backends without cost analysis
-        flops = 0.0
-    if flops > 0:
-        return flops, "xla cost_analysis", counted
-    return counted, "jaxpr count (dot/conv only)", counted
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu-mode", action="store_true",
@@ -156,6 +109,8 @@ def main():
     ap.add_argument("--torch-repeats", type=int, default=None, help="default 3 (GPU) / 2 (CPU)")
     ap.add_argument("--torch-max-cohort", type=int, default=100)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-matmul-peak", action="store_true",
+                    help="skip measuring the device's fp32 matmul peak")
     ap.add_argument("--peak-flops", type=float, default=0.0,
                     help="peak FLOP/s of the device (overrides the table; needed for CPUs)")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
@@ -187,6 +142,9 @@ def main():
     print(f"device: {where}; mode: {'cpu' if cpu_mode else 'gpu'}; torch: "
           f"{device if use_torch else 'not installed / off'}", flush=True)
 
+    measured = None if args.no_matmul_peak else matmul_peak(n=8192 if on_gpu else 2048)
+    if measured is not None:
+        print(f"measured fp32 matmul peak: {measured['best_flops'] / 1e12:.2f} TFLOP/s", flush=True)
     jobs = [("fmnist", int(m)) for m in fm.split(",") if m.strip()]
     jobs += [("cifar10", int(m)) for m in cf.split(",") if m.strip()]
     rows, flops_cache = [], {}
@@ -213,15 +171,20 @@ def main():
         print(f"{name} cohort {m:5d}: {best * 1e3:.1f} / {np.median(secs) * 1e3:.1f} ms/round "
               f"(min/median), compile {compile_s:.1f}s, {row['samples_per_s']:.3g} samples/s, "
               f"{row['flops_per_s'] / 1e9:.1f} GFLOP/s ({source})", flush=True)
+        if measured is not None:
+            row["util_measured_peak"] = row["flops_per_s"] / measured["best_flops"]
         if use_torch and name == "fmnist" and m <= args.torch_max_cohort:
-            tsecs, tver, nthreads = torch_round_times(data, ds, cfg, HP, t_repeats, device)
-            row.update(torch=stats(tsecs), torch_version=tver, torch_threads=nthreads,
-                       torch_device=device,
-                       speedup_median=float(np.median(tsecs) / np.median(secs)),
-                       speedup_min=float(min(tsecs) / best))
-            print(f"      sequential PyTorch ({device}): {min(tsecs):.3f} / "
-                  f"{np.median(tsecs):.3f} s/round -> {row['speedup_median']:.1f}x (median)",
-                  flush=True)
+            for v in ("loop", "vmap"):
+                tsecs, tver, nthreads = torch_round_times(data, ds, cfg, HP, t_repeats, device,
+                                                          variant=v)
+                key = "torch" if v == "loop" else "torch_vmap"
+                row.update({key: stats(tsecs), "torch_version": tver,
+                            f"{key}_threads": nthreads, "torch_device": device,
+                            f"speedup_{v}_median": float(np.median(tsecs) / np.median(secs))})
+                print(f"      PyTorch {LABELS[v]} ({device}): {min(tsecs):.3f} / "
+                      f"{np.median(tsecs):.3f} s/round -> "
+                      f"{row[f'speedup_{v}_median']:.1f}x (median)", flush=True)
+            row["speedup_median"] = row["speedup_loop_median"]
         rows.append(row)
         del data, ds
 
@@ -259,17 +222,21 @@ def main():
         return f"{100 * r[k]:.2f}%" if k in r else "n/a"
 
     lines = ["| data / model | cohort | clients | ours ms/round (min / median) | compile s | "
-             "samples/s | GFLOP/s | util fp32 / bf16 peak | sequential PyTorch s/round "
-             "(min / median) | speedup (median) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "samples/s | GFLOP/s | util fp32 / bf16 peak | util measured matmul peak | "
+             "PyTorch loop s/round (min / median) | speedup (median) | "
+             "torch.func.vmap cohort s/round (median; speedup) |", "|---" * 12 + "|"]
     for r in rows:
         t = (f"{r['torch']['min']:.3f} / {r['torch']['median']:.3f} ({r['torch_device']})"
              if "torch" in r else "—")
         s = f"{r['speedup_median']:.1f}×" if "torch" in r else "—"
+        tv = (f"{r['torch_vmap']['median']:.3f}; {r['speedup_vmap_median']:.1f}×"
+              if "torch_vmap" in r else "—")
         lines.append(f"| {r['dataset']} / {r['model']} | {r['cohort']} | {r['clients']} | "
                      f"{r['jax']['min'] * 1e3:.1f} / {r['jax']['median'] * 1e3:.1f} | "
                      f"{r['jax_compile_s']:.1f} | {r['samples_per_s']:.3g} | "
                      f"{r['flops_per_s'] / 1e9:.1f} | {util(r, 'util_fp32_peak')} / "
-                     f"{util(r, 'util_bf16_peak')} | {t} | {s} |")
+                     f"{util(r, 'util_bf16_peak')} | {util(r, 'util_measured_peak')} | {t} | {s} | "
+                     f"{tv} |")
     srcs = sorted({f"{r['dataset']}: {r['step_flops'] / 1e6:.2f} MFLOP per step "
                    f"({r['flops_source']}; jaxpr dot/conv count "
                    f"{r['step_flops_jaxpr_count'] / 1e6:.2f})" for r in rows})
@@ -281,7 +248,12 @@ def main():
              + ("n/a (CPU; pass --peak-flops)" if peak is None else
                 f"{peak[0] / 1e12:g} TFLOP/s fp32" + (f", {peak[1] / 1e12:g} TFLOP/s dense "
                                                        "bf16" if peak[1] else ""))
-             + ". Targets: " + "; ".join(targets) + ".")
+             + ("" if measured is None else
+                f"; measured fp32 matmul peak (jnp.dot {measured['n']}^2, same run): "
+                f"{measured['best_flops'] / 1e12:.3f} TFLOP/s")
+             + ". PyTorch peers: see benchmarks/torch_peer.py (tensors on the device, "
+               "threads = faster of 1 and all cores on a CPU)."
+             + " Targets: " + "; ".join(targets) + ".")
     if not args.no_append:
         title = "FedAvg round throughput vs cohort, FLOP/s (" + (
             f"{kind})" if on_gpu else "cpu — no GPU available)")

@@ -1,32 +1,54 @@
-"""Seconds per FedAvg round: fedjax_appeal (vmapped cohort, jitted scan) vs a sequential
-PyTorch loop over the cohort doing the same computation.
+"""Seconds per FedAvg round: fedjax_appeal (vmapped cohort, jitted scan) against fair
+peers run in the same job, with a roofline.
 
 Workload: FedAvg, Fashion-MNIST, Dirichlet(0.5), MLP [64, 30] with dropout, tau = 50 local
 SGD steps of batch 64 per client, n_k-weighted average. 100 clients for cohorts 10 and 100;
-a cohort of 1000 uses 1000 clients (same data, same partition recipe). The PyTorch loop
-copies the global model into each client, runs the same tau minibatch SGD steps (uniform
-sampling with replacement from the client's rows, uint8 -> normalised on the fly) and
-accumulates the n_k-weighted average; PyTorch is only needed here (`pip install torch`).
+a cohort of 1000 uses 1000 clients (same data, same partition recipe).
 
-Compile time is reported apart; each figure is min/median over repeats of whole rounds.
+Peers (same client arrays, same computation):
+  * PyTorch, four programs a PyTorch user would write (`torch_peer.py`): the plain loop
+    with `load_state_dict`, the loop with `torch.func.functional_call`, the cohort batched
+    with `torch.func.vmap`, and, as its own labelled column, the loop with a DataLoader.
+    Tensors stay on the device; intra-op threads are the faster of 1 and all cores,
+    calibrated per variant (`--torch-threads` fixes them).
+  * FedJAX 0.0.17 (`--fedjax`; its own venv, see `peer_fedjax.py`), after the others.
 
-    python benchmarks/round_throughput.py --cohorts 10,100 --repeats 5
+Ours and the PyTorch variants are timed interleaved (each repeat times every side once),
+so load changes on a shared machine hit all sides alike. Each figure is min / median over
+repeats of whole rounds, compile time apart; the ratio is peer median / ours median.
+
+Roofline: the same run measures the device's fp32 matmul peak (best `jnp.dot` of two
+2048 x 2048 matrices, at the start and the end) and reports our achieved FLOP/s (cohort x
+tau x XLA's FLOP count of one local step, over our best s/round) as a share of it.
+
+    python benchmarks/round_throughput.py --cohorts 10,100 --repeats 5 --fedjax
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, append_results, machine, stats, time_repeats, write_json  # noqa: E402
+from _common import (  # noqa: E402
+    HERE,
+    append_results,
+    machine,
+    matmul_peak,
+    stats,
+    step_flops,
+    time_repeats,
+    write_json,
+)
+from torch_peer import LABELS, VARIANTS, make_torch_round  # noqa: E402
 
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.config import HParams, RunConfig  # noqa: E402
@@ -51,7 +73,12 @@ def workload(cohort: int, clients: int | None = None, fmnist_dir: str = FMNIST_D
                      batch_size=64, min_samples=10)
 
 
-def jax_round_times(cfg, hp, rounds_per_call, repeats):
+def jax_round_calls(cfg, hp, rounds_per_call):
+    """Our FedAvg as a callable running `rounds_per_call` rounds (one compiled scan chunk).
+
+    Returns:
+      (call, compile seconds, data, dataset, parameter count).
+    """
     data, ds = load_federated(cfg)
     model = model_for(cfg.model, data, ds)
     alg = build("fedavg", model, cfg)
@@ -70,111 +97,164 @@ def jax_round_times(cfg, hp, rounds_per_call, repeats):
         jax.block_until_ready(box["state"].params)
         box["r"] += rounds_per_call
 
-    secs = [s / rounds_per_call for s in time_repeats(call, repeats)]
+    call()  # warm-up
     n_params = sum(a.size for a in jax.tree.leaves(state.params))
+    return call, compile_s, data, ds, n_params
+
+
+def jax_round_times(cfg, hp, rounds_per_call, repeats):
+    """Seconds per round of `jax_round_calls` over `repeats` calls.
+
+    Returns:
+      (seconds per round, compile seconds, data, dataset, parameter count).
+    """
+    call, compile_s, data, ds, n_params = jax_round_calls(cfg, hp, rounds_per_call)
+    secs = [t / rounds_per_call for t in time_repeats(call, repeats, warmup=0)]
     return secs, compile_s, data, ds, n_params
 
 
-def torch_round_times(data, ds, cfg, hp, repeats, device):
+def pick_threads(data, ds, cfg, hp, device: str, variant: str, choice: str) -> int:
+    """Intra-op threads for a PyTorch variant: a number, or "auto" = the faster of 1 and all
+    cores over two calibration rounds each (OpenMP threads that spin on a busy machine can
+    make the all-cores setting several times slower than one thread)."""
+    if choice != "auto":
+        return int(choice)
+    cores = os.cpu_count() or 1
+    if device != "cpu" or cores == 1:
+        return cores
+    best = None
+    for n in (cores, 1):
+        f = make_torch_round(data, ds, cfg, hp, device, variant, n)
+        f()
+        t = min(time_repeats(f, 2, warmup=0))
+        if best is None or t < best[0]:
+            best = (t, n)
+    return best[1]
+
+
+def torch_round_times(data, ds, cfg, hp, repeats, device, variant="loop", threads="auto"):
+    """Seconds per round of one PyTorch variant (see `torch_peer`), threads as `pick_threads`.
+
+    Returns:
+      (seconds per round, torch version, threads used).
+    """
     import torch
-    import torch.nn as nn
 
-    torch.manual_seed(cfg.seed)
-    tr = data.train
-    x_all = torch.as_tensor(np.array(tr.x)).to(device)
-    y_all = torch.as_tensor(np.array(tr.y, dtype=np.int64)).to(device)
-    offset = np.asarray(tr.offset)
-    count = np.asarray(tr.count)
-    mean, std, scale = float(np.asarray(ds.mean)), float(np.asarray(ds.std)), float(ds.scale)
+    n = pick_threads(data, ds, cfg, hp, device, variant, str(threads))
+    f = make_torch_round(data, ds, cfg, hp, device, variant, n)
+    return time_repeats(f, repeats), torch.__version__, n
 
-    def make():
-        return nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.ReLU(), nn.Dropout(0.2),
-                             nn.Linear(64, 30), nn.ReLU(), nn.Linear(30, 10)).to(device)
 
-    global_model = make()
-    client = make()
-    loss_fn = nn.CrossEntropyLoss()
-    lr = float(hp.client_lr)
-    rng = np.random.default_rng(cfg.seed)
-
-    def one_round():
-        cohort = rng.choice(tr.num_clients, cfg.cohort, replace=False)
-        gstate = {k: v.clone() for k, v in global_model.state_dict().items()}
-        acc = {k: torch.zeros_like(v) for k, v in gstate.items()}
-        tot = 0.0
-        for k in cohort:
-            client.load_state_dict(gstate)
-            opt = torch.optim.SGD(client.parameters(), lr=lr)
-            client.train()
-            for _ in range(cfg.local_steps):
-                idx = int(offset[k]) + torch.randint(int(count[k]), (cfg.batch_size,),
-                                                      device=device)
-                xb = (x_all[idx].float() * scale - mean) / std
-                opt.zero_grad(set_to_none=True)
-                loss_fn(client(xb), y_all[idx]).backward()
-                opt.step()
-            n = float(count[k])
-            tot += n
-            with torch.no_grad():
-                for name, v in client.state_dict().items():
-                    acc[name] += n * v
-        with torch.no_grad():
-            global_model.load_state_dict({k: v / tot for k, v in acc.items()})
-        if device != "cpu":
-            torch.cuda.synchronize()
-
-    return time_repeats(one_round, repeats), torch.__version__, torch.get_num_threads()
+def _cell(st: dict | None) -> str:
+    return "—" if not st else f"{st['min']:.4f} / {st['median']:.4f}"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cohorts", default="10,100,1000")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--torch-repeats", type=int, default=3)
+    ap.add_argument("--cohorts", default="10,100")
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="timed rounds per side, interleaved (ours, then each peer)")
+    ap.add_argument("--torch-variants", default="loop,func,vmap,dataloader",
+                    help="comma list of " + ",".join(VARIANTS) + " ('' = none)")
+    ap.add_argument("--torch-threads", default="auto",
+                    help="intra-op threads of the PyTorch peers: a number or auto")
     ap.add_argument("--torch-max-cohort", type=int, default=100,
-                    help="skip the sequential loop above this cohort (it scales linearly)")
+                    help="skip the PyTorch loops above this cohort (they scale linearly)")
+    ap.add_argument("--fedjax", action="store_true",
+                    help="also time FedJAX 0.0.17 in its own venv (see peer_fedjax.py)")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
-    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-append", action="store_true",
+                    help="do not append a section to benchmarks/RESULTS.md")
     ap.add_argument("--out", default=str(HERE / "results" / "round_throughput.json"))
     args = ap.parse_args()
 
     hp = HP
     on_gpu = jax.default_backend() == "gpu"
     device = "cuda" if on_gpu else "cpu"
+    variants = [v for v in args.torch_variants.split(",") if v]
+    if variants and importlib.util.find_spec("torch") is None:
+        sys.exit("round_throughput: error: PyTorch is not installed (pip install torch), "
+                 "or pass --torch-variants ''")
+    peak = matmul_peak()
+    print(f"matmul peak: {peak['best_flops'] / 1e9:.1f} GFLOP/s (fp32, n={peak['n']})",
+          flush=True)
+    fedjax_py = None
+    if args.fedjax:
+        from peer_fedjax import PEER_VENV, PeerError, ensure_venv, run_peer, save_clients
+        try:
+            fedjax_py = ensure_venv(PEER_VENV, sys.executable)
+        except PeerError as e:
+            sys.exit(f"round_throughput: error: {e}")
     rows = []
     for m in [int(c) for c in args.cohorts.split(",")]:
         cfg = workload(m, fmnist_dir=args.fmnist_dir)
-        clients = cfg.clients
         rpc = 4 if m <= 10 else (2 if m <= 100 else 1)
-        secs, compile_s, data, ds, n_params = jax_round_times(cfg, hp, rpc, args.repeats)
-        row = {"cohort": m, "clients": clients, "jax": stats(secs), "jax_compile_s": compile_s,
-               "samples_per_s": m * 50 * 64 / min(secs)}
-        print(f"cohort {m:5d}: jax {min(secs):.4f} / {np.median(secs):.4f} s/round "
-              f"(min/median), compile {compile_s:.1f}s", flush=True)
-        if not args.no_torch and m <= args.torch_max_cohort:
-            tsecs, tver, nthreads = torch_round_times(data, ds, cfg, hp, args.torch_repeats,
-                                                      device)
-            row.update(torch=stats(tsecs), torch_version=tver, torch_threads=nthreads,
-                       speedup_median=float(np.median(tsecs) / np.median(secs)),
-                       speedup_min=float(min(tsecs) / min(secs)))
-            print(f"             torch {min(tsecs):.4f} / {np.median(tsecs):.4f} s/round -> "
-                  f"speedup {row['speedup_median']:.2f}x (median)", flush=True)
+        ours, compile_s, data, ds, n_params = jax_round_calls(cfg, hp, rpc)
+        flops_round = m * cfg.local_steps * step_flops(model_for(cfg.model, data, ds),
+                                                       cfg.batch_size)[0]
+        calls = {"ours": (ours, rpc)}
+        threads = {}
+        if m <= args.torch_max_cohort:
+            for v in variants:
+                threads[v] = pick_threads(data, ds, cfg, hp, device, v, args.torch_threads)
+                f = make_torch_round(data, ds, cfg, hp, device, v, threads[v])
+                f()  # warm-up
+                calls[v] = (f, 1)
+        secs = {k: [] for k in calls}
+        for _ in range(args.repeats):  # interleaved: each repeat times every side once
+            for k, (f, per_call) in calls.items():
+                secs[k].append(time_repeats(f, 1, warmup=0)[0] / per_call)
+        row = {"cohort": m, "clients": cfg.clients, "jax_compile_s": compile_s,
+               "flops_per_round": flops_round, "n_params": n_params,
+               **{k: stats(v) for k, v in secs.items()}, "torch_threads": threads}
+        row["achieved_flops"] = flops_round / row["ours"]["min"]
+        row["share_of_peak"] = row["achieved_flops"] / peak["best_flops"]
+        if fedjax_py is not None:
+            with tempfile.TemporaryDirectory() as tmp:
+                npz = Path(tmp) / "clients.npz"
+                save_clients(data, ds, npz)
+                res = run_peer(fedjax_py, Path(tmp), npz, m, args.repeats, cfg)
+            row["fedjax"] = stats(res["secs"])
+            row["fedjax_train_acc"] = res["train_acc"]
+        for k in [*variants, "fedjax"]:
+            if k in row:
+                row[f"ratio_{k}"] = row[k]["median"] / row["ours"]["median"]
+        print(f"cohort {m:5d}: ours {_cell(row['ours'])} s/round, "
+              f"{row['achieved_flops'] / 1e9:.1f} GFLOP/s ({100 * row['share_of_peak']:.0f}% "
+              "of peak); " + ", ".join(f"{k} {row[k]['median']:.4f} ({row['ratio_' + k]:.2f}x)"
+                                       for k in [*variants, "fedjax"] if k in row), flush=True)
         rows.append(row)
+    peak_end = matmul_peak()
+    if peak_end["best_flops"] > peak["best_flops"]:
+        peak = peak_end
+        for r in rows:
+            r["share_of_peak"] = r["achieved_flops"] / peak["best_flops"]
 
     result = {"machine": machine(), "backend": jax.default_backend(), "rows": rows,
-              "workload": WORKLOAD}
+              "workload": WORKLOAD, "matmul_peak": peak, "torch_device": device}
     write_json(Path(args.out), result)
-    lines = ["| cohort | clients | ours s/round (min / median) | compile s | sequential "
-             "PyTorch s/round (min / median) | speedup (median) |", "|---|---|---|---|---|---|"]
+    peers = [k for k in [*variants, "fedjax"] if any(k in r for r in rows)]
+    head = (["cohort", "ours s/round (min / median)", "GFLOP/s (share of matmul peak)"]
+            + [f"{LABELS.get(k, 'FedJAX 0.0.17')} (min / median; ratio)" for k in peers])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        t = (f"{r['torch']['min']:.4f} / {r['torch']['median']:.4f}" if "torch" in r else "—")
-        s = f"{r['speedup_median']:.2f}×" if "torch" in r else "—"
-        lines.append(f"| {r['cohort']} | {r['clients']} | {r['jax']['min']:.4f} / "
-                     f"{r['jax']['median']:.4f} | {r['jax_compile_s']:.1f} | {t} | {s} |")
-    append_results(f"FedAvg round throughput ({jax.default_backend()})", "\n".join(lines),
-                   "Workload: " + result["workload"] + "; repeats: " + str(args.repeats)
-                   + " (ours), " + str(args.torch_repeats) + " (PyTorch).")
+        cells = [str(r["cohort"]), _cell(r["ours"]),
+                 f"{r['achieved_flops'] / 1e9:.1f} ({100 * r['share_of_peak']:.0f}%)"]
+        cells += [f"{_cell(r.get(k))}; {r['ratio_' + k]:.2f}×" if k in r else "—" for k in peers]
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = ("Workload: " + WORKLOAD + f"; {args.repeats} interleaved repeats per side "
+             "(ours, then each PyTorch variant, in turn; FedJAX in its own process after them). "
+             "Ratio = peer median / ours median. GFLOP/s = cohort x tau x XLA's FLOPs of one "
+             "local step / our best s/round; matmul peak = best fp32 jnp.dot "
+             f"({peak['n']}x{peak['n']}) measured in the same run: "
+             f"{peak['best_flops'] / 1e9:.1f} GFLOP/s. PyTorch threads per variant and cohort "
+             "(auto = faster of 1 and all cores): "
+             + "; ".join(f"{r['cohort']}: {r['torch_threads']}" for r in rows) + ".")
+    if not args.no_append:
+        append_results(f"FedAvg round throughput vs fair peers ({jax.default_backend()})",
+                       "\n".join(lines), notes)
     print("\n".join(lines))
+    print(notes)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,204 @@
+"""PyTorch peers for the FedAvg round benchmarks: the programs a PyTorch user would write.
+
+Every variant runs the workload of `round_throughput.py` on the same client arrays: the
+cohort drawn uniformly without replacement, each client starting from the global model and
+running tau SGD steps on minibatches of b rows sampled uniformly with replacement from its
+own rows (uint8 pixels normalised on the fly, as ours), dropout 0.2 after the first hidden
+layer, and the n_k-weighted average of the clients' models as the new global model.
+Tensors live on the device for the whole run and `torch.set_num_threads` is set to the
+machine's core count.
+
+Variants (`VARIANTS`):
+
+  * ``loop``: one `nn.Module` per client slot; each client copies the global weights in by
+    `load_state_dict`, trains with `torch.optim.SGD`, and its weights are accumulated into
+    the weighted sum. The plain loop most PyTorch FL code uses.
+  * ``func``: the same loop without modules' optimizer state: parameters in a dict,
+    `torch.func.functional_call` + `torch.autograd.grad`, in-place SGD.
+  * ``vmap``: the whole cohort at once, `torch.func.vmap(torch.func.grad(loss))` over a
+    leading client axis of stacked parameters (dropout with `randomness="different"`); the
+    closest PyTorch analogue of this project's round.
+  * ``dataloader``: ``loop`` with a `DataLoader` per client (a `TensorDataset` of its rows
+    and a `RandomSampler` with replacement of tau x b rows); reported as its own, labelled
+    column, since the DataLoader's per-batch Python work is what it measures.
+
+PyTorch is a benchmark-only dependency (`pip install torch`), never one of the library.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+VARIANTS = ("loop", "func", "vmap", "dataloader")
+LABELS = {"loop": "torch loop (load_state_dict)", "func": "torch loop (functional_call)",
+          "vmap": "torch.func.vmap cohort", "dataloader": "torch loop + DataLoader"}
+
+
+def make_torch_round(data, ds, cfg, hp, device: str, variant: str = "loop",
+                     threads: int | None = None):
+    """One FedAvg round of a PyTorch variant, as a callable that blocks until it is done.
+
+    Args:
+      data: the `FederatedData` whose `train` split the clients train on.
+      ds: its `Dataset` (normalisation constants `mean`, `std`, `scale`).
+      cfg: the run's `RunConfig` (cohort, local_steps, batch_size, seed).
+      hp: `HParams` (client_lr).
+      repeats: timed rounds.
+      device: "cpu" or "cuda".
+      variant: one of `VARIANTS`.
+      threads: intra-op threads (default: all cores).
+
+    Returns:
+      A no-argument function that runs one round (the global model persists between calls).
+    """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F  # noqa: N812 - PyTorch's own convention
+
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown torch variant {variant!r}; choose from {VARIANTS}")
+    torch.set_num_threads(threads or os.cpu_count() or 1)
+    torch.manual_seed(cfg.seed)
+    tr = data.train
+    x_all = torch.as_tensor(np.array(tr.x)).reshape(len(tr.y), -1).to(device)
+    y_all = torch.as_tensor(np.array(tr.y, dtype=np.int64)).to(device)
+    offset_np, count_np = np.array(tr.offset), np.array(tr.count)
+    offset = torch.as_tensor(offset_np, dtype=torch.int64, device=device)
+    count = torch.as_tensor(count_np, dtype=torch.int64, device=device)
+    mean, std, scale = float(np.asarray(ds.mean)), float(np.asarray(ds.std)), float(ds.scale)
+    d_in = x_all.shape[1]
+    m, tau, b, lr = cfg.cohort, cfg.local_steps, cfg.batch_size, float(hp.client_lr)
+    rng = np.random.default_rng(cfg.seed)
+
+    def make():
+        return nn.Sequential(nn.Linear(d_in, 64), nn.ReLU(), nn.Dropout(0.2),
+                             nn.Linear(64, 30), nn.ReLU(), nn.Linear(30, 10)).to(device)
+
+    def prep(idx):
+        return (x_all[idx].float() * scale - mean) / std
+
+    global_model = make()
+    sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
+
+    if variant in ("loop", "dataloader"):
+        client = make()
+        client.train()
+        loaders = {}
+
+        def batches(k):
+            if variant == "loop":
+                for _ in range(tau):
+                    yield int(offset_np[k]) + torch.randint(int(count_np[k]), (b,), device=device)
+                return
+            if k not in loaders:
+                rows = torch.arange(int(offset_np[k]), int(offset_np[k] + count_np[k]))
+                dset = torch.utils.data.TensorDataset(rows)
+                sampler = torch.utils.data.RandomSampler(dset, replacement=True,
+                                                         num_samples=tau * b)
+                loaders[k] = torch.utils.data.DataLoader(dset, batch_size=b, sampler=sampler)
+            for (idx,) in loaders[k]:
+                yield idx.to(device)
+
+        def one_round():
+            cohort = rng.choice(tr.num_clients, m, replace=False)
+            gstate = {k: v.clone() for k, v in global_model.state_dict().items()}
+            acc = {k: torch.zeros_like(v) for k, v in gstate.items()}
+            tot = float(count_np[cohort].sum())
+            for k in cohort:
+                client.load_state_dict(gstate)
+                opt = torch.optim.SGD(client.parameters(), lr=lr)
+                for idx in batches(int(k)):
+                    opt.zero_grad(set_to_none=True)
+                    F.cross_entropy(client(prep(idx)), y_all[idx]).backward()
+                    opt.step()
+                w = float(count_np[k]) / tot
+                with torch.no_grad():
+                    for name, v in client.state_dict().items():
+                        acc[name].add_(v, alpha=w)
+            global_model.load_state_dict(acc)
+            sync()
+
+    elif variant == "func":
+        from torch.func import functional_call
+
+        global_model.train()
+        names = [n for n, _ in global_model.named_parameters()]
+
+        def one_round():
+            cohort = rng.choice(tr.num_clients, m, replace=False)
+            g = {n: p.detach() for n, p in global_model.named_parameters()}
+            acc = {n: torch.zeros_like(v) for n, v in g.items()}
+            tot = float(count_np[cohort].sum())
+            for k in cohort:
+                p = {n: v.clone().requires_grad_(True) for n, v in g.items()}
+                for _ in range(tau):
+                    idx = int(offset_np[k]) + torch.randint(int(count_np[k]), (b,), device=device)
+                    loss = F.cross_entropy(functional_call(global_model, p, (prep(idx),)),
+                                           y_all[idx])
+                    grads = torch.autograd.grad(loss, [p[n] for n in names])
+                    with torch.no_grad():
+                        for n, gr in zip(names, grads, strict=True):
+                            p[n].sub_(gr, alpha=lr)
+                w = float(count_np[k]) / tot
+                with torch.no_grad():
+                    for n in names:
+                        acc[n].add_(p[n], alpha=w)
+            with torch.no_grad():
+                for n, prm in global_model.named_parameters():
+                    prm.copy_(acc[n])
+            sync()
+
+    else:  # vmap
+        from torch.func import functional_call, grad, vmap
+
+        global_model.train()
+
+        def loss_fn(p, x, y):
+            return F.cross_entropy(functional_call(global_model, p, (x,)), y)
+
+        cohort_grad = vmap(grad(loss_fn), randomness="different")
+
+        def one_round():
+            cohort_np = rng.choice(tr.num_clients, m, replace=False)
+            cohort = torch.as_tensor(cohort_np, device=device)
+            off, cnt = offset[cohort][:, None], count[cohort][:, None]
+            with torch.no_grad():
+                p = {n: v.detach().unsqueeze(0).repeat(m, *([1] * v.dim()))
+                     for n, v in global_model.named_parameters()}
+            for _ in range(tau):
+                idx = off + (torch.rand(m, b, device=device) * cnt).long()
+                grads = cohort_grad(p, prep(idx), y_all[idx])
+                with torch.no_grad():
+                    for n in p:
+                        p[n].sub_(grads[n], alpha=lr)
+            w = cnt[:, 0].to(torch.float32)
+            w = w / w.sum()
+            with torch.no_grad():
+                for n, prm in global_model.named_parameters():
+                    prm.copy_(torch.tensordot(w, p[n], dims=1))
+            sync()
+
+    return one_round
+
+
+def torch_round_times(data, ds, cfg, hp, repeats: int, device: str, variant: str = "loop",
+                      threads: int | None = None):
+    """Seconds of `repeats` rounds of `make_torch_round(...)` after one warm-up round.
+
+    Returns:
+      (list of seconds per round, torch version, threads used).
+    """
+    import time
+
+    import torch
+
+    one_round = make_torch_round(data, ds, cfg, hp, device, variant, threads)
+    one_round()  # warm-up (allocator, lazy init)
+    secs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        one_round()
+        secs.append(time.perf_counter() - t)
+    return secs, torch.__version__, torch.get_num_threads()
