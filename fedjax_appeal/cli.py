@@ -299,7 +299,15 @@ SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
     "list": (lambda p: None, cmd_list, "list algorithms, datasets, partitions, models"),
     "install-data": (lambda p: None, cmd_install_data,
                      "install Debian's Fashion-MNIST package if it is missing"),
+    "compare": (lambda p: _compare().configure(p), lambda a: _compare().cmd_compare(a),
+                "put several runs and seeds in one figure (mean and band) and one table"),
 }
+
+
+def _compare():
+    from . import compare
+
+    return compare
 
 
 def _load_plugins() -> None:

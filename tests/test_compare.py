@@ -1,0 +1,128 @@
+"""`fedjax-appeal compare`: grouping, seed alignment and bands against numbers by hand; a real
+three-seed sweep drawn end to end; bad input is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fedjax_appeal.cli import main
+
+# Student t, 0.975 quantile, 2 degrees of freedom (printed tables: 4.303).
+T975_2 = 4.302652729911275
+
+
+def write_run(path, algorithm, seed, accs, rounds=(0, 2, 4), lr=0.1):
+    path.mkdir(parents=True)
+    hist = [{"round": r, "test_acc_seen": a, "train_loss": 1.0 - a}
+            for r, a in zip(rounds, accs, strict=True)]
+    path.joinpath("results.json").write_text(json.dumps(
+        {"config": {"algorithm": algorithm, "seed": seed, "out": str(path), "cohort": 3},
+         "hparams": {"client_lr": lr}, "history": hist}))
+
+
+@pytest.fixture
+def runs(tmp_path):
+    vals = {"fedavg": [[0.1, 0.2, 0.4], [0.1, 0.3, 0.5], [0.1, 0.4, 0.9]],
+            "maxfl": [[0.1, 0.5, 0.6], [0.1, 0.5, 0.7], [0.1, 0.5, 0.8]]}
+    for alg, per_seed in vals.items():
+        for s, accs in enumerate(per_seed):
+            write_run(tmp_path / "runs" / f"{alg}-{s}", alg, s, accs)
+    return tmp_path / "runs", vals
+
+
+@pytest.mark.parametrize("band", ["std", "ci95", "minmax"])
+def test_groups_and_bands_match_hand_numbers(runs, tmp_path, band, capsys):
+    root, vals = runs
+    out = tmp_path / "cmp"
+    assert main(["compare", str(root), "--band", band, "--out", str(out),
+                 "--formats", "png,svg"]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    assert res["group_by"] == ["algorithm"]  # seed, out differ too but are not settings
+    g = {r["label"]: r for r in res["groups"]}
+    assert set(g) == {"algorithm=fedavg", "algorithm=maxfl"}
+    fa = g["algorithm=fedavg"]
+    assert fa["x"] == [0, 2, 4] and fa["n"] == 3 and sorted(fa["seeds"]) == [0, 1, 2]
+    # final values 0.4, 0.5, 0.9: mean 0.6, sample std sqrt(((.2)^2 + (.1)^2 + (.3)^2) / 2)
+    sd = math.sqrt((0.04 + 0.01 + 0.09) / 2)
+    assert fa["final_mean"] == pytest.approx(0.6) and fa["final_std"] == pytest.approx(sd)
+    half = {"std": sd, "ci95": T975_2 * sd / math.sqrt(3)}
+    if band == "minmax":
+        assert fa["low"][-1] == pytest.approx(0.4) and fa["high"][-1] == pytest.approx(0.9)
+    else:
+        assert fa["high"][-1] - 0.6 == pytest.approx(half[band])
+        assert 0.6 - fa["low"][-1] == pytest.approx(half[band])
+    assert fa["low"][0] == pytest.approx(0.1) == fa["high"][0]  # identical seeds: no band
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "compare.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+    assert not (out / "compare.pdf").exists()
+    md = (out / "compare.md").read_text()
+    assert "| algorithm=maxfl | 3 | 0.7000 ± 0.1000 |" in md
+    rows = (out / "compare.csv").read_text().splitlines()
+    assert rows[0] == "group,round,mean,low,high" and len(rows) == 1 + 2 * 3
+
+
+def test_rounds_are_aligned_on_the_common_evaluations(tmp_path):
+    write_run(tmp_path / "a", "fedavg", 0, [0.1, 0.3, 0.5], rounds=(0, 2, 4))
+    write_run(tmp_path / "b", "fedavg", 1, [0.2, 0.4, 0.6, 0.8], rounds=(0, 1, 2, 4))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--group-by",
+                 "algorithm", "--out", str(out)]) == 0
+    (g,) = json.loads((out / "compare.json").read_text())["groups"]
+    assert g["x"] == [0, 2, 4]
+    assert np.allclose(g["mean"], [0.15, 0.45, 0.65])  # b: round 1 dropped, 0.6 at 2, 0.8 at 4
+
+
+def test_group_by_a_hyperparameter_and_explicit_keys(runs, tmp_path):
+    root, _ = runs
+    write_run(root / "lr", "fedavg", 0, [0.1, 0.1, 0.1], lr=0.01)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(root), "--group-by", "algorithm,client_lr", "--metric",
+                 "train_loss", "--out", str(out)]) == 0
+    labels = {r["label"]: r for r in json.loads((out / "compare.json").read_text())["groups"]}
+    assert labels["algorithm=fedavg, client_lr=0.01"]["n"] == 1
+    assert labels["algorithm=fedavg, client_lr=0.1"]["final_mean"] == pytest.approx(0.4)
+
+
+def test_three_seed_sweep_end_to_end(tmp_path):
+    tiny = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "0", "--cohort",
+            "3", "--rounds", "2", "--local-steps", "2", "--batch-size", "8", "--eval-every",
+            "1", "--min-samples", "4", "--partition", "natural", "--no-appeal"]
+    sw = tmp_path / "sw"
+    assert main(["sweep", *tiny, "--grid", "client_lr=0.1,0.01", "--seeds", "0,1,2",
+                 "--out", str(sw)]) == 0
+    out = tmp_path / "cmp"
+    assert main(["compare", str(sw), "--metric", "train_loss", "--out", str(out)]) == 0
+    res = json.loads((out / "compare.json").read_text())
+    assert res["group_by"] == ["client_lr"]
+    rows = json.loads((sw / "sweep.json").read_text())["rows"]
+    for g in res["groups"]:
+        lr = float(g["label"].split("=")[1])
+        finals = [r["final"]["train_loss"] for r in rows if r["hparams"]["client_lr"] == lr]
+        assert g["n"] == 3 and g["final_mean"] == pytest.approx(np.mean(finals))
+
+
+@pytest.mark.parametrize("extra, msg", [
+    (["--metric", "test_ac_seen"], "--metric test_ac_seen: not in these runs' history"),
+    (["--group-by", "algo"], "--group-by algo: not a setting of these runs"),
+    (["--formats", "png,gif"], "--formats png,gif: choose from"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(runs, tmp_path, capsys, extra, msg):
+    root, _ = runs
+    out = tmp_path / "cmp"
+    assert main(["compare", str(root), *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_paths_without_runs_are_refused(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for p, msg in ((tmp_path / "empty", "no results.json or sweep.json under"),
+                   (tmp_path / "missing", "does not exist")):
+        assert main(["compare", str(p), "--out", str(tmp_path / "cmp")]) == 2
+        assert msg in capsys.readouterr().err
+    assert not (tmp_path / "cmp").exists()
