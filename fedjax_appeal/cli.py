@@ -199,6 +199,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .data import load_federated
     from .distributed import check_processes, is_main
     from .experiment import run_config
+    from .export import model_writers
+    from .models import model_for
     from .report import run_writers, write_outputs
     from .simulate import progress_printer
     from .validate import RUN_FILES, check_ignored, check_source_size, validate
@@ -224,12 +226,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
               f"{cfg.rounds} rounds -> {cfg.out}", file=sys.stderr)
-    results, _ = run_config(cfg, hp, data=data, dataset=dataset,
-                            on_eval=progress_printer(cfg.algorithm, cfg.rounds) if main else None)
+    results, sim = run_config(cfg, hp, data=data, dataset=dataset,
+                              on_eval=progress_printer(cfg.algorithm, cfg.rounds) if main
+                              else None)
     if not main:  # the other processes computed the same results; process 0 writes them
         return 0
     title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
-    out = write_outputs(cfg.out, run_writers(results, title))
+    model = model_for(cfg.model, data, dataset)
+    out = write_outputs(cfg.out, {**run_writers(results, title),
+                                  **model_writers(model, sim.final_state.params,
+                                                  sim.final_state.model_state)})
     last = results["history"][-1]
     t = results["timing"]
     empty = sum(1 for a in results["round_metrics"].get("available", []) if a == 0)
@@ -245,7 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
              else "")
           + (f"  ({spr:.4f} s/round, " if spr is not None else "  (no round trained, ")
           + f"compile {t['compile_s']:.1f}s); wrote {out}/results.json, history.csv, "
-          "accuracy.png")
+          "accuracy.png, model.msgpack (load_model)")
     return 0
 
 

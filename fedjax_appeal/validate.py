@@ -281,7 +281,8 @@ def check_source_size(cfg: RunConfig) -> None:
 
 
 # Files by which a folder is recognised as holding a run (`run`) or a sweep (`sweep`).
-RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz")
+RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz", "model.msgpack",
+             "model.json")
 SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint")
 
 
