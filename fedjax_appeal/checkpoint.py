@@ -37,7 +37,7 @@ FILE = "checkpoint.npz"
 FORMAT = 1
 # RunConfig fields that may differ between a run and its resumption.
 RESUMABLE_CHANGES = ("rounds", "out", "resume", "checkpoint_every", "devices", "client_chunk",
-                     "data_dir", "fmnist_dir", "cache_dir")
+                     "data_dir", "fmnist_dir", "cache_dir", "log")
 
 
 def _is_key(a) -> bool:

@@ -226,9 +226,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
               f"{cfg.rounds} rounds -> {cfg.out}", file=sys.stderr)
-    results, sim = run_config(cfg, hp, data=data, dataset=dataset,
-                              on_eval=progress_printer(cfg.algorithm, cfg.rounds) if main
-                              else None)
+    tracker = None
+    if main and cfg.log:
+        from .tracking import LOG_DIR, Tracker, parse_kinds
+
+        tracker = Tracker(parse_kinds(cfg.log), Path(cfg.out) / LOG_DIR,
+                          Path(cfg.out).name, dataclasses.asdict(cfg), dataclasses.asdict(hp))
+    printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
+    try:
+        results, sim = run_config(cfg, hp, data=data, dataset=dataset,
+                                  on_eval=(printer if tracker is None else
+                                           lambda e: (printer(e), tracker.eval(e))))
+    except BaseException:
+        if tracker is not None:
+            tracker.close()
+        raise
+    if tracker is not None:
+        tracker.finish(results["round_metrics"], results["history"][-1])
     if not main:  # the other processes computed the same results; process 0 writes them
         return 0
     title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"

@@ -217,6 +217,8 @@ class RunConfig:
                               "(0 = auto: only when cohort x params exceeds the memory "
                               "budget; -1 = never)")
     devices: int = _f(1, "devices to shard the cohort over (0 = all)")
+    log: str = _f("", "experiment trackers, comma-separated: tensorboard (event files in "
+                      "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)")
     # --- Exp-alpha experiments: equal-size clients, flip protocols, global test set ---
     imbalance_size: int = _f(0, "equal-size imbalanced clients: every generated client holds "
                                 "this many train rows, class shares ∝ ratio^(c/(C-1)) "

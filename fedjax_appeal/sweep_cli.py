@@ -223,6 +223,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         "sweep.png": lambda p: _plot(p, res.rows, res.summary, metric, title),
     }
     out = write_outputs(cfg.out, writers)
+    if cfg.log:  # one tracked run per (grid point, seed)
+        from .tracking import LOG_DIR, log_finished_run, parse_kinds
+
+        for row in res.rows:
+            name = f"{row['label']}/seed-{row['seed']}"
+            log_finished_run(parse_kinds(cfg.log), Path(out) / LOG_DIR / name, name,
+                             {**dataclasses.asdict(cfg), **row["static"], "seed": row["seed"]},
+                             {**dataclasses.asdict(hp), **row["hparams"]}, row["history"])
     b = res.best
     print(f"best ({metric}, mean over {len(seeds)} seed(s)): {b['label']}  "
           f"{b[f'{metric}_mean']:.4f} ± {b[f'{metric}_std']:.4f}; {len(res.rows)} runs in "

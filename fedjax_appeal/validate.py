@@ -18,6 +18,10 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     if cfg.algorithm not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm '{cfg.algorithm}'; choose one of: "
                           f"{', '.join(sorted(ALGORITHMS))}")
+    if cfg.log:
+        from .tracking import check_available, parse_kinds
+
+        check_available(parse_kinds(cfg.log))
     if cfg.dataset not in DATASETS:
         raise ConfigError(f"unknown dataset '{cfg.dataset}'; choose one of: {', '.join(DATASETS)}")
     if cfg.partition not in PARTITIONS:
@@ -282,8 +286,9 @@ def check_source_size(cfg: RunConfig) -> None:
 
 # Files by which a folder is recognised as holding a run (`run`) or a sweep (`sweep`).
 RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz", "model.msgpack",
-             "model.json")
-SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint")
+             "model.json", "tensorboard")
+SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint",
+               "tensorboard")
 
 
 def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),
