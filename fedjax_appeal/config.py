@@ -115,6 +115,8 @@ class RunConfig:
     cache_dir: str = _f("", "cache for decoded arrays (default: $FEDJAX_APPEAL_CACHE or "
                             "~/.cache/fedjax_appeal)")
     max_samples: int = _f(0, "use at most this many samples of the dataset (0 = all)")
+    input_scale: float = _f(0.0, "dataset npz:PATH: the model multiplies its inputs by this "
+                                 "first (0 = 1/255 for uint8 inputs, 1 for float inputs)")
     # Partition
     partition: str = _f("dirichlet", "how samples are split over clients", PARTITIONS)
     alpha: float = _f(0.5, "Dirichlet concentration (partition=dirichlet)")

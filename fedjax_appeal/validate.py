@@ -22,8 +22,16 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         from .tracking import check_available, parse_kinds
 
         check_available(parse_kinds(cfg.log))
-    if cfg.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset '{cfg.dataset}'; choose one of: {', '.join(DATASETS)}")
+    if cfg.dataset.startswith("npz:"):
+        _check_npz(cfg.dataset[4:])
+    elif cfg.dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset '{cfg.dataset}'; choose one of: {', '.join(DATASETS)}"
+                          ", or npz:PATH for your own arrays")
+    if cfg.input_scale < 0:
+        raise ConfigError(f"--input-scale {cfg.input_scale}: must be > 0 (or 0 for the default)")
+    if cfg.input_scale and not cfg.dataset.startswith("npz:"):
+        raise ConfigError("--input-scale applies to --dataset npz:PATH only (registered "
+                          "datasets carry their own scale)")
     if cfg.partition not in PARTITIONS:
         raise ConfigError(f"unknown partition '{cfg.partition}'; choose one of: "
                           f"{', '.join(PARTITIONS)}")
@@ -234,6 +242,23 @@ def _idx_rows(directory, name: str) -> int:
     raise FileNotFoundError(name)
 
 
+def _check_npz(path: str) -> None:
+    """The file of --dataset npz:PATH exists and names its arrays as expected (headers only)."""
+    import zipfile
+    from pathlib import Path
+
+    from .data.sources import npz_members
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"dataset file {p} does not exist: pass --dataset npz:PATH")
+    try:
+        npz_members(p)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"cannot read {p} as an npz file ({e}): write it with numpy.savez"
+                          ) from None
+
+
 def source_rows(cfg: RunConfig) -> int | None:
     """Rows of the dataset of `cfg`, read from file headers only (nothing decoded).
 
@@ -251,6 +276,12 @@ def source_rows(cfg: RunConfig) -> int | None:
     try:
         if cfg.dataset in _IDX_ROWS:
             return sum(_idx_rows(cfg.fmnist_dir, n) for n in _IDX_ROWS[cfg.dataset])
+        if cfg.dataset.startswith("npz:"):
+            from .data.sources import npz_members
+
+            path = Path(cfg.dataset[4:]).expanduser()
+            with zipfile.ZipFile(path) as zf:
+                return sum(_npy_rows(zf, m) for m in npz_members(path)[1])
         if cfg.dataset in _NPZ_ROWS:
             fname, members = _NPZ_ROWS[cfg.dataset]
             d = cfg.data_dir or os.environ.get(DATA_ENV, "")
@@ -286,9 +317,9 @@ def check_source_size(cfg: RunConfig) -> None:
 
 # Files by which a folder is recognised as holding a run (`run`) or a sweep (`sweep`).
 RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz", "model.msgpack",
-             "model.json", "tensorboard")
+             "model.json", "tensorboard", "wandb")
 SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint",
-               "tensorboard")
+               "tensorboard", "wandb")
 
 
 def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),

@@ -41,9 +41,12 @@ def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Data
         raise ConfigError("dataset 'digits' is built per client: use load_federated")
     if name.startswith("tfds:"):
         return sources.load_tfds(name[5:], cache=cfg.cache_dir or None)
+    if name.startswith(sources.NPZ_PREFIX):
+        return sources.load_npz(name[len(sources.NPZ_PREFIX):], cfg.input_scale)
     raise ConfigError(f"unknown dataset '{name}'; choose one of: "
                       "fmnist, mnist, cifar10, femnist, sent140, synthetic, usps, mnistm, "
-                      "tfds:fashion_mnist, tfds:mnist, tfds:emnist/byclass, tfds:cifar10")
+                      "tfds:fashion_mnist, tfds:mnist, tfds:emnist/byclass, tfds:cifar10, "
+                      "npz:PATH")
 
 
 def partition_clients(ds: Dataset, cfg: RunConfig, rng: np.random.Generator

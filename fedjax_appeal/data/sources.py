@@ -354,3 +354,61 @@ def resize_images(x: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         im = Image.fromarray(img)
         out.append(np.asarray(im.resize(size[::-1], Image.BILINEAR)))
     return np.stack(out).astype(np.uint8)
+
+
+# ----------------------------------------------------------------------------- your own data
+
+NPZ_PREFIX = "npz:"
+NPZ_KEYS = "x and y (or x_train, y_train, x_test, y_test), optional client_ids " \
+           "(or client_ids_train, client_ids_test)"
+
+
+def npz_members(path: str | Path) -> tuple[list[str], list[str]]:
+    """(x members, y members) of a user npz: ["x"], ["y"] or the train/test pairs."""
+    with np.load(Path(path).expanduser(), allow_pickle=False) as z:
+        keys = set(z.files)
+    if {"x", "y"} <= keys:
+        return ["x"], ["y"]
+    if {"x_train", "y_train", "x_test", "y_test"} <= keys:
+        return ["x_train", "x_test"], ["y_train", "y_test"]
+    raise ConfigError(f"{path} has arrays {', '.join(sorted(keys)) or 'none'}; a dataset npz "
+                      f"needs {NPZ_KEYS}")
+
+
+def load_npz(path: str | Path, input_scale: float = 0.0) -> Dataset:
+    """Your own data as a pooled `Dataset` (`--dataset npz:PATH`).
+
+    The file holds `x` [N, ...] (uint8 images or float features) and integer labels `y` [N]
+    in 0 .. C-1, or the same split as x_train/y_train/x_test/y_test (pooled here: every
+    client's rows are re-split by --train-fraction, as for every dataset). Optional
+    `client_ids` [N] (or client_ids_train/_test) give natural clients (--partition natural).
+    Inputs are multiplied by `input_scale` (0 = 1/255 for uint8, 1 for floats) and then
+    standardised with their mean and std on that scale (per channel for [N, H, W, C]).
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"dataset file {path} does not exist: pass --dataset npz:PATH")
+    xs, ys = npz_members(path)
+    with np.load(path, allow_pickle=False) as z:
+        x = np.concatenate([z[k] for k in xs])
+        y = np.concatenate([z[k] for k in ys])
+        id_keys = (["client_ids"] if "client_ids" in z.files else
+                   ["client_ids_train", "client_ids_test"]
+                   if {"client_ids_train", "client_ids_test"} <= set(z.files) else [])
+        groups = np.concatenate([z[k] for k in id_keys]) if id_keys else None
+    if len(x) != len(y) or (groups is not None and len(groups) != len(y)):
+        raise ConfigError(f"{path}: x, y and client ids must have the same number of rows "
+                          f"(got {len(x)}, {len(y)}"
+                          + (f", {len(groups)})" if groups is not None else ")"))
+    if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or (len(y) and y.min() < 0):
+        raise ConfigError(f"{path}: y must be non-negative integer class labels of shape [N]")
+    if x.dtype != np.uint8 and not np.issubdtype(x.dtype, np.floating):
+        raise ConfigError(f"{path}: x must be uint8 or floating point, not {x.dtype}")
+    if input_scale < 0:
+        raise ConfigError(f"--input-scale {input_scale}: must be > 0 (or 0 for the default)")
+    scale = input_scale or (1.0 / 255.0 if x.dtype == np.uint8 else 1.0)
+    if x.dtype != np.uint8:
+        x = np.ascontiguousarray(x, np.float32)
+    mean, std = _image_stats(x, scale)
+    return Dataset(f"{NPZ_PREFIX}{path.stem}", x, np.asarray(y, np.int64), int(y.max()) + 1,
+                   None if groups is None else np.asarray(groups), scale, mean, std)
