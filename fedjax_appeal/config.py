@@ -100,6 +100,11 @@ APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
 DATASETS = DATASETS + ("digits",)  # Digits domain shift (MNIST, USPS, MNIST-M)
 
 
+def data_seed(cfg: RunConfig) -> int:
+    """The seed of a run's data (`--data-seed`, or `--seed` when that is -1)."""
+    return cfg.seed if cfg.data_seed < 0 else cfg.data_seed
+
+
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """Static configuration of one simulation (fixes shapes and program structure)."""
@@ -179,7 +184,9 @@ class RunConfig:
                                  ("raw", "normalized"))
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
-    seed: int = _f(0, "random seed (data partition and training)")
+    seed: int = _f(0, "random seed (training; also the data unless --data-seed is given)")
+    data_seed: int = _f(-1, "seed of the data: partition, train/test split, label flips, "
+                            "generated clients (-1 = --seed)")
     out: str = _f("", "output directory (results.json, history.csv, accuracy.png)")
     # --- appeal protocol (fedjax_appeal/appeal.py, requirement.py) ---
     appeal: bool = _f(True, "apply the appeal protocol: solo models, GM-Appeal and preferred-"

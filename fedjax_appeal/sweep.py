@@ -17,7 +17,8 @@ sweep can rank configurations by `gm_appeal_seen`. Fine-tuning personalization
 Seeds vary the run key (model init, cohort sampling, minibatches, dropout) exactly as
 `simulate(..., key=jax.random.key(seed))` does, so row i of a sweep equals the run of its
 configuration by `simulate` (up to float reassociation of the batched matmuls). The data
-partition is fixed by `cfg.seed` for the whole sweep (one federation, all runs on it).
+partition is fixed by `data_seed(cfg)` for a static group (one federation, all its runs on
+it); `--grid data_seed=0,1,2` makes the partition a static key, one federation per value.
 
 When the vmapped batch would not fit in memory, a group's combinations run in batches of
 `max_parallel` one after another (estimated from the parameter count, cohort, batch size

@@ -210,7 +210,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           f"`fedjax-appeal sweep --resume {cfg.out}`") from None
     if not main:
         return 0
-    title = f"sweep: {cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
+    title = sweep_title(cfg, checked)
     results = {"command": "fedjax-appeal " + " ".join(sys.argv[1:]),
                "config": dataclasses.asdict(cfg), "hparams": dataclasses.asdict(hp),
                "grid": grid, "seeds": seeds, "metric": metric, "best": res.best,
@@ -237,6 +237,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
           "sweep.png")
     return 0
+
+
+def sweep_title(cfg, grid: dict[str, list]) -> str:
+    """'sweep: ALGORITHM(S) on DATASET(S) (PARTITION(S))', naming every gridded value."""
+    def name(key: str) -> str:
+        vals = grid.get(key)
+        return "/".join(str(v) for v in vals) if vals else str(getattr(cfg, key))
+
+    return f"sweep: {name('algorithm')} on {name('dataset')} ({name('partition')})"
 
 
 SUBCOMMANDS["sweep"] = (configure, cmd_sweep,

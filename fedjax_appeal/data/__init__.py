@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
 from .arrays import ClientArrays, FederatedData, client_chunk, sample_batch
 from .sources import Dataset
@@ -34,7 +34,7 @@ def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Data
     if name == "mnistm":
         return sources.load_mnistm(d)
     if name == "synthetic":
-        rng = rng if rng is not None else np.random.default_rng(cfg.seed)
+        rng = rng if rng is not None else np.random.default_rng(data_seed(cfg))
         return sources.synthetic(cfg.synthetic_alpha, cfg.synthetic_beta,
                                  cfg.clients + cfg.unseen_clients, rng)
     if name == "digits":
@@ -100,7 +100,7 @@ def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.nda
 
     Uses its own seeded stream, so the partition does not depend on these options.
     """
-    rng = np.random.default_rng([cfg.seed, 0xF11B])
+    rng = np.random.default_rng([data_seed(cfg), 0xF11B])
     labels, info, uinfo = None, {}, {}
     if cfg.label_flip_fraction > 0:
         fs = heterogeneity.choose_fraction(len(seen), cfg.label_flip_fraction, rng)
@@ -117,7 +117,7 @@ def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.nda
 
 
 def load_federated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
-    """Load, partition and split the data of a run; everything seeded by `cfg.seed`."""
+    """Load, partition and split the data of a run; everything seeded by `data_seed(cfg)`."""
     if cfg.imbalance_ratios or cfg.dataset == "digits":  # generated client pools
         from .generated import load_generated
 
@@ -126,7 +126,7 @@ def load_federated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
         raise ConfigError("--flip-protocol bernoulli|fixed, --imbalance-size and "
                           "--global-test-per-class need a generated pool: add "
                           "--imbalance-ratios (e.g. 1.0 for balanced clients)")
-    rng = np.random.default_rng([cfg.seed, 0xDA7A])
+    rng = np.random.default_rng([data_seed(cfg), 0xDA7A])
     ds = load_dataset(cfg, rng)
     if cfg.max_samples and cfg.max_samples < len(ds):
         ds = ds.subset(np.sort(rng.choice(len(ds), cfg.max_samples, replace=False)))

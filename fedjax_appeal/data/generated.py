@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from ..config import ConfigError, RunConfig
+from ..config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
 from .arrays import ClientArrays, FederatedData
 from .sources import Dataset
@@ -84,7 +84,7 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
     client k by its copy when the round flips it (`selection.flip_cohort`). Returns the
     extended dataset, labels and the 2M train / test index lists.
     """
-    rng = np.random.default_rng([cfg.seed, 0xF11B])
+    rng = np.random.default_rng([data_seed(cfg), 0xF11B])
     xs, ys, tr2, te2 = [ds.x], [labels], list(train), list(test)
     start = len(ds)
     for tr, te in zip(train, test, strict=True):
@@ -217,7 +217,7 @@ def load_generated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
     """The federation of a generated pool (`--imbalance-ratios` or `--dataset digits`)."""
     from . import load_dataset
 
-    rng = np.random.default_rng([cfg.seed, 0xE7A])
+    rng = np.random.default_rng([data_seed(cfg), 0xE7A])
     if cfg.dataset == "digits":
         if cfg.imbalance_ratios:
             raise ConfigError("--imbalance-ratios does not combine with --dataset digits")
