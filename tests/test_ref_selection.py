@@ -199,3 +199,26 @@ def test_power_of_choice_keeps_highest_losses():
     state = init_state(params, ms, server_optimizer("sgd", hp), 6)
     idx, _ = sel.select(jax.random.key(3), state, data, hp)
     assert sorted(np.asarray(idx).tolist()) == [1, 3]
+
+
+@pytest.mark.parametrize("mode", ["plain", "lazy", "stochastic-r=N", "feature-oracle"])
+def test_facility_location_greedy_equals_numpy_greedy(mode):
+    """The public greedy entry points (every scoring path) against the numpy greedy."""
+    from fedjax_appeal import submodular
+
+    rng = np.random.default_rng(4)
+    feats = rng.normal(size=(12, 4)).astype(np.float32)
+    k = 5
+    ref = np_greedy(feats, np.zeros(12), np.ones(12, bool), k, normalized=False, trunc=False,
+                    phi_kind="log", lam=0, b=0, pen=np.zeros(12))
+    d = np.sqrt(((feats[:, None] - feats[None]) ** 2).sum(-1)).astype(np.float32)
+    if mode == "plain":
+        got = submodular.facility_location(jnp.asarray(d), k, lazy=False)
+    elif mode == "lazy":
+        got = submodular.facility_location(jnp.asarray(d), k, lazy=True)
+    elif mode == "stochastic-r=N":
+        got = submodular.stochastic_facility_location(jax.random.key(0), jnp.asarray(d), k, 12)
+    else:
+        got = submodular.greedy(submodular.feature_oracle(jnp.asarray(feats), block=5), k,
+                                c0=float(d.max()) * 2).idx
+    assert np.asarray(got).tolist() == ref

@@ -81,7 +81,9 @@ MUTANTS: list[Mutant] = [
     Mutant("fl-gain-no-max", SM,
            "return jnp.sum(w[:, None] * jnp.maximum(c[:, None] - d, 0.0), axis=0)",
            "return jnp.sum(w[:, None] * (c[:, None] - d), axis=0)",
-           (R_SEL, "-k", "divfl"), "facility-location gain without max(0, .) (dense oracle)"),
+           (R_SEL, "-k", "facility"),
+           "facility-location gain without max(0, .) (dense oracle; the lazy greedy of the "
+           "selectors reads it only at the first step, where it makes no difference)"),
     Mutant("gm-appeal-le", AP, "appeal = loss < requirement", "appeal = loss <= requirement",
            ("tests/test_appeal.py", "-k", "appeal_stats_by_hand or each_appeal_def"),
            "GM-Appeal: < replaced by <="),
