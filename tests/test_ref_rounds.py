@@ -175,3 +175,23 @@ def test_chunked_round_equals_unchunked(algorithm, aggregation):
     for a, b in zip(jax.tree.leaves(out[2][0].params), jax.tree.leaves(out[-1][0].params),
                     strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_delta_features_with_chunked_cohort_refused():
+    """DivFL's delta features need every Delta_k, which a chunked round does not keep: the
+    configuration is refused with a message instead of failing inside the round."""
+    from fedjax_appeal.config import ConfigError
+    from fedjax_appeal.validate import validate
+
+    cfg = RunConfig(algorithm="fedavg", selector="divfl", selector_features="delta",
+                    clients=7, cohort=5, local_steps=2, batch_size=4, client_chunk=2)
+    with pytest.raises(ConfigError, match="--selector-features grad or --client-chunk -1"):
+        validate(cfg, HParams())
+    data = make_tiny_data(num_clients=7, dim=5, classes=3, seed=3)
+    model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
+    hp = HParams().as_arrays()
+    alg = build("fedavg", model, cfg)  # a library caller that skips `validate`
+    st = alg.init(jax.random.key(0), data, hp)
+    with pytest.raises(ConfigError, match="--selector-features grad"):
+        alg.round(st, data, jax.random.key(1), hp)
+    validate(cfg.replace(client_chunk=-1), HParams())
