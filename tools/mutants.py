@@ -162,7 +162,7 @@ MUTANTS: list[Mutant] = [
            "chunked aggregation pass renormalises the weights (MaxFL, q-FFL change)"),
     Mutant("chunk-qffl-no-norm", f"{PKG}/algorithms/qffl.py",
            "sq = (upd.extra[DELTA_SQ_NORM] if", "sq = (0.0 * upd.extra[DELTA_SQ_NORM] if",
-           (R_ROUNDS, "-k", "chunked"), "chunked q-FFL with ||Delta_k||^2 = 0"),
+           (R_ROUNDS, "-k", "chunked"), "chunked q-FFL reads a zero squared update norm"),
     Mutant("poc-sampler-linear", f"{PKG}/selection.py",
            "scores = jnp.log(jnp.maximum(weights, 1e-30)) + g", "scores = weights + g",
            (R_SEL, "-k", "power_of_choice"),
@@ -282,8 +282,9 @@ def run_mutant(m: Mutant, timeout: float) -> tuple[str, float, str]:
 def table(rows: list[tuple[Mutant, str, float]]) -> str:
     out = ["| id | file | result | s | bug | tests |", "|---|---|---|---|---|---|"]
     for m, verdict, dt in rows:
+        desc = m.description.replace("|", "\\|")
         out.append(f"| {m.id} | {m.file.removeprefix(PKG + '/')} | {verdict} | {dt:.0f} | "
-                   f"{m.description} | `{' '.join(m.tests)}` |")
+                   f"{desc} | `{' '.join(m.tests)}` |")
     return "\n".join(out)
 
 
