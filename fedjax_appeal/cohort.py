@@ -16,9 +16,10 @@ passes over the chunks:
 
 This costs twice the local computation but keeps every weight rule exact; the unchunked
 round (the default) is unchanged. In a chunked round the `ClientUpdate` seen by the weight
-rule, `post` and the selector's `update` has `delta=None` (rules that need the per-client
-deltas cannot use chunking). A `corrupt` hook is applied per chunk with the key
-`fold_in(key, chunk)` in both passes: without Byzantine clients the result equals the
+rule, `post` and the selector's `update` has `delta=None` and carries each client's
+||Delta_k||^2 in `extra["delta_sq_norm"]` instead (q-FFL reads it; rules that need the
+per-client deltas themselves cannot use chunking). A `corrupt` hook is applied per chunk
+with the key `fold_in(key, chunk)` in both passes: without Byzantine clients the result equals the
 unchunked round up to float summation order; with them the noise has the same
 distribution but is drawn differently.
 """
@@ -76,15 +77,24 @@ def _run_chunk(local, corrupt, state, data, hp, k_adv, i, ix, ks, vs):
     return upd
 
 
+DELTA_SQ_NORM = "delta_sq_norm"  # extra statistic of a chunked round: ||Delta_k||^2
+
+
 def chunked_statistics(local, corrupt, state, data, idx, keys, valid, k_adv, hp, c: int):
-    """Pass 1: the cohort's `ClientUpdate` without deltas ([m] leaves, `delta=None`)."""
+    """Pass 1: the cohort's `ClientUpdate` without deltas ([m] leaves, `delta=None`).
+
+    Each client's squared update norm ||Delta_k||^2 (after `corrupt`) is kept in
+    `extra[DELTA_SQ_NORM]`, so rules that read it (q-FFL's h_k) stay exact.
+    """
     m = idx.shape[0]
     n, (ix, ks, vs) = _chunks(c, m, idx, keys, valid)
 
     def one(args):
         i, a, b, v = args
-        return _run_chunk(local, corrupt, state, data, hp, k_adv, i, a, b, v)._replace(
-            delta=None)
+        upd = _run_chunk(local, corrupt, state, data, hp, k_adv, i, a, b, v)
+        sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1)
+                 for d in jax.tree.leaves(upd.delta))
+        return upd._replace(delta=None, extra={**upd.extra, DELTA_SQ_NORM: sq})
 
     upd = jax.lax.map(one, (jnp.arange(n), ix, ks, vs))
     return jax.tree.map(lambda a: a.reshape((n * c,) + a.shape[2:])[:m], upd)

@@ -212,6 +212,10 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
                                                          everyone, hp)
         else:
             if delta_mode:
+                if upd.delta is None:  # a chunked round keeps no per-client deltas
+                    from .validate import DELTA_CHUNK_ERROR
+
+                    raise ConfigError(DELTA_CHUNK_ERROR)
                 fs = jax.vmap(lambda d: project(flatten(d), cfg.feature_dim))(upd.delta)
                 ls = jax.lax.map(lambda k: client_loss(model, mem["received"],
                                                        mem["received_state"], data.train, k)[0],

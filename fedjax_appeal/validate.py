@@ -154,6 +154,14 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
                           "-1 = never")
     if cfg.devices < 0:
         raise ConfigError(f"--devices must be >= 0 (got {cfg.devices}); 0 = all")
+    if (cfg.selector in ("divfl", "subtrunc", "unionfl") and cfg.selector_features == "delta"
+            and 0 < cfg.client_chunk < cfg.cohort):
+        raise ConfigError(DELTA_CHUNK_ERROR)
+
+
+DELTA_CHUNK_ERROR = ("--selector-features delta needs every cohort update, which a chunked "
+                     "cohort (--client-chunk) does not keep: use --selector-features grad or "
+                     "--client-chunk -1")
 
 
 # Options that a combination ignores: (option, default, why it is ignored or None).

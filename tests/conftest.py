@@ -73,6 +73,17 @@ def tiny_model():
     return make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
 
 
-def shared_data_dir() -> str | None:
+def shared_data_dir() -> str:
+    """The folder of npz data files named by $FEDJAX_APPEAL_DATA.
+
+    A test that needs it fails (never skips silently) with a one-line message saying how to
+    set it; such tests carry the `data` marker, so `pytest -m "not data"` leaves them out
+    on purpose.
+    """
     d = os.environ.get("FEDJAX_APPEAL_DATA")
-    return d if d and os.path.isdir(d) else None
+    if not d or not os.path.isdir(d):
+        what = "is not set" if not d else f"= {d!r} is not a folder"
+        pytest.fail(f"FEDJAX_APPEAL_DATA {what}: export FEDJAX_APPEAL_DATA=<folder of the npz "
+                    "data files> (see README, Data), or leave the data tests out with "
+                    "-m 'not data'", pytrace=False)
+    return d

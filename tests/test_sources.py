@@ -183,7 +183,7 @@ def test_load_federated_from_fake_fmnist(tmp_path):
     np.testing.assert_array_equal(np.asarray(data.train.y), np.asarray(again.train.y))
 
 
-@pytest.mark.skipif(shared_data_dir() is None, reason="FEDJAX_APPEAL_DATA not set")
+@pytest.mark.data
 def test_shared_data_files_load():
     d = shared_data_dir()
     m = sources.load_mnist(d)
@@ -200,8 +200,11 @@ def test_shared_data_files_load():
     assert data.num_clients == 50 and data.num_classes == 62
 
 
-@pytest.mark.skipif(not Path(sources.FMNIST_DEFAULT_DIR).is_dir(),
-                    reason="Debian dataset-fashion-mnist not installed")
+@pytest.mark.data
 def test_debian_fmnist_files():
+    if not Path(sources.FMNIST_DEFAULT_DIR).is_dir():
+        pytest.fail(f"no Fashion-MNIST files in {sources.FMNIST_DEFAULT_DIR}: install the "
+                    "Debian package dataset-fashion-mnist, or leave the data tests out with "
+                    "-m 'not data'", pytrace=False)
     ds = sources.load_fmnist()
     assert ds.x.shape == (70000, 28, 28) and np.bincount(ds.y).tolist() == [7000] * 10

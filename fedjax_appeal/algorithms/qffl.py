@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from ..adversary import byzantine
+from ..cohort import DELTA_SQ_NORM
 from ..config import RunConfig
 from ..models import Model
 from ..round import attach_selector, init_state, make_round
@@ -72,8 +73,9 @@ def _build(model: Model, cfg: RunConfig, name: str, q_of) -> FederatedAlgorithm:
         return attach_selector(state, selector, k_sel, data, hp)
 
     def weights(upd, valid, state, hp):
-        return qffl_weights(upd.extra["loss_before"], sq_norms(upd.delta), valid, q_of(hp),
-                            hp.client_lr)
+        # a chunked round sends no deltas, only their squared norms (see cohort.py)
+        sq = (upd.extra[DELTA_SQ_NORM] if upd.delta is None else sq_norms(upd.delta))
+        return qffl_weights(upd.extra["loss_before"], sq, valid, q_of(hp), hp.client_lr)
 
     rnd = make_round(select=selector, local=sgd_local(model, cfg, loss_before=True),
                      weights=weights, corrupt=byzantine,
