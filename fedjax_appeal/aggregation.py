@@ -1,4 +1,4 @@
-"""Aggregation weight rules: `weights(stats, state, hp) -> w [m]`.
+"""Aggregation weight rules: `WeightRule(fn(updates, idx, valid, state, hp) -> w [m], needs)`.
 
 The server's pseudo-gradient is sum_k w_k * Delta_k with Delta_k = w - w_k over the cohort
 slots; invalid slots (see `selection`) must get w_k = 0, which `masked_normalize` ensures.
@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from .config import ConfigError
+from .round import WeightRule
 
 
 def masked_normalize(raw: jax.Array, valid: jax.Array) -> jax.Array:
@@ -73,25 +76,22 @@ def exp_alpha(loss_before: jax.Array, loss_after: jax.Array, valid: jax.Array,
 AGGREGATIONS = AGGREGATIONS + ("exp-alpha", "exp-alpha-n")
 
 
-def make_weights(cfg):
-    """The weight rule named by `cfg.aggregation`, as `weights(updates, valid, state, hp)`.
+BOTH = frozenset(("loss_before", "loss_after"))
 
-    Returns (rule, needs_loss_before, needs_loss_after): whether the rule reads
-    `updates.extra["loss_before"]` / `["loss_after"]` (the local step then computes them).
-    """
-    from .config import ConfigError
 
+def weight_rule(cfg) -> WeightRule:
+    """The `WeightRule` named by `cfg.aggregation` (FedAvg-style algorithms)."""
     if cfg.aggregation == "proportional":
-        return (lambda upd, valid, state, hp: proportional(upd.num_samples, valid)), False, False
+        return WeightRule(lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid))
     if cfg.aggregation == "uniform":
-        return (lambda upd, valid, state, hp: uniform(valid)), False, False
+        return WeightRule(lambda upd, idx, valid, state, hp: uniform(valid))
     if cfg.aggregation in ("exp-alpha", "exp-alpha-n"):
         scaled = cfg.aggregation == "exp-alpha-n"
 
-        def rule(upd, valid, state, hp):
+        def rule(upd, idx, valid, state, hp):
             return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
                              hp.exp_alpha, upd.num_samples if scaled else None)
 
-        return rule, True, True
+        return WeightRule(rule, BOTH)
     raise ConfigError(f"unknown aggregation '{cfg.aggregation}'; choose one of: "
                       f"{', '.join(AGGREGATIONS)}")

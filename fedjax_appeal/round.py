@@ -11,8 +11,6 @@ Nothing here is jitted: `simulate` puts one `jax.jit` around a `lax.scan` of rou
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,21 +23,6 @@ from . import cohort, selection
 from .config import HParams
 from .data.arrays import FederatedData
 from .distributed import constrain_cohort
-
-# --- scale: (client_chunk, mesh) read by `make_round` when it is called; set
-# around an algorithm's construction by `algorithms.build` from RunConfig.client_chunk /
-# devices, so every algorithm gets chunked cohorts and cohort sharding without knowing.
-SCALE: contextvars.ContextVar = contextvars.ContextVar("fedjax_appeal_scale", default=(0, None))
-
-
-@contextlib.contextmanager
-def scale_options(client_chunk: int = 0, mesh=None):
-    """Rounds made inside this block chunk their cohort / shard it over `mesh`."""
-    token = SCALE.set((client_chunk, mesh))
-    try:
-        yield
-    finally:
-        SCALE.reset(token)
 
 
 @struct.dataclass
@@ -69,7 +52,7 @@ class ClientUpdate(NamedTuple):
 SelectFn = Callable[[jax.Array, ServerState, FederatedData, HParams],
                     tuple[jax.Array, jax.Array]]
 LocalFn = Callable[[ServerState, FederatedData, jax.Array, jax.Array, HParams], ClientUpdate]
-WeightFn = Callable[[ClientUpdate, jax.Array, ServerState, HParams], jax.Array]
+WeightFn = Callable[[ClientUpdate, jax.Array, jax.Array, ServerState, HParams], jax.Array]
 CorruptFn = Callable[[ClientUpdate, jax.Array, jax.Array, jax.Array, FederatedData, HParams],
                      ClientUpdate]
 PostFn = Callable[[ServerState, ServerState, ClientUpdate, jax.Array, jax.Array, jax.Array,
@@ -89,6 +72,52 @@ class Selector(NamedTuple):
     select: SelectFn
     update: Callable[[ServerState, ClientUpdate, jax.Array, jax.Array, FederatedData, HParams],
                      ServerState] | None = None
+
+
+class WeightRule(NamedTuple):
+    """Aggregation weights over the cohort slots, and the client reports they read.
+
+    fn(updates, idx, valid, state, hp) -> w [m]: `idx` are the cohort's client indices (for
+    rules with per-client server state, e.g. MaxFL's rho_k or MW-Fed's v_k), `valid` the
+    slot mask (invalid slots must get 0).
+    needs: the loss reports the rule reads from `updates.extra`, a subset of
+    `REPORTS` ("loss_before" = F_k(w) at the received model, "loss_after" = F_k(w_k));
+    the composed local update computes exactly these (`client.reporting`).
+    """
+
+    fn: WeightFn
+    needs: frozenset = frozenset()
+
+
+REPORTS = ("loss_before", "loss_after")
+
+
+class Executor(NamedTuple):
+    """How a round runs its cohort's local updates (an explicit argument of `make_round`).
+
+    client_chunk: > 0 runs the cohort in chunks of that many clients (two passes, see
+      `cohort`); 0 chunks only when the cohort's copies of the model exceed the memory
+      budget (`memory.memory_budget`); -1 always runs one `vmap` over the whole cohort.
+    mesh: a `distributed` mesh whose devices share the cohort axis (None = one device).
+    The default, `Executor()`, is the automatic single-device round.
+    """
+
+    client_chunk: int = 0
+    mesh: Any = None
+
+
+AUTO = Executor()  # automatic chunking, one device
+VMAP = Executor(client_chunk=-1)  # always one vmap over the whole cohort
+
+
+def chunked(clients: int) -> Executor:
+    """Chunks of `clients` clients (two passes, see `cohort`)."""
+    return Executor(client_chunk=clients)
+
+
+def sharded(mesh, client_chunk: int = 0) -> Executor:
+    """The cohort axis sharded over `mesh` (see `distributed.make_mesh`)."""
+    return Executor(client_chunk=client_chunk, mesh=mesh)
 
 
 def uniform_selector(m: int) -> Selector:
@@ -114,16 +143,17 @@ def server_step(state: ServerState, pseudo_grad, tx: optax.GradientTransformatio
     return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
 
 
-def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
+def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,
                post: PostFn | None = None, corrupt: CorruptFn | None = None,
-               average_state: bool = True):
+               average_state: bool = True, executor: Executor = AUTO):
     """Compose parts into `round(state, data, key, hp) -> (state, metrics)`.
 
     Args:
       select: the `Selector` that picks the cohort (indices and validity mask) and
         updates its memory after the round.
       local: one client's update; vmapped over the cohort.
-      weights: aggregation weights over the cohort slots (zero for invalid slots).
+      weights: the `WeightRule` giving aggregation weights over the cohort slots; `local`
+        must report what it `needs` (`client.reporting` does).
       tx: builds the server optax transform from the hyperparameters.
       post: optional hook `post(old_state, new_state, updates, idx, valid, w, hp)` for
         algorithm state (control variates, weights, selector memory).
@@ -131,9 +161,10 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
         the cohort sends before the server sees it (Byzantine clients, see `adversary`).
       average_state: average the clients' model state (e.g. BatchNorm statistics) with the
         normalised weights; FedBN turns this off and keeps it per client.
+      executor: vmapped, chunked or sharded cohort (see `Executor`).
     """
 
-    client_chunk, mesh = SCALE.get()  # large cohorts / sharding (see `scale_options`)
+    client_chunk, mesh = executor
 
     def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
         k_sel, k_loc, k_adv = jax.random.split(key, 3)
@@ -150,7 +181,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
             upd = constrain_cohort(upd, mesh)
             if corrupt is not None:
                 upd = corrupt(upd, idx, valid, k_adv, data, hp)
-        w = weights(upd, valid, state, hp)
+        w = weights.fn(upd, idx, valid, state, hp)
         w = jnp.where(valid, w, 0.0)
         pseudo = (cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid,
                                                 k_adv, hp, w, c) if c

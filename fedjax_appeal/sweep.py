@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,6 +42,7 @@ from .algorithms import build
 from .appeal import with_appeal
 from .config import ConfigError, HParams, RunConfig, field_names
 from .data import Dataset, FederatedData, load_federated
+from .memory import memory_budget
 from .metrics import summarize
 from .models import model_for
 from .simulate import eval_rounds, make_chunk, split_key
@@ -138,21 +138,6 @@ def parse_grid_arg(text: str) -> tuple[str, list[str]]:
 def _stack(hps: list[HParams]) -> HParams:
     arrs = [h.as_arrays() for h in hps]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *arrs)
-
-
-def memory_budget() -> int:
-    """Bytes a sweep batch may use: 60% of the accelerator's limit, else 40% of free RAM."""
-    try:
-        st = jax.devices()[0].memory_stats()
-        if st and st.get("bytes_limit"):
-            return int(0.6 * st["bytes_limit"])
-    except Exception:  # noqa: BLE001 - backends without memory stats
-        pass
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return int(0.4 * free)
-    except (ValueError, OSError):
-        return 4 << 30
 
 
 def combo_bytes(n_params: int, cfg: RunConfig, data: FederatedData) -> int:
