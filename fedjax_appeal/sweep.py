@@ -38,13 +38,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .algorithms import build
-from .appeal import with_appeal
+from .assemble import assemble
 from .config import ConfigError, HParams, RunConfig, field_names
 from .data import Dataset, FederatedData, load_federated
 from .memory import memory_budget
 from .metrics import summarize
-from .models import model_for
 from .simulate import eval_rounds, make_chunk, split_key
 from .validate import validate
 
@@ -393,11 +391,10 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         if dk not in data_cache:
             data_cache[dk] = load_federated(cfg_g)
         gdata, gds = data_cache[dk]
-        model = model_for(cfg_g.model, gdata, gds)
-        cfg_b = cfg_g.replace(devices=1)  # the grid, not the cohort, is sharded in a sweep
-        alg = build(cfg_b.algorithm, model, cfg_b)
-        if cfg_g.appeal:  # the appeal protocol, exactly as `experiment.run_config` applies it
-            alg = with_appeal(alg, model, cfg_b)
+        # the grid, not the cohort, is sharded in a sweep: the algorithm gets no mesh;
+        # `assemble` composes it exactly as `experiment.run_config` does
+        cfg_b = cfg_g.replace(devices=1)
+        alg, model, _, _, _ = assemble(cfg_b, data=gdata, dataset=gds, mesh=None)
         if gi == 0:
             check_metric(alg, gdata, hps[0], metric)
             say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "

@@ -13,6 +13,7 @@ from ..adversary import byzantine
 from ..client import Trained, reporting
 from ..config import ConfigError, HParams, RunConfig
 from ..data.arrays import FederatedData
+from ..distributed import make_mesh
 from ..evaluation import evaluate_global, evaluate_split
 from ..expalpha_metrics import tag_metrics
 from ..models import Model
@@ -122,14 +123,13 @@ def register(name: str):
     return deco
 
 
-def build(name: str, model: Model, cfg: RunConfig, mesh=None) -> FederatedAlgorithm:
-    """The registered algorithm `name`, its cohort chunked per `cfg.client_chunk` and
-    sharded over `mesh` (None: the mesh of `cfg.devices`)."""
+def build(name: str, model: Model, cfg: RunConfig, *,
+          executor: Executor | None = None) -> FederatedAlgorithm:
+    """The registered algorithm `name` with the given executor (None: the cohort chunked
+    per `cfg.client_chunk` and sharded over the mesh of `cfg.devices`, built here)."""
     if name not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm '{name}'; choose one of: "
                           f"{', '.join(sorted(ALGORITHMS))}")
-    if mesh is None:
-        from ..distributed import make_mesh
-
-        mesh = make_mesh(getattr(cfg, "devices", 1))
-    return ALGORITHMS[name](model, cfg, Executor(getattr(cfg, "client_chunk", 0), mesh))
+    if executor is None:
+        executor = Executor(getattr(cfg, "client_chunk", 0), make_mesh(getattr(cfg, "devices", 1)))
+    return ALGORITHMS[name](model, cfg, executor)
