@@ -17,7 +17,7 @@ import optax
 
 from .data.arrays import ClientArrays, client_chunk, sample_batch
 from .models import Model
-from .round import REPORTS, ClientUpdate
+from .parts import REPORTS, ClientUpdate
 
 Regularizer = Callable[[Any], jax.Array]  # params -> scalar added to the minibatch loss
 

@@ -58,8 +58,8 @@ from .client import client_loss
 from .config import ConfigError, RunConfig
 from .data.arrays import ClientArrays, client_chunk
 from .models import Model
-from .round import Selector
-from .selection import weighted
+from .parts import Selector
+from .selection import SELECTORS, flip_cohort, stratified, stratified_counts, uniform, weighted
 
 _PROJ_SEED = 0x5E1EC7
 
@@ -243,3 +243,48 @@ def build_selector(model: Model, cfg: RunConfig) -> Selector:
         return submodular_selector(model, cfg, cfg.selector)
     raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: random, poc, divfl, "
                       "subtrunc, unionfl")
+
+
+# --- building the `parts.Selector` named by a RunConfig ------------------------------
+
+def uniform_selector(m: int) -> Selector:
+    """Uniform without replacement from `state.pool` (no memory)."""
+    return Selector(init=lambda key, state, data, hp: {},
+                    select=lambda key, state, data, hp: uniform(key, state.pool, m))
+
+
+def stratified_selector(cfg):
+    counts = stratified_counts(cfg)
+
+    def select(key, state, data, hp):
+        if "group" not in data.info:
+            raise ConfigError("--selector stratified needs client groups: use "
+                              "--imbalance-ratios or --label-flip-fraction")
+        return stratified(key, state.pool, data.info["group"], counts)
+
+    return Selector(init=lambda key, state, data, hp: {}, select=select)
+
+
+def make_selector(model, cfg):
+    """The `parts.Selector` named by `cfg.selector` for a cohort of `cfg.cohort`."""
+    if getattr(cfg, "flip_protocol", "static") != "static":  # Exp-alpha per-round flips
+        return flip_selector(cfg)
+    if cfg.selector == "random":
+        return uniform_selector(cfg.cohort)
+    if cfg.selector == "stratified":
+        return stratified_selector(cfg)
+    if cfg.selector in SELECTORS:
+        return build_selector(model, cfg)
+    raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: {', '.join(SELECTORS)}")
+
+
+def flip_selector(cfg):
+    if cfg.selector != "random":
+        raise ConfigError(f"--flip-protocol {cfg.flip_protocol} draws its own uniform cohorts: "
+                          "use --selector random")
+
+    def select(key, state, data, hp):
+        return flip_cohort(key, state.pool, cfg.cohort, cfg.label_flip_fraction,
+                           cfg.flip_protocol)
+
+    return Selector(init=lambda key, state, data, hp: {}, select=select)

@@ -41,6 +41,7 @@ import numpy as np
 from .assemble import assemble
 from .config import ConfigError, HParams, RunConfig, field_names
 from .data import Dataset, FederatedData, load_federated
+from .loop import Hooks, run_loop, stop_points
 from .memory import memory_budget
 from .metrics import summarize
 from .simulate import eval_rounds, make_chunk, split_key
@@ -229,40 +230,44 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
     evals = set(eval_rounds(rounds, eval_every))
     saves = set(range(save_every, rounds, save_every)) if save and save_every > 0 else set()
     t_start = time.perf_counter()
-    try:
-        for stop in sorted(q for q in evals | saves if q > start):
-            length = stop - r
-            rarr = jnp.arange(r, stop, dtype=jnp.int32)
-            ck = ("chunk", length)
-            if ck not in compiled:
-                t = time.perf_counter()
-                compiled[ck] = jax.jit(chunk, **out).lower(state, data, k_train, hps,
-                                                           rarr).compile()
-                timing["compile_s"] += time.perf_counter() - t
-            t0 = time.perf_counter()
-            new_state, metrics = compiled[ck](state, data, k_train, hps, rarr)
-            jax.block_until_ready(new_state)
-            timing["run_s"] += time.perf_counter() - t0
-            m = {k: np.asarray(v) for k, v in fetch(metrics).items()
-                 if np.ndim(v) == 2}  # [P, L] scalars per round
-            ev = entries(stop, new_state) if stop in evals else None
-            per_round.append(m)  # commit the chunk (a Ctrl-C before this keeps round r)
-            if ev is not None:
-                for h, e in zip(histories, ev, strict=True):
-                    h.append(e)
-            state, r = new_state, stop
-            if r in saves:
-                save(state, r, histories, per_round)
-            if progress is not None and r in evals:
-                el = time.perf_counter() - t_start
-                best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
-                           key=lambda v: -1 if v != v else v)
-                progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
-                         f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
-    except KeyboardInterrupt:
+
+    def advance(st, r, stop):
+        rarr = jnp.arange(r, stop, dtype=jnp.int32)
+        ck = ("chunk", stop - r)
+        if ck not in compiled:
+            t = time.perf_counter()
+            compiled[ck] = jax.jit(chunk, **out).lower(st, data, k_train, hps, rarr).compile()
+            timing["compile_s"] += time.perf_counter() - t
+        t0 = time.perf_counter()
+        new_state, metrics = compiled[ck](st, data, k_train, hps, rarr)
+        jax.block_until_ready(new_state)
+        timing["run_s"] += time.perf_counter() - t0
+        return new_state, {k: np.asarray(v) for k, v in fetch(metrics).items()
+                           if np.ndim(v) == 2}  # [P, L] scalars per round
+
+    def commit(stop, new_state, m):
+        ev = entries(stop, new_state) if stop in evals else None
+        per_round.append(m)  # commit the chunk (a Ctrl-C before this keeps round r)
+        if ev is not None:
+            for h, e in zip(histories, ev, strict=True):
+                h.append(e)
+
+    def after(r, st):
+        if r in saves:
+            save(st, r, histories, per_round)
+        if progress is not None and r in evals:
+            el = time.perf_counter() - t_start
+            best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
+                       key=lambda v: -1 if v != v else v)
+            progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
+                     f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
+
+    def interrupted(r, st):
         if save is not None and r > start:
-            save(state, r, histories, per_round)
-        raise
+            save(st, r, histories, per_round)
+
+    run_loop(state, start, stop_points(start, evals, saves), advance,
+             Hooks(commit=commit, after=after, interrupted=interrupted))
     rm = ({k: np.concatenate([m[k] for m in per_round], axis=1) for k in per_round[0]}
           if per_round else {})
     return histories, rm, timing

@@ -26,7 +26,7 @@ from ..round import (
     init_state,
     make_round,
 )
-from ..selection import make_selector
+from ..selectors import make_selector
 from ..server import server_optimizer
 
 InitFn = Callable[[jax.Array, FederatedData, HParams], ServerState]
