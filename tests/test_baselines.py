@@ -130,6 +130,7 @@ CLI_TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "3",
             "1", "--min-samples", "4", "--partition", "natural", "--rho-steps", "2"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
 def test_cli_runs(tmp_path, name):
     out = tmp_path / name

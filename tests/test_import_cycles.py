@@ -1,0 +1,39 @@
+"""The package has no import cycle, imports inside functions counted (`tools/import_cycles.py`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_spec = importlib.util.spec_from_file_location(
+    "import_cycles", os.path.join(ROOT, "tools", "import_cycles.py"))
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+
+def test_the_package_has_no_import_cycle():
+    from pathlib import Path
+
+    found = tool.cycles(Path(ROOT) / "fedjax_appeal")
+    assert found == [], "\n".join(" -> ".join(path) for _, path in found)
+
+
+def test_the_tool_finds_a_cycle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text(textwrap.dedent("""
+        def f():
+            from .sub.c import g
+            return g
+    """))
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from ..a import x\n")
+    (pkg / "d.py").write_text("import pkg.a\n")  # d -> a, but nothing back to d
+    found = tool.cycles(pkg)
+    assert [comp for comp, _ in found] == [["pkg.a", "pkg.b", "pkg.sub.c"]]
+    path = found[0][1]
+    assert path[0] == path[-1] == "pkg.a" and len(path) == 4
