@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .assemble import assemble
-from .config import ConfigError, HParams, RunConfig, field_names
+from .config import ConfigError, HParams, RunConfig, data_fields, field_names
 from .data import Dataset, FederatedData, load_federated
 from .loop import Hooks, run_loop, stop_points
 from .memory import memory_budget
@@ -47,10 +47,6 @@ from .metrics import summarize
 from .simulate import eval_rounds, make_chunk, split_key
 from .validate import validate
 
-# RunConfig fields that do not change the data (anything else reloads it for its group).
-NON_DATA_FIELDS = ("algorithm", "model", "cohort", "rounds", "local_steps", "batch_size",
-                   "server_opt", "selector", "aggregation", "rho_steps", "eval_every", "out",
-                   "checkpoint_every", "resume", "client_chunk", "devices")
 # Keys a grid may not sweep (they name the sweep itself or its output).
 FORBIDDEN = {"seed": "give training seeds with --seeds (the partition seed is --seed)",
              "out": "the sweep writes one output folder (--out)",
@@ -380,7 +376,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     data_cache: dict[Any, tuple[FederatedData, Dataset]] = {}
 
     def data_key(c: RunConfig):
-        return tuple(getattr(c, f) for f in field_names(RunConfig) if f not in NON_DATA_FIELDS)
+        return tuple(getattr(c, f) for f in data_fields())
 
     if data is not None:
         data_cache[data_key(cfg)] = (data, dataset)

@@ -37,3 +37,21 @@ def test_the_tool_finds_a_cycle_through_a_function_level_import(tmp_path):
     assert [comp for comp, _ in found] == [["pkg.a", "pkg.b", "pkg.sub.c"]]
     path = found[0][1]
     assert path[0] == path[-1] == "pkg.a" and len(path) == 4
+
+
+def test_data_fields_are_exactly_what_the_data_layer_reads():
+    """`RunConfig` field metadata `data` (used by the sweep's and reproduce's data caches)
+    marks exactly the fields that `fedjax_appeal/data` reads as `cfg.<field>`."""
+    import ast
+    from pathlib import Path
+
+    from fedjax_appeal.config import RunConfig, data_fields, field_names
+
+    read = set()
+    for path in (Path(ROOT) / "fedjax_appeal" / "data").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id == "cfg"):
+                read.add(node.attr)
+    assert read <= set(field_names(RunConfig))
+    assert set(data_fields()) == read
