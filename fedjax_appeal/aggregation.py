@@ -9,8 +9,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .config import ConfigError
-from .round import WeightRule
+from .parts import WeightRule
+from .registry import Registry
 
 
 def masked_normalize(raw: jax.Array, valid: jax.Array) -> jax.Array:
@@ -28,9 +28,6 @@ def proportional(num_samples: jax.Array, valid: jax.Array) -> jax.Array:
 def uniform(valid: jax.Array) -> jax.Array:
     """1/m' for each of the m' valid cohort slots."""
     return masked_normalize(jnp.ones(valid.shape, jnp.float32), valid)
-
-
-AGGREGATIONS = ("proportional", "uniform")
 
 
 # --- Exp-alpha -------------------------------------------------------------------
@@ -73,25 +70,27 @@ def exp_alpha(loss_before: jax.Array, loss_after: jax.Array, valid: jax.Array,
     return masked_softmax(logits, valid)
 
 
-AGGREGATIONS = AGGREGATIONS + ("exp-alpha", "exp-alpha-n")
-
-
 BOTH = frozenset(("loss_before", "loss_after"))
+
+
+def _exp_alpha_rule(scaled: bool) -> WeightRule:
+    def rule(upd, idx, valid, state, hp):
+        return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
+                         hp.exp_alpha, upd.num_samples if scaled else None)
+
+    return WeightRule(rule, BOTH)
+
+
+# `--aggregation` name -> WeightRule (the rules of FedAvg-style algorithms)
+AGGREGATIONS = Registry("aggregation", {
+    "proportional": WeightRule(
+        lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid)),
+    "uniform": WeightRule(lambda upd, idx, valid, state, hp: uniform(valid)),
+    "exp-alpha": _exp_alpha_rule(False),
+    "exp-alpha-n": _exp_alpha_rule(True),
+})
 
 
 def weight_rule(cfg) -> WeightRule:
     """The `WeightRule` named by `cfg.aggregation` (FedAvg-style algorithms)."""
-    if cfg.aggregation == "proportional":
-        return WeightRule(lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid))
-    if cfg.aggregation == "uniform":
-        return WeightRule(lambda upd, idx, valid, state, hp: uniform(valid))
-    if cfg.aggregation in ("exp-alpha", "exp-alpha-n"):
-        scaled = cfg.aggregation == "exp-alpha-n"
-
-        def rule(upd, idx, valid, state, hp):
-            return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
-                             hp.exp_alpha, upd.num_samples if scaled else None)
-
-        return WeightRule(rule, BOTH)
-    raise ConfigError(f"unknown aggregation '{cfg.aggregation}'; choose one of: "
-                      f"{', '.join(AGGREGATIONS)}")
+    return AGGREGATIONS.get(cfg.aggregation)

@@ -22,6 +22,9 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
+from .errors import ConfigError
+from .registry import Registry
+
 
 def _f(default: Any, help: str, choices: tuple | None = None, *, data: bool = False, **kw):
     """A RunConfig field: its CLI help, its choices, and whether it changes the data."""
@@ -98,12 +101,14 @@ class HParams:
         })
 
 
-DATASETS = ("fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
-            "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10")
-PARTITIONS = ("dirichlet", "clusters", "classes", "natural")
+DATASETS = Registry("dataset", dict.fromkeys((
+    "fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
+    "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10",
+    "digits")))  # digits: the Digits domain shift (MNIST, USPS, MNIST-M)
+PARTITIONS = Registry("partition", dict.fromkeys(("dirichlet", "clusters", "classes",
+                                                  "natural")))
 APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
                "train-vs-solo-minibatch")
-DATASETS = DATASETS + ("digits",)  # Digits domain shift (MNIST, USPS, MNIST-M)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,10 +249,6 @@ class RunConfig:
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)
-
-
-class ConfigError(ValueError):
-    """A user-facing configuration problem; its message is one line that says how to fix it."""
 
 
 def data_fields() -> tuple[str, ...]:

@@ -38,9 +38,7 @@ def weighted(key: jax.Array, pool: jax.Array, m: int, weights: jax.Array
     return idx, pool[idx]
 
 
-SELECTORS = ("random",)
 # --- submodular / loss-aware selectors (see `selectors.py`, `submodular.py`) ---
-SELECTORS = SELECTORS + ("poc", "divfl", "subtrunc", "unionfl")
 from .submodular import (  # noqa: E402  (public, jit-able selection without a simulation)
     facility_location,
     greedy,
@@ -48,7 +46,7 @@ from .submodular import (  # noqa: E402  (public, jit-able selection without a s
     stochastic_facility_location_features,
 )
 
-__all__ = ["uniform", "weighted", "SELECTORS", "facility_location",
+__all__ = ["uniform", "weighted", "facility_location",
            "stochastic_facility_location", "stochastic_facility_location_features", "greedy"]
 
 
@@ -75,7 +73,6 @@ def stratified(key: jax.Array, pool: jax.Array, groups: jax.Array, counts: tuple
     return jnp.concatenate(idx), jnp.concatenate(valid)
 
 
-SELECTORS = SELECTORS + ("stratified",)
 
 
 def stratified_counts(cfg) -> tuple[int, ...]:

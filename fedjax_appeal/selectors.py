@@ -59,7 +59,8 @@ from .config import ConfigError, RunConfig
 from .data.arrays import ClientArrays, client_chunk
 from .models import Model
 from .parts import Selector
-from .selection import SELECTORS, flip_cohort, stratified, stratified_counts, uniform, weighted
+from .registry import Registry
+from .selection import flip_cohort, stratified, stratified_counts, uniform, weighted
 
 _PROJ_SEED = 0x5E1EC7
 
@@ -235,16 +236,6 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
     return Selector(init=init, select=select, update=update)
 
 
-def build_selector(model: Model, cfg: RunConfig) -> Selector:
-    """The selector named by `cfg.selector` (everything but `random`)."""
-    if cfg.selector == "poc":
-        return power_of_choice(model, cfg)
-    if cfg.selector in ("divfl", "subtrunc", "unionfl"):
-        return submodular_selector(model, cfg, cfg.selector)
-    raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: random, poc, divfl, "
-                      "subtrunc, unionfl")
-
-
 # --- building the `parts.Selector` named by a RunConfig ------------------------------
 
 def uniform_selector(m: int) -> Selector:
@@ -265,19 +256,6 @@ def stratified_selector(cfg):
     return Selector(init=lambda key, state, data, hp: {}, select=select)
 
 
-def make_selector(model, cfg):
-    """The `parts.Selector` named by `cfg.selector` for a cohort of `cfg.cohort`."""
-    if getattr(cfg, "flip_protocol", "static") != "static":  # Exp-alpha per-round flips
-        return flip_selector(cfg)
-    if cfg.selector == "random":
-        return uniform_selector(cfg.cohort)
-    if cfg.selector == "stratified":
-        return stratified_selector(cfg)
-    if cfg.selector in SELECTORS:
-        return build_selector(model, cfg)
-    raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: {', '.join(SELECTORS)}")
-
-
 def flip_selector(cfg):
     if cfg.selector != "random":
         raise ConfigError(f"--flip-protocol {cfg.flip_protocol} draws its own uniform cohorts: "
@@ -288,3 +266,21 @@ def flip_selector(cfg):
                            cfg.flip_protocol)
 
     return Selector(init=lambda key, state, data, hp: {}, select=select)
+
+
+# `--selector` name -> builder(model, cfg) -> Selector
+SELECTORS = Registry("selector", {
+    "random": lambda model, cfg: uniform_selector(cfg.cohort),
+    "poc": power_of_choice,
+    "divfl": lambda model, cfg: submodular_selector(model, cfg, "divfl"),
+    "subtrunc": lambda model, cfg: submodular_selector(model, cfg, "subtrunc"),
+    "unionfl": lambda model, cfg: submodular_selector(model, cfg, "unionfl"),
+    "stratified": lambda model, cfg: stratified_selector(cfg),
+})
+
+
+def make_selector(model, cfg):
+    """The `parts.Selector` named by `cfg.selector` for a cohort of `cfg.cohort`."""
+    if getattr(cfg, "flip_protocol", "static") != "static":  # Exp-alpha per-round flips
+        return flip_selector(cfg)
+    return SELECTORS.get(cfg.selector)(model, cfg)

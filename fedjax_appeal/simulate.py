@@ -146,11 +146,10 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
         eval_times.append(time.perf_counter() - t0)
         return ev
 
-    def keep(r: int, ev):
+    def keep(r: int, ev) -> dict:
         entry = {"round": r, **summarize(ev)}
         history.append(entry)
-        if on_eval is not None:
-            on_eval(entry)
+        return entry
 
     def round_metrics():
         return ({k: np.concatenate([np.asarray(m[k]) for m in per_round])
@@ -183,14 +182,20 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
 
     last_eval = []  # the latest evaluation (per-client arrays)
 
+    shown = []  # history entries not yet passed to `on_eval`
+
     def commit(stop, new_state, metrics):
         ev = evaluate_at(stop, new_state) if stop in evals else None
         per_round.append(metrics)
         if ev is not None:
-            keep(stop, ev)
+            shown.append(keep(stop, ev))
             last_eval[:] = [ev]
 
-    def after(r, st):
+    def after(r, st):  # progress (a Ctrl-C in it is a Ctrl-C after round r), checkpoint
+        while shown:
+            entry = shown.pop(0)
+            if on_eval is not None:
+                on_eval(entry)
         if r in saves:
             checkpoint.save(st, r, history, round_metrics())
 
@@ -205,7 +210,9 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
     saves = set(checkpoint.due(start_round, rounds)) if checkpoint is not None else set()
     if not resume:
         last_eval[:] = [evaluate_at(start_round, state)]
-        keep(start_round, last_eval[0])
+        entry = keep(start_round, last_eval[0])
+        if on_eval is not None:
+            on_eval(entry)
     state, r = run_loop(state, start_round, stop_points(start_round, evals, saves), advance,
                         Hooks(guard=guard, commit=commit, after=after, interrupted=interrupted))
     last_eval = last_eval[0] if last_eval else None

@@ -5,35 +5,20 @@ from __future__ import annotations
 import dataclasses
 
 from .aggregation import AGGREGATIONS
+from .algorithms import ALGORITHMS
 from .config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
 from .models import MODELS
-from .selection import SELECTORS
+from .selectors import SELECTORS
 from .server import SERVER_OPTS
 
 
 def validate(cfg: RunConfig, hp: HParams) -> None:
     """Raise `ConfigError` for the first problem found in (cfg, hp)."""
-    from .algorithms import ALGORITHMS
-
-    if cfg.algorithm not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm '{cfg.algorithm}'; choose one of: "
-                          f"{', '.join(sorted(ALGORITHMS))}")
-    if cfg.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset '{cfg.dataset}'; choose one of: {', '.join(DATASETS)}")
-    if cfg.partition not in PARTITIONS:
-        raise ConfigError(f"unknown partition '{cfg.partition}'; choose one of: "
-                          f"{', '.join(PARTITIONS)}")
-    if cfg.model != "auto" and cfg.model not in MODELS:
-        raise ConfigError(f"unknown model '{cfg.model}'; choose one of: auto, {', '.join(MODELS)}")
-    if cfg.selector not in SELECTORS:
-        raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: "
-                          f"{', '.join(SELECTORS)}")
-    if cfg.aggregation not in AGGREGATIONS:
-        raise ConfigError(f"unknown aggregation '{cfg.aggregation}'; choose one of: "
-                          f"{', '.join(AGGREGATIONS)}")
-    if cfg.server_opt not in SERVER_OPTS:
-        raise ConfigError(f"unknown server optimizer '{cfg.server_opt}'; choose one of: "
-                          f"{', '.join(SERVER_OPTS)}")
+    for registry, name in ((ALGORITHMS, cfg.algorithm), (DATASETS, cfg.dataset),
+                           (PARTITIONS, cfg.partition), (MODELS, cfg.model),
+                           (SELECTORS, cfg.selector), (AGGREGATIONS, cfg.aggregation),
+                           (SERVER_OPTS, cfg.server_opt)):
+        registry.check(name)
     for name in ("clients", "cohort", "local_steps", "batch_size"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})")

@@ -11,12 +11,13 @@ import jax
 
 from ..adversary import byzantine
 from ..client import Trained, reporting
-from ..config import ConfigError, HParams, RunConfig
+from ..config import HParams, RunConfig
 from ..data.arrays import FederatedData
 from ..distributed import make_mesh
 from ..evaluation import evaluate_global, evaluate_split
 from ..expalpha_metrics import tag_metrics
 from ..models import Model
+from ..registry import Registry
 from ..round import (
     Executor,
     PostFn,
@@ -110,26 +111,19 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
 
 # builder(model, cfg, executor) -> FederatedAlgorithm
 Builder = Callable[[Model, RunConfig, Executor | None], FederatedAlgorithm]
-ALGORITHMS: dict[str, Builder] = {}
+ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
 
 
 def register(name: str):
     """Decorator adding an algorithm builder `(model, cfg, executor) -> FederatedAlgorithm`."""
-
-    def deco(fn: Builder) -> Builder:
-        ALGORITHMS[name] = fn
-        return fn
-
-    return deco
+    return ALGORITHMS.register(name)
 
 
 def build(name: str, model: Model, cfg: RunConfig, *,
           executor: Executor | None = None) -> FederatedAlgorithm:
     """The registered algorithm `name` with the given executor (None: the cohort chunked
     per `cfg.client_chunk` and sharded over the mesh of `cfg.devices`, built here)."""
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm '{name}'; choose one of: "
-                          f"{', '.join(sorted(ALGORITHMS))}")
+    builder = ALGORITHMS.get(name)
     if executor is None:
         executor = Executor(getattr(cfg, "client_chunk", 0), make_mesh(getattr(cfg, "devices", 1)))
-    return ALGORITHMS[name](model, cfg, executor)
+    return builder(model, cfg, executor)
