@@ -88,3 +88,26 @@ def test_algorithm_contract(name):
         _close(jax.tree.map(lambda a, i=i: a[i], vb.params), seq[i][0].params)
         np.testing.assert_array_equal(np.asarray(mb["cohort_idx"][i]),
                                       np.asarray(seq[i][1]["cohort_idx"]))
+
+
+def test_executor_is_an_explicit_argument():
+    """A chunked executor passed to `build` (no ambient setting) changes how the cohort
+    runs, not what it computes: equal to one vmap up to float summation order."""
+    from fedjax_appeal.round import VMAP, chunked
+
+    model, data = golden.tiny_setup("plain")
+    cfg = RunConfig(algorithm="maxfl", clients=6, unseen_clients=2, cohort=5, local_steps=1,
+                    batch_size=4, rho_steps=2)
+    hp = HParams(client_lr=0.1).as_arrays()
+    out, scans = [], []
+    for ex in (VMAP, chunked(2)):
+        alg = build("maxfl", model, cfg, executor=ex)
+        s0 = jax.jit(alg.init)(jax.random.key(0), data, hp)
+        out.append(jax.jit(alg.round)(s0, data, jax.random.key(1), hp))
+        scans.append(str(jax.make_jaxpr(alg.round)(s0, data, jax.random.key(1), hp))
+                     .count("scan["))
+    assert scans[1] > scans[0]  # the chunked round loops over chunks (two passes)
+    (a, ma), (b, mb) = out
+    np.testing.assert_array_equal(np.asarray(ma["cohort_idx"]), np.asarray(mb["cohort_idx"]))
+    _close(ma["cohort_weights"], mb["cohort_weights"])
+    _close(a.params, b.params)
