@@ -287,6 +287,7 @@ def test_opt_out_pool_uses_the_same_definition(appeal_def):
     assert np.asarray(pool).tolist() == [True] * 3  # everyone before the opt-out round
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("appeal_def", ["test-vs-solo-test", "train-vs-solo-minibatch"])
 def test_pool_after_opt_out_equals_appealing_seen_clients(tmp_path, appeal_def):
     out = tmp_path / "r"

@@ -108,6 +108,7 @@ def _tiny_cfg(**kw):
     return RunConfig(**base)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
 def test_two_rounds_deterministic_no_nan(name):
     data = make_tiny_data(unseen=3)
@@ -244,6 +245,7 @@ def test_perfedavg_step_by_hand(variant, delta, expected):
     assert _w(state) == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_hessian_vector_product_vs_explicit_hessian(tiny_data, tiny_model):
     from jax.flatten_util import ravel_pytree
 
@@ -266,6 +268,7 @@ def test_hessian_vector_product_vs_explicit_hessian(tiny_data, tiny_model):
     np.testing.assert_allclose(np.asarray(fd), want, rtol=2e-2, atol=2e-3)
 
 
+@pytest.mark.slow
 def test_perfedavg_evaluates_adapted_models():
     data = make_tiny_data(unseen=3)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)

@@ -162,6 +162,7 @@ def _bn_setup(num_clients=3):
     return Model(BNNet(), (3,), jnp.float32, "bnnet"), data
 
 
+@pytest.mark.slow
 def test_fedbn_keeps_bn_per_client_and_averages_the_rest():
     from fedjax_appeal.algorithms import build
     from fedjax_appeal.algorithms.fedbn import bn_part, with_bn
@@ -383,6 +384,7 @@ def test_equal_size_federation_sizes_shares_majors(major):
 # ----------------------------------------------------------------------------- flip protocols
 
 
+@pytest.mark.slow
 def test_flipped_copies_and_bernoulli_counts():
     from fedjax_appeal.data.generated import imbalanced_federation
     from fedjax_appeal.selection import flip_cohort

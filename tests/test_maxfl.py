@@ -106,6 +106,7 @@ def _tiny():
     return data, model
 
 
+@pytest.mark.slow
 def test_solo_requirement_is_solo_train_loss():
     data, model = _tiny()
     cfg = RunConfig(clients=5, unseen_clients=2, cohort=2, local_steps=2, batch_size=4,
