@@ -1,4 +1,4 @@
-"""Aggregation weight rules: `weights(stats, state, hp) -> w [m]`.
+"""Aggregation weight rules: `WeightRule(fn(updates, idx, valid, state, hp) -> w [m], needs)`.
 
 The server's pseudo-gradient is sum_k w_k * Delta_k with Delta_k = w - w_k over the cohort
 slots; invalid slots (see `selection`) must get w_k = 0, which `masked_normalize` ensures.
@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from .parts import WeightRule
+from .registry import Registry
 
 
 def masked_normalize(raw: jax.Array, valid: jax.Array) -> jax.Array:
@@ -25,9 +28,6 @@ def proportional(num_samples: jax.Array, valid: jax.Array) -> jax.Array:
 def uniform(valid: jax.Array) -> jax.Array:
     """1/m' for each of the m' valid cohort slots."""
     return masked_normalize(jnp.ones(valid.shape, jnp.float32), valid)
-
-
-AGGREGATIONS = ("proportional", "uniform")
 
 
 # --- Exp-alpha -------------------------------------------------------------------
@@ -70,28 +70,27 @@ def exp_alpha(loss_before: jax.Array, loss_after: jax.Array, valid: jax.Array,
     return masked_softmax(logits, valid)
 
 
-AGGREGATIONS = AGGREGATIONS + ("exp-alpha", "exp-alpha-n")
+BOTH = frozenset(("loss_before", "loss_after"))
 
 
-def make_weights(cfg):
-    """The weight rule named by `cfg.aggregation`, as `weights(updates, valid, state, hp)`.
+def _exp_alpha_rule(scaled: bool) -> WeightRule:
+    def rule(upd, idx, valid, state, hp):
+        return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
+                         hp.exp_alpha, upd.num_samples if scaled else None)
 
-    Returns (rule, needs_loss_before, needs_loss_after): whether the rule reads
-    `updates.extra["loss_before"]` / `["loss_after"]` (the local step then computes them).
-    """
-    from .config import ConfigError
+    return WeightRule(rule, BOTH)
 
-    if cfg.aggregation == "proportional":
-        return (lambda upd, valid, state, hp: proportional(upd.num_samples, valid)), False, False
-    if cfg.aggregation == "uniform":
-        return (lambda upd, valid, state, hp: uniform(valid)), False, False
-    if cfg.aggregation in ("exp-alpha", "exp-alpha-n"):
-        scaled = cfg.aggregation == "exp-alpha-n"
 
-        def rule(upd, valid, state, hp):
-            return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
-                             hp.exp_alpha, upd.num_samples if scaled else None)
+# `--aggregation` name -> WeightRule (the rules of FedAvg-style algorithms)
+AGGREGATIONS = Registry("aggregation", {
+    "proportional": WeightRule(
+        lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid)),
+    "uniform": WeightRule(lambda upd, idx, valid, state, hp: uniform(valid)),
+    "exp-alpha": _exp_alpha_rule(False),
+    "exp-alpha-n": _exp_alpha_rule(True),
+})
 
-        return rule, True, True
-    raise ConfigError(f"unknown aggregation '{cfg.aggregation}'; choose one of: "
-                      f"{', '.join(AGGREGATIONS)}")
+
+def weight_rule(cfg) -> WeightRule:
+    """The `WeightRule` named by `cfg.aggregation` (FedAvg-style algorithms)."""
+    return AGGREGATIONS.get(cfg.aggregation)

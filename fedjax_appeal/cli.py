@@ -270,16 +270,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from .aggregation import AGGREGATIONS
     from .algorithms import ALGORITHMS
     from .config import DATASETS, PARTITIONS
     from .models import MODELS
+    from .selectors import SELECTORS
     from .server import SERVER_OPTS
 
-    print("algorithms:  " + ", ".join(sorted(ALGORITHMS)))
-    print("datasets:    " + ", ".join(DATASETS))
-    print("partitions:  " + ", ".join(PARTITIONS))
-    print("models:      auto, " + ", ".join(MODELS))
-    print("server opts: " + ", ".join(SERVER_OPTS))
+    for label, registry in (("algorithms", ALGORITHMS), ("datasets", DATASETS),
+                            ("partitions", PARTITIONS), ("models", MODELS),
+                            ("server opts", SERVER_OPTS), ("selectors", SELECTORS),
+                            ("aggregations", AGGREGATIONS)):
+        print(f"{label + ':':<12} " + ", ".join(registry.choices()))
     return 0
 
 

@@ -17,6 +17,7 @@ import optax
 
 from .data.arrays import ClientArrays, client_chunk, sample_batch
 from .models import Model
+from .parts import REPORTS, ClientUpdate
 
 Regularizer = Callable[[Any], jax.Array]  # params -> scalar added to the minibatch loss
 
@@ -90,3 +91,46 @@ def client_loss(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
 
 def tree_sub(a, b):
     return jax.tree.map(jnp.subtract, a, b)
+
+
+class Trained(NamedTuple):
+    """What an algorithm's local objective returns for one client (see `reporting`).
+
+    start: (params, model_state) the client started from (the received model, or for FedBN
+      the received model with the client's own BN layers).
+    end: (params, model_state) after its local steps (w_k).
+    loss: [] mean minibatch loss over the local steps.
+    extra: algorithm-specific values sent to the server (control variates, BN params, ...).
+    delta: what the client sends instead of start - end (None = start - end).
+    """
+
+    start: tuple
+    end: tuple
+    loss: jax.Array
+    extra: dict = {}
+    delta: Any = None
+
+
+def reporting(model: Model, local: Callable[..., Trained], needs=frozenset()) -> Callable:
+    """One client's `round.ClientUpdate` from a local objective, with the requested reports.
+
+    The single place where clients report losses over all their train rows:
+    "loss_before" = F_k(start) and "loss_after" = F_k(end) (evaluation mode,
+    `client_loss`), whichever of them `needs` (a `round.WeightRule`'s) lists.
+    """
+    unknown = set(needs) - set(REPORTS)
+    if unknown:
+        raise ValueError(f"unknown client reports {sorted(unknown)}; known: {REPORTS}")
+
+    def update(state, data, k, key, hp):
+        t = local(state, data, k, key, hp)
+        extra = dict(t.extra)
+        if "loss_before" in needs:
+            extra["loss_before"] = client_loss(model, *t.start, data.train, k)[0]
+        if "loss_after" in needs:
+            extra["loss_after"] = client_loss(model, *t.end, data.train, k)[0]
+        delta = tree_sub(t.start[0], t.end[0]) if t.delta is None else t.delta
+        return ClientUpdate(delta=delta, model_state=t.end[1], num_samples=data.train.count[k],
+                            loss=t.loss, extra=extra)
+
+    return update

@@ -29,6 +29,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .memory import memory_budget
+
 # Auto mode: chunk when the cohort's per-client copies (4 x params, float32) would exceed
 # this share of the device memory budget.
 AUTO_SHARE = 0.25
@@ -48,8 +50,6 @@ def chunk_size(setting: int, m: int, params) -> int:
         return 0
     if setting > 0:
         return setting if setting < m else 0
-    from .sweep import memory_budget
-
     per_client = 16 * max(1, param_count(params))
     budget = int(AUTO_SHARE * memory_budget())
     if m * per_client <= budget:

@@ -22,12 +22,21 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
+from .errors import ConfigError
+from .registry import Registry
 
-def _f(default: Any, help: str, choices: tuple | None = None, **kw):
-    meta = {"help": help}
+
+def _f(default: Any, help: str, choices: tuple | None = None, *, data: bool = False, **kw):
+    """A RunConfig field: its CLI help, its choices, and whether it changes the data."""
+    meta = {"help": help, "data": data}
     if choices is not None:
         meta["choices"] = choices
     return dataclasses.field(default=default, metadata=meta, **kw)
+
+
+def _data(default: Any, help: str, choices: tuple | None = None, **kw):
+    """A RunConfig field that the data layer reads (loading, partition, heterogeneity)."""
+    return _f(default, help, choices, data=True, **kw)
 
 
 def _hp(default: float, help: str):
@@ -92,12 +101,14 @@ class HParams:
         })
 
 
-DATASETS = ("fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
-            "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10")
-PARTITIONS = ("dirichlet", "clusters", "classes", "natural")
+DATASETS = Registry("dataset", dict.fromkeys((
+    "fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
+    "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10",
+    "digits")))  # digits: the Digits domain shift (MNIST, USPS, MNIST-M)
+PARTITIONS = Registry("partition", dict.fromkeys(("dirichlet", "clusters", "classes",
+                                                  "natural")))
 APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
                "train-vs-solo-minibatch")
-DATASETS = DATASETS + ("digits",)  # Digits domain shift (MNIST, USPS, MNIST-M)
 
 
 def data_seed(cfg: RunConfig) -> int:
@@ -111,38 +122,39 @@ class RunConfig:
 
     # What to run
     algorithm: str = _f("fedavg", "federated algorithm (see `fedjax-appeal list`)")
-    dataset: str = _f("fmnist", "dataset name", DATASETS)
+    dataset: str = _data("fmnist", "dataset name", DATASETS)
     model: str = _f("auto", "model name, or 'auto' for the dataset's default")
     # Data sources
-    data_dir: str = _f("", "directory with the npz data files (default: $FEDJAX_APPEAL_DATA)")
-    fmnist_dir: str = _f("/usr/share/datasets/fashion-mnist",
+    data_dir: str = _data("", "directory with the npz data files (default: $FEDJAX_APPEAL_DATA)")
+    fmnist_dir: str = _data("/usr/share/datasets/fashion-mnist",
                          "directory with the Fashion-MNIST IDX .gz files")
-    cache_dir: str = _f("", "cache for decoded arrays (default: $FEDJAX_APPEAL_CACHE or "
+    cache_dir: str = _data("", "cache for decoded arrays (default: $FEDJAX_APPEAL_CACHE or "
                             "~/.cache/fedjax_appeal)")
-    max_samples: int = _f(0, "use at most this many samples of the dataset (0 = all)")
-    input_scale: float = _f(0.0, "dataset npz:PATH: the model multiplies its inputs by this "
-                                 "first (0 = 1/255 for uint8 inputs, 1 for float inputs)")
+    max_samples: int = _data(0, "use at most this many samples of the dataset (0 = all)")
+    input_scale: float = _data(0.0, "dataset npz:PATH: the model multiplies its inputs by this "
+                                    "first (0 = 1/255 for uint8 inputs, 1 for float inputs)")
     # Partition
-    partition: str = _f("dirichlet", "how samples are split over clients", PARTITIONS)
-    alpha: float = _f(0.5, "Dirichlet concentration (partition=dirichlet)")
-    num_clusters: int = _f(5, "number of label clusters (partition=clusters)")
-    labels_per_cluster: int = _f(2, "disjoint labels per cluster (partition=clusters)")
-    cluster_labels: str = _f("random", "labels of each cluster (partition=clusters): random "
+    partition: str = _data("dirichlet", "how samples are split over clients", PARTITIONS)
+    alpha: float = _data(0.5, "Dirichlet concentration (partition=dirichlet)")
+    num_clusters: int = _data(5, "number of label clusters (partition=clusters)")
+    labels_per_cluster: int = _data(2, "disjoint labels per cluster (partition=clusters)")
+    cluster_labels: str = _data("random", "labels of each cluster (partition=clusters): random "
                                        "(a seeded permutation) or pairs (cluster c gets labels "
                                        "c*L .. c*L+L-1: (0,1), (2,3), ...)", ("random", "pairs"))
-    classes_per_client: int = _f(3, "classes per client (partition=classes)")
-    min_samples: int = _f(10, "minimum samples per client (all partitions)")
-    train_fraction: float = _f(0.6, "per-client train share; the rest is the client's test split")
-    label_flip_fraction: float = _f(0.0, "fraction of clients (seen and unseen alike) whose "
+    classes_per_client: int = _data(3, "classes per client (partition=classes)")
+    min_samples: int = _data(10, "minimum samples per client (all partitions)")
+    train_fraction: float = _data(0.6, "per-client train share; the rest is the client's test "
+                                       "split")
+    label_flip_fraction: float = _data(0.0, "fraction of clients (seen and unseen alike) whose "
                                          "labels are flipped by a fixed random derangement")
-    flip_ratio: float = _f(1.0, "share of the classes a flipped client has wrong (1.0 = all)")
-    byzantine_fraction: float = _f(0.0, "fraction of seen clients that are Byzantine (inflated "
+    flip_ratio: float = _data(1.0, "share of the classes a flipped client has wrong (1.0 = all)")
+    byzantine_fraction: float = _data(0.0, "fraction of seen clients that are Byzantine (inflated "
                                         "reported loss, noisy updates)")
-    synthetic_alpha: float = _f(1.0, "Synthetic(alpha, beta): model heterogeneity alpha")
-    synthetic_beta: float = _f(1.0, "Synthetic(alpha, beta): data heterogeneity beta")
+    synthetic_alpha: float = _data(1.0, "Synthetic(alpha, beta): model heterogeneity alpha")
+    synthetic_beta: float = _data(1.0, "Synthetic(alpha, beta): data heterogeneity beta")
     # Federation
-    clients: int = _f(100, "number of seen (training) clients")
-    unseen_clients: int = _f(100, "number of unseen clients (never trained on; 0 = none)")
+    clients: int = _data(100, "number of seen (training) clients")
+    unseen_clients: int = _data(100, "number of unseen clients (never trained on; 0 = none)")
     cohort: int = _f(10, "clients sampled per round")
     rounds: int = _f(200, "communication rounds")
     local_steps: int = _f(50, "local SGD steps per round (tau)")
@@ -184,9 +196,9 @@ class RunConfig:
                                  ("raw", "normalized"))
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds")
-    seed: int = _f(0, "random seed (training; also the data unless --data-seed is given)")
-    data_seed: int = _f(-1, "seed of the data: partition, train/test split, label flips, "
-                            "generated clients (-1 = --seed)")
+    seed: int = _data(0, "random seed (training; also the data unless --data-seed is given)")
+    data_seed: int = _data(-1, "seed of the data: partition, train/test split, label flips, "
+                               "generated clients (-1 = --seed)")
     out: str = _f("", "output directory (results.json, history.csv, accuracy.png)")
     # --- appeal protocol (fedjax_appeal/appeal.py, requirement.py) ---
     appeal: bool = _f(True, "apply the appeal protocol: solo models, GM-Appeal and preferred-"
@@ -204,20 +216,20 @@ class RunConfig:
     finetune_steps: int = _f(5, "local SGD steps of the personalization evaluation from the "
                                 "final global model (0 = skip)")
     # --- heterogeneity generators (Exp-alpha) ---
-    imbalance_ratios: str = _f("", "generated pool of class-imbalanced clients (LDAM recipe "
+    imbalance_ratios: str = _data("", "generated pool of class-imbalanced clients (LDAM recipe "
                                    "n_c = n_max ratio^(c/(C-1))): 'random' draws each client's "
                                    "ratio from {1,.5,.1,.05,.01,.005,.001}, or a composition "
                                    "like '1.0x4,0.01x3,0.1x3'; '' = off (use --partition)")
-    imbalance_nmax: int = _f(100, "rows of the largest class of each imbalanced client (n_max)")
-    imbalance_test_per_class: int = _f(20, "balanced test rows per class of each generated "
+    imbalance_nmax: int = _data(100, "rows of the largest class of each imbalanced client (n_max)")
+    imbalance_test_per_class: int = _data(20, "balanced test rows per class of each generated "
                                            "client (its test split; a proxy for the global test "
                                            "set)")
     cohort_groups: str = _f("", "selector 'stratified': cohort slots per client group, e.g. "
                                 "'4,2' (group = composition entry of --imbalance-ratios, else "
                                 "0 clean / 1 flipped); '' = derived from the pool's mix")
-    domains: str = _f("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
+    domains: str = _data("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
                                            "round-robin from this list")
-    domain_samples: int = _f(500, "dataset 'digits': rows per client (train + test)")
+    domain_samples: int = _data(500, "dataset 'digits': rows per client (train + test)")
     # --- scale: checkpoints, devices, large cohorts ---
     checkpoint_every: int = _f(0, "save a checkpoint into --out every this many rounds "
                                   "(0 = only when interrupted with Ctrl-C)")
@@ -229,20 +241,20 @@ class RunConfig:
     log: str = _f("", "experiment trackers, comma-separated: tensorboard (event files in "
                       "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)")
     # --- Exp-alpha experiments: equal-size clients, flip protocols, global test set ---
-    imbalance_size: int = _f(0, "equal-size imbalanced clients: every generated client holds "
+    imbalance_size: int = _data(0, "equal-size imbalanced clients: every generated client holds "
                                 "this many train rows, class shares ∝ ratio^(c/(C-1)) "
                                 "(0 = LDAM counts from --imbalance-nmax)")
-    imbalance_major: str = _f("shared", "largest class of each generated imbalanced client: "
+    imbalance_major: str = _data("shared", "largest class of each generated imbalanced client: "
                                         "class 0 for all (shared) or drawn per client "
                                         "(random; the other classes' order too)",
                               ("shared", "random"))
-    flip_protocol: str = _f("static", "label flipping: static = a fixed fraction of clients "
+    flip_protocol: str = _data("static", "label flipping: static = a fixed fraction of clients "
                                       "always flipped; bernoulli = every sampled client "
                                       "flipped with probability --label-flip-fraction each "
                                       "round; fixed = round(fraction x cohort) sampled clients "
                                       "flipped each round (bernoulli/fixed need "
                                       "--imbalance-ratios)", ("static", "bernoulli", "fixed"))
-    global_test_per_class: int = _f(0, "generated pools: hold out this many rows per class "
+    global_test_per_class: int = _data(0, "generated pools: hold out this many rows per class "
                                        "as a balanced global test set (test_acc_global); "
                                        "0 = none")
 
@@ -250,8 +262,9 @@ class RunConfig:
         return dataclasses.replace(self, **kw)
 
 
-class ConfigError(ValueError):
-    """A user-facing configuration problem; its message is one line that says how to fix it."""
+def data_fields() -> tuple[str, ...]:
+    """The RunConfig fields that change a run's data (runs equal in them share the data)."""
+    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("data"))
 
 
 def field_names(cls) -> list[str]:

@@ -13,12 +13,11 @@ import jax
 import numpy as np
 
 from . import __version__
-from .algorithms import build
-from .appeal import personalize, with_appeal
+from .appeal import personalize
+from .assemble import assemble
 from .config import HParams, RunConfig
-from .data import Dataset, FederatedData, load_federated
+from .data import Dataset, FederatedData
 from .distributed import fetch
-from .models import model_for
 from .simulate import SimulationResult, simulate
 from .validate import validate
 
@@ -50,15 +49,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     algorithms); otherwise the data are loaded and partitioned from `cfg` (seeded).
     """
     validate(cfg, hp)
-    t0 = time.perf_counter()
-    if data is None:
-        data, dataset = load_federated(cfg)
-    load_s = time.perf_counter() - t0
-    model = model_for(cfg.model, data, dataset)
-    alg = build(cfg.algorithm, model, cfg)
-    if cfg.appeal:  # the appeal protocol around every algorithm
-        alg = with_appeal(alg, model, cfg)
-    ckpt, mesh = _scale_options(cfg, hp)
+    ckpt, mesh = _scale_options(cfg, hp)  # the mesh is built once, here
+    alg, model, data, dataset, load_s = assemble(cfg, data=data, dataset=dataset, mesh=mesh)
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
                    resume=bool(cfg.resume), mesh=mesh)

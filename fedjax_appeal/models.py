@@ -16,7 +16,7 @@ Models:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from .config import ConfigError
+from .registry import Registry
 
 
 class Normalize(nn.Module):
@@ -162,13 +163,14 @@ def _tuple(v) -> tuple[float, ...]:
     return tuple(float(a) for a in np.atleast_1d(np.asarray(v, np.float64)))
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {
+# `--model` name -> module(num_classes, normalize); "auto" takes the dataset's default
+MODELS = Registry("model", {
     "mlp": lambda c, n: MLP(c, (64, 30), 0.2, norm=n),
     "sent_mlp": lambda c, n: MLP(c, (128, 86, 30), 0.0, norm=n),
     "cnn": lambda c, n: CNN(c, norm=n),
     "lenet5": lambda c, n: LeNet5(c, norm=n),
     "logistic": lambda c, n: Logistic(c, norm=n),
-}
+}, extra=("auto",))
 
 DEFAULT_MODEL = {"fmnist": "mlp", "mnist": "mlp", "femnist": "mlp", "usps": "mlp",
                  "mnistm": "cnn", "cifar10": "cnn", "sent140": "sent_mlp",

@@ -11,90 +11,32 @@ Nothing here is jitted: `simulate` puts one `jax.jit` around a `lax.scan` of rou
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable
-from typing import Any, NamedTuple
-
 import jax
 import jax.numpy as jnp
 import optax
-from flax import struct
 
-from . import cohort, selection
+from . import cohort
 from .config import HParams
 from .data.arrays import FederatedData
 from .distributed import constrain_cohort
-
-# --- scale: (client_chunk, mesh) read by `make_round` when it is called; set
-# around an algorithm's construction by `algorithms.build` from RunConfig.client_chunk /
-# devices, so every algorithm gets chunked cohorts and cohort sharding without knowing.
-SCALE: contextvars.ContextVar = contextvars.ContextVar("fedjax_appeal_scale", default=(0, None))
-
-
-@contextlib.contextmanager
-def scale_options(client_chunk: int = 0, mesh=None):
-    """Rounds made inside this block chunk their cohort / shard it over `mesh`."""
-    token = SCALE.set((client_chunk, mesh))
-    try:
-        yield
-    finally:
-        SCALE.reset(token)
-
-
-@struct.dataclass
-class ServerState:
-    """Everything the server carries from one round to the next (a pytree)."""
-
-    params: Any  # model parameters (replicated across devices)
-    model_state: Any  # model collections besides params, e.g. batch_stats ({} if none)
-    opt_state: Any  # server optax state
-    round: jax.Array  # [] int32, rounds done so far
-    pool: jax.Array  # [M] bool, seen clients available for selection
-    participation: jax.Array  # [M] int32, how often each client was in a cohort
-    extra: dict  # algorithm-specific fields (control variates, rho_k, selector memory, ...)
-
-
-class ClientUpdate(NamedTuple):
-    """What one client sends back (leading axis m once vmapped over the cohort)."""
-
-    delta: Any  # pytree like params: w_global - w_k
-    model_state: Any  # the client's model state after local training ({} if none)
-    num_samples: jax.Array  # [] n_k, train rows of the client
-    loss: jax.Array  # [] mean minibatch loss over the local steps
-    extra: dict  # algorithm-specific per-client values (F_k(w) before/after, ...)
-
-
-# Part signatures (single client for LocalFn; everything else sees the whole cohort).
-SelectFn = Callable[[jax.Array, ServerState, FederatedData, HParams],
-                    tuple[jax.Array, jax.Array]]
-LocalFn = Callable[[ServerState, FederatedData, jax.Array, jax.Array, HParams], ClientUpdate]
-WeightFn = Callable[[ClientUpdate, jax.Array, ServerState, HParams], jax.Array]
-CorruptFn = Callable[[ClientUpdate, jax.Array, jax.Array, jax.Array, FederatedData, HParams],
-                     ClientUpdate]
-PostFn = Callable[[ServerState, ServerState, ClientUpdate, jax.Array, jax.Array, jax.Array,
-                   HParams], ServerState]
-TxFn = Callable[[HParams], optax.GradientTransformation]
-
-
-class Selector(NamedTuple):
-    """A cohort selector with optional memory in `state.extra["selector"]`.
-
-    init(key, state, data, hp) -> dict          # initial selector memory (e.g. features)
-    select(key, state, data, hp) -> (idx [m], valid [m])
-    update(state, updates, idx, valid, data, hp) -> state   # after the server step, or None
-    """
-
-    init: Callable[[jax.Array, ServerState, FederatedData, HParams], dict]
-    select: SelectFn
-    update: Callable[[ServerState, ClientUpdate, jax.Array, jax.Array, FederatedData, HParams],
-                     ServerState] | None = None
-
-
-def uniform_selector(m: int) -> Selector:
-    """Uniform without replacement from `state.pool` (no memory)."""
-    return Selector(init=lambda key, state, data, hp: {},
-                    select=lambda key, state, data, hp: selection.uniform(key, state.pool, m))
+from .parts import (  # noqa: F401  (the round's types, re-exported)
+    AUTO,
+    REPORTS,
+    VMAP,
+    ClientUpdate,
+    CorruptFn,
+    Executor,
+    LocalFn,
+    PostFn,
+    SelectFn,
+    Selector,
+    ServerState,
+    TxFn,
+    WeightFn,
+    WeightRule,
+    chunked,
+    sharded,
+)
 
 
 def attach_selector(state: ServerState, selector: Selector, key: jax.Array,
@@ -114,16 +56,17 @@ def server_step(state: ServerState, pseudo_grad, tx: optax.GradientTransformatio
     return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
 
 
-def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
+def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,
                post: PostFn | None = None, corrupt: CorruptFn | None = None,
-               average_state: bool = True):
+               average_state: bool = True, executor: Executor = AUTO):
     """Compose parts into `round(state, data, key, hp) -> (state, metrics)`.
 
     Args:
       select: the `Selector` that picks the cohort (indices and validity mask) and
         updates its memory after the round.
       local: one client's update; vmapped over the cohort.
-      weights: aggregation weights over the cohort slots (zero for invalid slots).
+      weights: the `WeightRule` giving aggregation weights over the cohort slots; `local`
+        must report what it `needs` (`client.reporting` does).
       tx: builds the server optax transform from the hyperparameters.
       post: optional hook `post(old_state, new_state, updates, idx, valid, w, hp)` for
         algorithm state (control variates, weights, selector memory).
@@ -131,9 +74,10 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
         the cohort sends before the server sees it (Byzantine clients, see `adversary`).
       average_state: average the clients' model state (e.g. BatchNorm statistics) with the
         normalised weights; FedBN turns this off and keeps it per client.
+      executor: vmapped, chunked or sharded cohort (see `Executor`).
     """
 
-    client_chunk, mesh = SCALE.get()  # large cohorts / sharding (see `scale_options`)
+    client_chunk, mesh = executor
 
     def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
         k_sel, k_loc, k_adv = jax.random.split(key, 3)
@@ -150,7 +94,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightFn, tx: TxFn,
             upd = constrain_cohort(upd, mesh)
             if corrupt is not None:
                 upd = corrupt(upd, idx, valid, k_adv, data, hp)
-        w = weights(upd, valid, state, hp)
+        w = weights.fn(upd, idx, valid, state, hp)
         w = jnp.where(valid, w, 0.0)
         pseudo = (cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid,
                                                 k_adv, hp, w, c) if c

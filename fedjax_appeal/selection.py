@@ -38,9 +38,7 @@ def weighted(key: jax.Array, pool: jax.Array, m: int, weights: jax.Array
     return idx, pool[idx]
 
 
-SELECTORS = ("random",)
 # --- submodular / loss-aware selectors (see `selectors.py`, `submodular.py`) ---
-SELECTORS = SELECTORS + ("poc", "divfl", "subtrunc", "unionfl")
 from .submodular import (  # noqa: E402  (public, jit-able selection without a simulation)
     facility_location,
     greedy,
@@ -48,7 +46,7 @@ from .submodular import (  # noqa: E402  (public, jit-able selection without a s
     stochastic_facility_location_features,
 )
 
-__all__ = ["uniform", "weighted", "make_selector", "SELECTORS", "facility_location",
+__all__ = ["uniform", "weighted", "facility_location",
            "stochastic_facility_location", "stochastic_facility_location_features", "greedy"]
 
 
@@ -75,7 +73,6 @@ def stratified(key: jax.Array, pool: jax.Array, groups: jax.Array, counts: tuple
     return jnp.concatenate(idx), jnp.concatenate(valid)
 
 
-SELECTORS = SELECTORS + ("stratified",)
 
 
 def stratified_counts(cfg) -> tuple[int, ...]:
@@ -104,39 +101,6 @@ def stratified_counts(cfg) -> tuple[int, ...]:
     return counts
 
 
-def stratified_selector(cfg):
-    from .config import ConfigError
-    from .round import Selector
-
-    counts = stratified_counts(cfg)
-
-    def select(key, state, data, hp):
-        if "group" not in data.info:
-            raise ConfigError("--selector stratified needs client groups: use "
-                              "--imbalance-ratios or --label-flip-fraction")
-        return stratified(key, state.pool, data.info["group"], counts)
-
-    return Selector(init=lambda key, state, data, hp: {}, select=select)
-
-
-def make_selector(model, cfg):
-    """The `round.Selector` named by `cfg.selector` for a cohort of `cfg.cohort`."""
-    from .config import ConfigError
-    from .round import uniform_selector
-
-    if getattr(cfg, "flip_protocol", "static") != "static":  # Exp-alpha per-round flips
-        return flip_selector(cfg)
-    if cfg.selector == "random":
-        return uniform_selector(cfg.cohort)
-    if cfg.selector == "stratified":
-        return stratified_selector(cfg)
-    if cfg.selector in SELECTORS:
-        from .selectors import build_selector
-
-        return build_selector(model, cfg)
-    raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: {', '.join(SELECTORS)}")
-
-
 # --- Exp-alpha: label flipping drawn per round (--flip-protocol bernoulli|fixed) -----------
 
 def flip_cohort(key: jax.Array, pool: jax.Array, m: int, p: float, protocol: str
@@ -159,18 +123,3 @@ def flip_cohort(key: jax.Array, pool: jax.Array, m: int, p: float, protocol: str
     else:
         raise ValueError(f"unknown flip protocol {protocol!r}")
     return idx + half * flip.astype(idx.dtype), valid
-
-
-def flip_selector(cfg):
-    from .config import ConfigError
-    from .round import Selector
-
-    if cfg.selector != "random":
-        raise ConfigError(f"--flip-protocol {cfg.flip_protocol} draws its own uniform cohorts: "
-                          "use --selector random")
-
-    def select(key, state, data, hp):
-        return flip_cohort(key, state.pool, cfg.cohort, cfg.label_flip_fraction,
-                           cfg.flip_protocol)
-
-    return Selector(init=lambda key, state, data, hp: {}, select=select)

@@ -58,8 +58,13 @@ from .client import client_loss
 from .config import ConfigError, RunConfig
 from .data.arrays import ClientArrays, client_chunk
 from .models import Model
-from .round import Selector
-from .selection import weighted
+from .parts import Selector
+from .registry import Registry
+from .selection import flip_cohort, stratified, stratified_counts, uniform, weighted
+
+DELTA_CHUNK_ERROR = ("--selector-features delta needs every cohort update, which a chunked "
+                     "cohort (--client-chunk) does not keep: use --selector-features grad or "
+                     "--client-chunk -1")
 
 _PROJ_SEED = 0x5E1EC7
 
@@ -213,8 +218,6 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
         else:
             if delta_mode:
                 if upd.delta is None:  # a chunked round keeps no per-client deltas
-                    from .validate import DELTA_CHUNK_ERROR
-
                     raise ConfigError(DELTA_CHUNK_ERROR)
                 fs = jax.vmap(lambda d: project(flatten(d), cfg.feature_dim))(upd.delta)
                 ls = jax.lax.map(lambda k: client_loss(model, mem["received"],
@@ -239,11 +242,51 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
     return Selector(init=init, select=select, update=update)
 
 
-def build_selector(model: Model, cfg: RunConfig) -> Selector:
-    """The selector named by `cfg.selector` (everything but `random`)."""
-    if cfg.selector == "poc":
-        return power_of_choice(model, cfg)
-    if cfg.selector in ("divfl", "subtrunc", "unionfl"):
-        return submodular_selector(model, cfg, cfg.selector)
-    raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: random, poc, divfl, "
-                      "subtrunc, unionfl")
+# --- building the `parts.Selector` named by a RunConfig ------------------------------
+
+def uniform_selector(m: int) -> Selector:
+    """Uniform without replacement from `state.pool` (no memory)."""
+    return Selector(init=lambda key, state, data, hp: {},
+                    select=lambda key, state, data, hp: uniform(key, state.pool, m))
+
+
+def stratified_selector(cfg):
+    counts = stratified_counts(cfg)
+
+    def select(key, state, data, hp):
+        if "group" not in data.info:
+            raise ConfigError("--selector stratified needs client groups: use "
+                              "--imbalance-ratios or --label-flip-fraction")
+        return stratified(key, state.pool, data.info["group"], counts)
+
+    return Selector(init=lambda key, state, data, hp: {}, select=select)
+
+
+def flip_selector(cfg):
+    if cfg.selector != "random":
+        raise ConfigError(f"--flip-protocol {cfg.flip_protocol} draws its own uniform cohorts: "
+                          "use --selector random")
+
+    def select(key, state, data, hp):
+        return flip_cohort(key, state.pool, cfg.cohort, cfg.label_flip_fraction,
+                           cfg.flip_protocol)
+
+    return Selector(init=lambda key, state, data, hp: {}, select=select)
+
+
+# `--selector` name -> builder(model, cfg) -> Selector
+SELECTORS = Registry("selector", {
+    "random": lambda model, cfg: uniform_selector(cfg.cohort),
+    "poc": power_of_choice,
+    "divfl": lambda model, cfg: submodular_selector(model, cfg, "divfl"),
+    "subtrunc": lambda model, cfg: submodular_selector(model, cfg, "subtrunc"),
+    "unionfl": lambda model, cfg: submodular_selector(model, cfg, "unionfl"),
+    "stratified": lambda model, cfg: stratified_selector(cfg),
+})
+
+
+def make_selector(model, cfg):
+    """The `parts.Selector` named by `cfg.selector` for a cohort of `cfg.cohort`."""
+    if getattr(cfg, "flip_protocol", "static") != "static":  # Exp-alpha per-round flips
+        return flip_selector(cfg)
+    return SELECTORS.get(cfg.selector)(model, cfg)

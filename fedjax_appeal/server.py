@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import optax
 
-from .config import ConfigError, HParams
+from .config import HParams
+from .registry import Registry
 
-SERVER_OPTS = ("sgd", "momentum", "nesterov", "adam", "yogi")
+SERVER_OPTS = Registry("server optimizer", {
+    "sgd": lambda hp: optax.sgd(hp.server_lr),
+    "momentum": lambda hp: optax.sgd(hp.server_lr, momentum=hp.server_momentum, nesterov=False),
+    "nesterov": lambda hp: optax.sgd(hp.server_lr, momentum=hp.server_momentum, nesterov=True),
+    "adam": lambda hp: optax.adam(hp.server_lr, b1=hp.server_momentum, b2=hp.server_beta2,
+                                  eps=hp.server_eps),
+    "yogi": lambda hp: optax.yogi(hp.server_lr, b1=hp.server_momentum, b2=hp.server_beta2,
+                                  eps=hp.server_eps),
+})
 
 
 def server_optimizer(name: str, hp: HParams) -> optax.GradientTransformation:
-    if name == "sgd":
-        return optax.sgd(hp.server_lr)
-    if name in ("momentum", "nesterov"):
-        return optax.sgd(hp.server_lr, momentum=hp.server_momentum, nesterov=name == "nesterov")
-    if name == "adam":
-        return optax.adam(hp.server_lr, b1=hp.server_momentum, b2=hp.server_beta2,
-                          eps=hp.server_eps)
-    if name == "yogi":
-        return optax.yogi(hp.server_lr, b1=hp.server_momentum, b2=hp.server_beta2,
-                          eps=hp.server_eps)
-    raise ConfigError(f"unknown server optimizer '{name}'; choose one of: {', '.join(SERVER_OPTS)}")
+    """The optax transform `name` of `SERVER_OPTS` with the hyperparameters of `hp`."""
+    return SERVER_OPTS.get(name)(hp)

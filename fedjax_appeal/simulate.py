@@ -24,6 +24,7 @@ from .checkpoint import Checkpointer, Interrupted, NonFiniteError
 from .config import HParams
 from .data.arrays import FederatedData
 from .distributed import fetch
+from .loop import Hooks, run_loop, stop_points
 from .metrics import per_client, summarize
 from .round import ServerState
 
@@ -139,64 +140,84 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
     compiled: dict[int, Any] = {}
     eval_times, round_times = [], []
 
-    def record(r: int, st: ServerState, keep: bool = True):
+    def evaluate_at(r: int, st: ServerState):
         t0 = time.perf_counter()
         ev = fetch(evaluate(st, data, hp))
         eval_times.append(time.perf_counter() - t0)
-        if keep:
-            entry = {"round": r, **summarize(ev)}
-            history.append(entry)
-            if on_eval is not None:
-                on_eval(entry)
         return ev
+
+    def keep(r: int, ev) -> dict:
+        entry = {"round": r, **summarize(ev)}
+        history.append(entry)
+        return entry
 
     def round_metrics():
         return ({k: np.concatenate([np.asarray(m[k]) for m in per_round])
                  for k in per_round[0]} if per_round else {})
 
-    evals = set(eval_rounds(rounds, eval_every))
-    saves = set(checkpoint.due(start_round, rounds)) if checkpoint is not None else set()
-    stops = sorted(p for p in evals | saves if p > start_round)
-    last_eval = None if resume else record(start_round, state)
-    r = start_round
-    try:
-        for stop in stops:
-            length = stop - r
-            rarr = jnp.arange(r, stop, dtype=jnp.int32)
-            if length not in compiled:
-                t0 = time.perf_counter()
-                compiled[length] = chunk_jit.lower(state, data, k_train, hp, rarr).compile()
-                timing["compile_s"] += time.perf_counter() - t0
+    def advance(st, r, stop):
+        length = stop - r
+        rarr = jnp.arange(r, stop, dtype=jnp.int32)
+        if length not in compiled:
             t0 = time.perf_counter()
-            new_state, metrics = compiled[length](state, data, k_train, hp, rarr)
-            _block(new_state)
-            round_times.append((time.perf_counter() - t0) / length)
-            metrics = fetch(metrics)
-            finite = np.asarray(metrics["params_finite"])
-            if nan_guard and not finite.all():
-                bad = r + 1 + int(np.argmin(finite))
-                where = ""
-                if checkpoint is not None:
-                    if checkpoint.last_round != r:
-                        checkpoint.save(state, r, history, round_metrics())
-                    where = f"; the last good checkpoint (round {r}) is in {checkpoint.directory}"
-                raise NonFiniteError(f"server parameters became NaN/Inf in round {bad}{where}; "
-                                     "lower the learning rates (--client-lr, --server-lr)")
-            state = new_state
-            per_round.append(metrics)
-            r = stop
-            if r in evals:
-                last_eval = record(r, state)
-            if r in saves:
-                checkpoint.save(state, r, history, round_metrics())
-    except KeyboardInterrupt:
+            compiled[length] = chunk_jit.lower(st, data, k_train, hp, rarr).compile()
+            timing["compile_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        new_state, metrics = compiled[length](st, data, k_train, hp, rarr)
+        _block(new_state)
+        round_times.append((time.perf_counter() - t0) / length)
+        return new_state, fetch(metrics)
+
+    def guard(st, r, metrics):
+        finite = np.asarray(metrics["params_finite"])
+        if nan_guard and not finite.all():
+            bad = r + 1 + int(np.argmin(finite))
+            where = ""
+            if checkpoint is not None:
+                if checkpoint.last_round != r:
+                    checkpoint.save(st, r, history, round_metrics())
+                where = f"; the last good checkpoint (round {r}) is in {checkpoint.directory}"
+            raise NonFiniteError(f"server parameters became NaN/Inf in round {bad}{where}; "
+                                 "lower the learning rates (--client-lr, --server-lr)")
+
+    last_eval = []  # the latest evaluation (per-client arrays)
+
+    shown = []  # history entries not yet passed to `on_eval`
+
+    def commit(stop, new_state, metrics):
+        ev = evaluate_at(stop, new_state) if stop in evals else None
+        per_round.append(metrics)
+        if ev is not None:
+            shown.append(keep(stop, ev))
+            last_eval[:] = [ev]
+
+    def after(r, st):  # progress (a Ctrl-C in it is a Ctrl-C after round r), checkpoint
+        while shown:
+            entry = shown.pop(0)
+            if on_eval is not None:
+                on_eval(entry)
+        if r in saves:
+            checkpoint.save(st, r, history, round_metrics())
+
+    def interrupted(r, st):
         if checkpoint is None:
-            raise
-        checkpoint.save(state, r, history, round_metrics())
+            return
+        checkpoint.save(st, r, history, round_metrics())
         raise Interrupted(f"checkpoint of round {r} saved in {checkpoint.directory}; continue "
                           f"with --resume {checkpoint.directory}") from None
+
+    evals = set(eval_rounds(rounds, eval_every))
+    saves = set(checkpoint.due(start_round, rounds)) if checkpoint is not None else set()
+    if not resume:
+        last_eval[:] = [evaluate_at(start_round, state)]
+        entry = keep(start_round, last_eval[0])
+        if on_eval is not None:
+            on_eval(entry)
+    state, r = run_loop(state, start_round, stop_points(start_round, evals, saves), advance,
+                        Hooks(guard=guard, commit=commit, after=after, interrupted=interrupted))
+    last_eval = last_eval[0] if last_eval else None
     if last_eval is None:  # resumed at the end: evaluate for the per-client results only
-        last_eval = record(r, state, keep=False)
+        last_eval = evaluate_at(r, state)
 
     if round_times:
         timing["sec_per_round"] = float(np.median(round_times))

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,19 +39,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .algorithms import build
-from .appeal import with_appeal
-from .config import ConfigError, HParams, RunConfig, field_names
+from .assemble import assemble
+from .config import ConfigError, HParams, RunConfig, data_fields, field_names
 from .data import Dataset, FederatedData, load_federated
+from .loop import Hooks, run_loop, stop_points
+from .memory import memory_budget
 from .metrics import summarize
-from .models import model_for
 from .simulate import eval_rounds, make_chunk, split_key
 from .validate import validate
 
-# RunConfig fields that do not change the data (anything else reloads it for its group).
-NON_DATA_FIELDS = ("algorithm", "model", "cohort", "rounds", "local_steps", "batch_size",
-                   "server_opt", "selector", "aggregation", "rho_steps", "eval_every", "out",
-                   "checkpoint_every", "resume", "client_chunk", "devices")
 # Keys a grid may not sweep (they name the sweep itself or its output).
 FORBIDDEN = {"seed": "give training seeds with --seeds (the partition seed is --seed)",
              "out": "the sweep writes one output folder (--out)",
@@ -139,21 +134,6 @@ def parse_grid_arg(text: str) -> tuple[str, list[str]]:
 def _stack(hps: list[HParams]) -> HParams:
     arrs = [h.as_arrays() for h in hps]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *arrs)
-
-
-def memory_budget() -> int:
-    """Bytes a sweep batch may use: 60% of the accelerator's limit, else 40% of free RAM."""
-    try:
-        st = jax.devices()[0].memory_stats()
-        if st and st.get("bytes_limit"):
-            return int(0.6 * st["bytes_limit"])
-    except Exception:  # noqa: BLE001 - backends without memory stats
-        pass
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return int(0.4 * free)
-    except (ValueError, OSError):
-        return 4 << 30
 
 
 def combo_bytes(n_params: int, cfg: RunConfig, data: FederatedData) -> int:
@@ -247,40 +227,44 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
     evals = set(eval_rounds(rounds, eval_every))
     saves = set(range(save_every, rounds, save_every)) if save and save_every > 0 else set()
     t_start = time.perf_counter()
-    try:
-        for stop in sorted(q for q in evals | saves if q > start):
-            length = stop - r
-            rarr = jnp.arange(r, stop, dtype=jnp.int32)
-            ck = ("chunk", length)
-            if ck not in compiled:
-                t = time.perf_counter()
-                compiled[ck] = jax.jit(chunk, **out).lower(state, data, k_train, hps,
-                                                           rarr).compile()
-                timing["compile_s"] += time.perf_counter() - t
-            t0 = time.perf_counter()
-            new_state, metrics = compiled[ck](state, data, k_train, hps, rarr)
-            jax.block_until_ready(new_state)
-            timing["run_s"] += time.perf_counter() - t0
-            m = {k: np.asarray(v) for k, v in fetch(metrics).items()
-                 if np.ndim(v) == 2}  # [P, L] scalars per round
-            ev = entries(stop, new_state) if stop in evals else None
-            per_round.append(m)  # commit the chunk (a Ctrl-C before this keeps round r)
-            if ev is not None:
-                for h, e in zip(histories, ev, strict=True):
-                    h.append(e)
-            state, r = new_state, stop
-            if r in saves:
-                save(state, r, histories, per_round)
-            if progress is not None and r in evals:
-                el = time.perf_counter() - t_start
-                best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
-                           key=lambda v: -1 if v != v else v)
-                progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
-                         f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
-    except KeyboardInterrupt:
+
+    def advance(st, r, stop):
+        rarr = jnp.arange(r, stop, dtype=jnp.int32)
+        ck = ("chunk", stop - r)
+        if ck not in compiled:
+            t = time.perf_counter()
+            compiled[ck] = jax.jit(chunk, **out).lower(st, data, k_train, hps, rarr).compile()
+            timing["compile_s"] += time.perf_counter() - t
+        t0 = time.perf_counter()
+        new_state, metrics = compiled[ck](st, data, k_train, hps, rarr)
+        jax.block_until_ready(new_state)
+        timing["run_s"] += time.perf_counter() - t0
+        return new_state, {k: np.asarray(v) for k, v in fetch(metrics).items()
+                           if np.ndim(v) == 2}  # [P, L] scalars per round
+
+    def commit(stop, new_state, m):
+        ev = entries(stop, new_state) if stop in evals else None
+        per_round.append(m)  # commit the chunk (a Ctrl-C before this keeps round r)
+        if ev is not None:
+            for h, e in zip(histories, ev, strict=True):
+                h.append(e)
+
+    def after(r, st):
+        if r in saves:
+            save(st, r, histories, per_round)
+        if progress is not None and r in evals:
+            el = time.perf_counter() - t_start
+            best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
+                       key=lambda v: -1 if v != v else v)
+            progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
+                     f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
+
+    def interrupted(r, st):
         if save is not None and r > start:
-            save(state, r, histories, per_round)
-        raise
+            save(st, r, histories, per_round)
+
+    run_loop(state, start, stop_points(start, evals, saves), advance,
+             Hooks(commit=commit, after=after, interrupted=interrupted))
     rm = ({k: np.concatenate([m[k] for m in per_round], axis=1) for k in per_round[0]}
           if per_round else {})
     return histories, rm, timing
@@ -393,7 +377,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     data_cache: dict[Any, tuple[FederatedData, Dataset]] = {}
 
     def data_key(c: RunConfig):
-        return tuple(getattr(c, f) for f in field_names(RunConfig) if f not in NON_DATA_FIELDS)
+        return tuple(getattr(c, f) for f in data_fields())
 
     if data is not None:
         data_cache[data_key(cfg)] = (data, dataset)
@@ -409,11 +393,10 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         if dk not in data_cache:
             data_cache[dk] = load_federated(cfg_g)
         gdata, gds = data_cache[dk]
-        model = model_for(cfg_g.model, gdata, gds)
-        cfg_b = cfg_g.replace(devices=1)  # the grid, not the cohort, is sharded in a sweep
-        alg = build(cfg_b.algorithm, model, cfg_b)
-        if cfg_g.appeal:  # the appeal protocol, exactly as `experiment.run_config` applies it
-            alg = with_appeal(alg, model, cfg_b)
+        # the grid, not the cohort, is sharded in a sweep: the algorithm gets no mesh;
+        # `assemble` composes it exactly as `experiment.run_config` does
+        cfg_b = cfg_g.replace(devices=1)
+        alg, model, _, _, _ = assemble(cfg_b, data=gdata, dataset=gds, mesh=None)
         if gi == 0:
             check_metric(alg, gdata, hps[0], metric)
             say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "

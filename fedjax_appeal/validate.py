@@ -5,47 +5,33 @@ from __future__ import annotations
 import dataclasses
 
 from .aggregation import AGGREGATIONS
+from .algorithms import ALGORITHMS
 from .config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
 from .models import MODELS
-from .selection import SELECTORS
+from .selectors import DELTA_CHUNK_ERROR, SELECTORS
 from .server import SERVER_OPTS
 
 
 def validate(cfg: RunConfig, hp: HParams) -> None:
     """Raise `ConfigError` for the first problem found in (cfg, hp)."""
-    from .algorithms import ALGORITHMS
-
-    if cfg.algorithm not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm '{cfg.algorithm}'; choose one of: "
-                          f"{', '.join(sorted(ALGORITHMS))}")
+    npz = cfg.dataset.startswith("npz:")  # your own arrays: checked by their file
+    for registry, name in ((ALGORITHMS, cfg.algorithm), (DATASETS, None if npz else cfg.dataset),
+                           (PARTITIONS, cfg.partition), (MODELS, cfg.model),
+                           (SELECTORS, cfg.selector), (AGGREGATIONS, cfg.aggregation),
+                           (SERVER_OPTS, cfg.server_opt)):
+        if name is not None:
+            registry.check(name)
+    if npz:
+        _check_npz(cfg.dataset[4:])
     if cfg.log:
         from .tracking import check_available, parse_kinds
 
         check_available(parse_kinds(cfg.log))
-    if cfg.dataset.startswith("npz:"):
-        _check_npz(cfg.dataset[4:])
-    elif cfg.dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset '{cfg.dataset}'; choose one of: {', '.join(DATASETS)}"
-                          ", or npz:PATH for your own arrays")
     if cfg.input_scale < 0:
         raise ConfigError(f"--input-scale {cfg.input_scale}: must be > 0 (or 0 for the default)")
-    if cfg.input_scale and not cfg.dataset.startswith("npz:"):
+    if cfg.input_scale and not npz:
         raise ConfigError("--input-scale applies to --dataset npz:PATH only (registered "
                           "datasets carry their own scale)")
-    if cfg.partition not in PARTITIONS:
-        raise ConfigError(f"unknown partition '{cfg.partition}'; choose one of: "
-                          f"{', '.join(PARTITIONS)}")
-    if cfg.model != "auto" and cfg.model not in MODELS:
-        raise ConfigError(f"unknown model '{cfg.model}'; choose one of: auto, {', '.join(MODELS)}")
-    if cfg.selector not in SELECTORS:
-        raise ConfigError(f"unknown selector '{cfg.selector}'; choose one of: "
-                          f"{', '.join(SELECTORS)}")
-    if cfg.aggregation not in AGGREGATIONS:
-        raise ConfigError(f"unknown aggregation '{cfg.aggregation}'; choose one of: "
-                          f"{', '.join(AGGREGATIONS)}")
-    if cfg.server_opt not in SERVER_OPTS:
-        raise ConfigError(f"unknown server optimizer '{cfg.server_opt}'; choose one of: "
-                          f"{', '.join(SERVER_OPTS)}")
     for name in ("clients", "cohort", "local_steps", "batch_size"):
         if getattr(cfg, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})")
@@ -158,10 +144,6 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
             and 0 < cfg.client_chunk < cfg.cohort):
         raise ConfigError(DELTA_CHUNK_ERROR)
 
-
-DELTA_CHUNK_ERROR = ("--selector-features delta needs every cohort update, which a chunked "
-                     "cohort (--client-chunk) does not keep: use --selector-features grad or "
-                     "--client-chunk -1")
 
 
 # Options that a combination ignores: (option, default, why it is ignored or None).

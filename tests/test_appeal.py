@@ -43,6 +43,7 @@ def _per_client_numpy(model, params, st, arrays):
 
 @pytest.mark.parametrize("appeal_def", ["test-vs-solo-test", "test-vs-solo-train",
                                         "train-vs-solo-train", "train-vs-solo-minibatch"])
+@pytest.mark.slow
 def test_metrics_equal_numpy_by_hand(appeal_def):
     data = make_tiny_data(num_clients=6, unseen=4, seed=1)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
@@ -139,6 +140,7 @@ def test_opt_out_trains_only_on_appealed_clients():
     assert state.participation.tolist() == [1, 0]
 
 
+@pytest.mark.slow
 def test_personalize_equals_finetuned_solo_stats():
     data = make_tiny_data(num_clients=5, unseen=3, seed=2)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
@@ -178,6 +180,7 @@ TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "4", "--
         "--min-samples", "4", "--partition", "natural", "--rho-steps", "3"]
 
 
+@pytest.mark.slow
 def test_cli_maxfl_writes_appeal_keys_in_every_history_entry(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["run", *TINY, "--algorithm", "maxfl", "--opt-out-after", "2",
@@ -204,6 +207,7 @@ def test_cli_maxfl_writes_appeal_keys_in_every_history_entry(tmp_path, capsys):
     assert (f"warning: {empty} of 4 rounds had no available client" in err) == (empty > 0)
 
 
+@pytest.mark.slow
 def test_everyone_available_by_default(tmp_path):
     out = tmp_path / "r"
     assert main(["run", *TINY, "--rounds", "3", "--out", str(out)]) == 0
@@ -283,6 +287,7 @@ def test_opt_out_pool_uses_the_same_definition(appeal_def):
     assert np.asarray(pool).tolist() == [True] * 3  # everyone before the opt-out round
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("appeal_def", ["test-vs-solo-test", "train-vs-solo-minibatch"])
 def test_pool_after_opt_out_equals_appealing_seen_clients(tmp_path, appeal_def):
     out = tmp_path / "r"

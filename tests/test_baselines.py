@@ -108,6 +108,7 @@ def _tiny_cfg(**kw):
     return RunConfig(**base)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
 def test_two_rounds_deterministic_no_nan(name):
     data = make_tiny_data(unseen=3)
@@ -130,6 +131,7 @@ CLI_TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "3",
             "1", "--min-samples", "4", "--partition", "natural", "--rho-steps", "2"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
 def test_cli_runs(tmp_path, name):
     out = tmp_path / name
@@ -243,6 +245,7 @@ def test_perfedavg_step_by_hand(variant, delta, expected):
     assert _w(state) == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_hessian_vector_product_vs_explicit_hessian(tiny_data, tiny_model):
     from jax.flatten_util import ravel_pytree
 
@@ -265,6 +268,7 @@ def test_hessian_vector_product_vs_explicit_hessian(tiny_data, tiny_model):
     np.testing.assert_allclose(np.asarray(fd), want, rtol=2e-2, atol=2e-3)
 
 
+@pytest.mark.slow
 def test_perfedavg_evaluates_adapted_models():
     data = make_tiny_data(unseen=3)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)

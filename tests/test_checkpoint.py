@@ -37,6 +37,7 @@ def _alg():
     return data, build("fedavg", model, cfg)
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
@@ -69,6 +70,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert main(["run", "--resume", str(out), "--client-lr", "0.3"]) == 2
 
 
+@pytest.mark.slow
 def test_interrupt_saves_checkpoint_and_resume_matches(tmp_path):
     data, alg = _alg()
     key = jax.random.key(1)
@@ -90,6 +92,7 @@ def test_interrupt_saves_checkpoint_and_resume_matches(tmp_path):
         np.testing.assert_array_equal(rest.round_metrics[k], full.round_metrics[k])
 
 
+@pytest.mark.slow
 def test_nan_guard_names_round_and_keeps_last_good_checkpoint(tmp_path):
     data, alg = _alg()
 
@@ -113,6 +116,7 @@ def test_nan_guard_names_round_and_keeps_last_good_checkpoint(tmp_path):
                    and z[k].dtype.kind == "f")
 
 
+@pytest.mark.slow
 def test_last_round_is_checkpointed_and_a_finished_run_extends(tmp_path, capsys):
     short = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort",
              "3", "--local-steps", "2", "--batch-size", "4", "--eval-every", "2",

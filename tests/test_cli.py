@@ -19,6 +19,7 @@ TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "4", "--
         "--min-samples", "4", "--partition", "natural"]
 
 
+@pytest.mark.slow
 def test_run_writes_results(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["run", *TINY, "--client-lr", "0.1", "--out", str(out)]) == 0
@@ -37,6 +38,7 @@ def test_run_writes_results(tmp_path, capsys):
     assert "round    4/4" in err  # progress lines
 
 
+@pytest.mark.slow
 def test_config_file_and_flag_precedence(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('rounds = 2\neval-every = 1\nclient_lr = 0.2\nseed = 4\n')
@@ -206,6 +208,7 @@ def test_client_count_checked_against_source_header(tmp_path, capsys, no_data_lo
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_out_folder_of_another_run_is_refused_unless_overwrite(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["run", *TINY, "--checkpoint-every", "3", "--out", str(out)]) == 0

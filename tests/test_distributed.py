@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from conftest import make_tiny_data
 
 from fedjax_appeal.algorithms import build
@@ -50,6 +51,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_eight_fake_devices_equal_one_device():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
            "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
@@ -66,6 +68,7 @@ def test_eight_fake_devices_equal_one_device():
             np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_chunked_cohort_equals_unchunked():
     data = make_tiny_data(num_clients=10, unseen=0)
     model = make_model("mlp", "tiny", 3, (5,), np.float32, scale=1.0)

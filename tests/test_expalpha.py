@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_appeal.aggregation import exp_alpha, make_weights, masked_softmax
+from fedjax_appeal.aggregation import exp_alpha, masked_softmax, weight_rule
 from fedjax_appeal.config import HParams, RunConfig
 from fedjax_appeal.server import server_optimizer
 
@@ -61,18 +61,18 @@ def test_masked_softmax_nothing_valid_and_large_alpha():
     np.testing.assert_allclose(np.asarray(w), [0.5, 0.0, 0.5], rtol=1e-6)
 
 
-def test_make_weights_exp_alpha_reads_losses():
+def test_weight_rule_exp_alpha_reads_losses():
     from fedjax_appeal.round import ClientUpdate
 
     for name, scaled in (("exp-alpha", False), ("exp-alpha-n", True)):
-        rule, before, after = make_weights(RunConfig(aggregation=name))
-        assert before and after
+        rule = weight_rule(RunConfig(aggregation=name))
+        assert rule.needs == {"loss_before", "loss_after"}
         upd = ClientUpdate(delta=None, model_state={}, num_samples=jnp.array([1, 3]),
                            loss=jnp.zeros(2),
                            extra={"loss_before": jnp.array([1.0, 1.0]),
                                   "loss_after": jnp.array([0.0, 1.0])})
         hp = HParams(exp_alpha=1.0).as_arrays()
-        w = np.asarray(rule(upd, jnp.array([True, True]), None, hp))
+        w = np.asarray(rule.fn(upd, jnp.array([0, 1]), jnp.array([True, True]), None, hp))
         raw = np.exp([-1.0, 0.0]) * (np.array([1, 3]) if scaled else 1)
         np.testing.assert_allclose(w, raw / raw.sum(), rtol=1e-6)
 
@@ -162,6 +162,7 @@ def _bn_setup(num_clients=3):
     return Model(BNNet(), (3,), jnp.float32, "bnnet"), data
 
 
+@pytest.mark.slow
 def test_fedbn_keeps_bn_per_client_and_averages_the_rest():
     from fedjax_appeal.algorithms import build
     from fedjax_appeal.algorithms.fedbn import bn_part, with_bn
@@ -383,6 +384,7 @@ def test_equal_size_federation_sizes_shares_majors(major):
 # ----------------------------------------------------------------------------- flip protocols
 
 
+@pytest.mark.slow
 def test_flipped_copies_and_bernoulli_counts():
     from fedjax_appeal.data.generated import imbalanced_federation
     from fedjax_appeal.selection import flip_cohort

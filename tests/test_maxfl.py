@@ -106,6 +106,7 @@ def _tiny():
     return data, model
 
 
+@pytest.mark.slow
 def test_solo_requirement_is_solo_train_loss():
     data, model = _tiny()
     cfg = RunConfig(clients=5, unseen_clients=2, cohort=2, local_steps=2, batch_size=4,
@@ -124,6 +125,7 @@ def test_solo_requirement_is_solo_train_loss():
     assert np.all(np.asarray(ref.train_loss) < np.asarray(init_loss))
 
 
+@pytest.mark.slow
 def test_solo_lr_fixes_the_requirements_whatever_the_client_lr():
     data, model = _tiny()
     cfg = RunConfig(clients=5, unseen_clients=2, cohort=2, local_steps=2, batch_size=4,

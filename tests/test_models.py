@@ -17,6 +17,7 @@ def test_every_registered_model_has_a_shape_case():
     assert set(MODELS) == set(SHAPES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_output_shape_and_param_count(name):
     shape = SHAPES[name]

@@ -74,6 +74,7 @@ def same_history(a: list[dict], b: list[dict]) -> None:
             np.testing.assert_allclose(x[k], y[k], err_msg=k, **CLOSE)
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process(tmp_path):
     args = ["run", *TINY, "--rounds", "6", "--eval-every", "2"]
     res = finish(launch([*args, "--out", str(tmp_path / "two")]))
@@ -112,6 +113,7 @@ def _kill_mid_run(tmp_path, victim: int, rounds: int):
     return out, args, survivor.returncode, err, time.time() - t0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", [0, 1])
 def test_killed_process_stops_the_other_with_one_line_and_resume_matches(tmp_path, victim):
     rounds = 16
@@ -140,6 +142,7 @@ def test_killed_process_stops_the_other_with_one_line_and_resume_matches(tmp_pat
     assert a["round_metrics"]["cohort_idx"] == b["round_metrics"]["cohort_idx"]
 
 
+@pytest.mark.slow
 def test_two_process_sweep_equals_one_process(tmp_path):
     args = ["sweep", *TINY, "--rounds", "2", "--eval-every", "1", "--grid",
             "client_lr=0.1,0.05", "--seeds", "0,1", "--max-parallel", "4"]

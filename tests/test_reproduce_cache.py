@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fedjax_appeal import reproduce
 from fedjax_appeal.config import HParams, RunConfig
 
@@ -18,6 +20,7 @@ def _ctx(tmp_path: Path, reuse: bool = True) -> reproduce.Context:
                              reuse=reuse)
 
 
+@pytest.mark.slow
 def test_second_run_is_served_from_cache(tmp_path, monkeypatch):
     hp = HParams(client_lr=0.1)
     first, sim = _ctx(tmp_path).run(CFG, hp)

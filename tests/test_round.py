@@ -10,7 +10,7 @@ from conftest import arrays_from_clients, linear_model
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.fedavg import sgd_local
-from fedjax_appeal.client import client_loss, local_sgd
+from fedjax_appeal.client import client_loss, local_sgd, reporting
 from fedjax_appeal.config import HParams, RunConfig
 from fedjax_appeal.data import FederatedData
 from fedjax_appeal.evaluation import evaluate_split
@@ -27,7 +27,7 @@ def test_vmapped_cohort_equals_python_loop(tiny_data, tiny_model):
     hp = HParams(client_lr=0.3).as_arrays()
     alg = build("fedavg", tiny_model, cfg)
     state = alg.init(jax.random.key(0), tiny_data, hp)
-    local = sgd_local(tiny_model, cfg)
+    local = reporting(tiny_model, sgd_local(tiny_model, cfg))
     idx = jnp.array([4, 0, 5, 2])
     keys = jax.random.split(jax.random.key(7), 4)
     vm = jax.jit(jax.vmap(local, in_axes=(None, None, 0, 0, None)))(state, tiny_data, idx, keys,

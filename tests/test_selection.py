@@ -19,11 +19,10 @@ from fedjax_appeal.config import HParams, RunConfig
 from fedjax_appeal.metrics import dissimilarity
 from fedjax_appeal.selection import (
     facility_location,
-    make_selector,
     stochastic_facility_location,
     weighted,
 )
-from fedjax_appeal.selectors import client_grad, flatten
+from fedjax_appeal.selectors import client_grad, flatten, make_selector
 from fedjax_appeal.simulate import simulate
 
 # ----------------------------------------------------------------------------- references

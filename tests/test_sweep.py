@@ -25,6 +25,7 @@ TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--
         "--min-samples", "4", "--partition", "natural"]
 
 
+@pytest.mark.slow
 def test_sweep_equals_runs_one_by_one():
     data, ds = load_federated(CFG)
     grid = {"client_lr": [0.2, 0.05], "prox_mu": [0.0, 0.5]}
@@ -49,6 +50,7 @@ def test_sweep_equals_runs_one_by_one():
     assert res.best["test_acc_seen_mean"] == pytest.approx(np.mean(means[best]))
 
 
+@pytest.mark.slow
 def test_maxfl_sweep_equals_runs_one_by_one_with_appeal_metrics():
     cfg = CFG.replace(algorithm="maxfl", rho_steps=3, opt_out_after=2)
     data, ds = load_federated(cfg)
@@ -86,6 +88,7 @@ def test_bad_grids(grid, msg):
     assert msg in str(e.value)
 
 
+@pytest.mark.slow
 def test_cli_sweep_writes_files_and_rejects_bad_input(tmp_path, capsys):
     out = tmp_path / "s"
     assert main(["sweep", *TINY, "--grid", "client_lr=0.1,0.05", "--grid", "local_steps=1,2",
@@ -138,6 +141,7 @@ def test_sweep_metric_typo_refused_before_training(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.slow
 def test_sweep_ctrl_c_keeps_finished_and_resume_equals_uninterrupted(tmp_path, capsys,
                                                                      monkeypatch):
     ref = tmp_path / "ref"

@@ -11,6 +11,7 @@ from . import (
     qffl,  # noqa: F401  (registers qffl, afl)
     scaffold,  # noqa: F401
 )
-from .base import ALGORITHMS, FederatedAlgorithm, build, global_evaluator, register
+from .base import ALGORITHMS, FederatedAlgorithm, build, compose, global_evaluator, register
 
-__all__ = ["ALGORITHMS", "FederatedAlgorithm", "build", "global_evaluator", "register"]
+__all__ = ["ALGORITHMS", "FederatedAlgorithm", "build", "compose", "global_evaluator",
+           "register"]

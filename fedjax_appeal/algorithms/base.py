@@ -1,4 +1,6 @@
-"""`FederatedAlgorithm`: the init/round/evaluate triple every algorithm provides."""
+"""`FederatedAlgorithm` and `compose`: an algorithm is its local objective, its weight rule
+and its extra state; `compose` adds what every algorithm shares (model init, server
+optimizer, cohort selector, Byzantine hook, loss reports, executor)."""
 
 from __future__ import annotations
 
@@ -7,15 +9,34 @@ from typing import Any, NamedTuple
 
 import jax
 
-from ..config import ConfigError, HParams, RunConfig
+from ..adversary import byzantine
+from ..client import Trained, reporting
+from ..config import HParams, RunConfig
 from ..data.arrays import FederatedData
-from ..evaluation import evaluate_global
+from ..distributed import make_mesh
+from ..evaluation import evaluate_global, evaluate_split
+from ..expalpha_metrics import tag_metrics
 from ..models import Model
-from ..round import ServerState
+from ..registry import Registry
+from ..round import (
+    Executor,
+    PostFn,
+    ServerState,
+    WeightRule,
+    attach_selector,
+    init_state,
+    make_round,
+)
+from ..selectors import make_selector
+from ..server import server_optimizer
 
 InitFn = Callable[[jax.Array, FederatedData, HParams], ServerState]
 RoundFn = Callable[[ServerState, FederatedData, jax.Array, HParams], tuple[ServerState, dict]]
 EvalFn = Callable[[ServerState, FederatedData, HParams], dict[str, Any]]
+# local(state, data, k, key, hp) -> Trained: one client's local objective
+LocalObjective = Callable[[ServerState, FederatedData, jax.Array, jax.Array, HParams], Trained]
+# init_extra(key, params, model_state, data, hp) -> dict: the algorithm's server state
+ExtraInit = Callable[[jax.Array, Any, Any, FederatedData, HParams], dict]
 
 
 class FederatedAlgorithm(NamedTuple):
@@ -36,12 +57,8 @@ def global_evaluator(model: Model) -> EvalFn:
     """Evaluate the global model on every split (the default)."""
     def evaluate(state, data, hp):
         out = evaluate_global(model, state.params, state.model_state, data)
-        from ..expalpha_metrics import tag_metrics  # per-group test accuracy
-
-        tags = tag_metrics(out, data.info)
+        tags = tag_metrics(out, data.info)  # per-group test accuracy
         if data.global_test is not None:  # accuracy on the balanced global test set
-            from ..evaluation import evaluate_split
-
             g = evaluate_split(model, state.params, state.model_state, data.global_test)
             tags = {**tags, "test_acc_global": g.acc[0], "test_loss_global": g.loss[0]}
         return {**out, "metrics": tags} if tags else out
@@ -49,26 +66,64 @@ def global_evaluator(model: Model) -> EvalFn:
     return evaluate
 
 
-Builder = Callable[[Model, RunConfig], FederatedAlgorithm]
-ALGORITHMS: dict[str, Builder] = {}
+def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
+            weights: WeightRule, post: PostFn | None = None, init_extra: ExtraInit | None = None,
+            evaluate: EvalFn | None = None, average_state: bool = True,
+            executor: Executor | None = None) -> FederatedAlgorithm:
+    """An algorithm from its parts; the shared parts come from `cfg`.
+
+    init: key -> (k_model, k_sel); params from `model.init(k_model)`; the algorithm's
+    `init_extra(key, params, model_state, data, hp)` (the whole init key, e.g. for the solo
+    models of MaxFL); the `cfg.server_opt` optimizer state; the `cfg.selector` memory.
+    round: `make_round` with the local objective wrapped by `client.reporting` (the loss
+    reports `weights.needs`), the Byzantine hook, the server optimizer and `executor`
+    (default: `Executor(cfg.client_chunk)`, one device).
+
+    Args:
+      name: the algorithm's registered name.
+      model, cfg: the model and the run's static configuration.
+      local: one client's local objective, returning `client.Trained`.
+      weights: the aggregation `WeightRule`.
+      post: `post(old, new, updates, idx, valid, w, hp)`, the algorithm's state update.
+      init_extra: the algorithm's entries of `state.extra`.
+      evaluate: the evaluator (default: the global model on every split).
+      average_state: average the clients' model state (FedBN keeps it per client).
+      executor: vmapped / chunked / sharded cohort.
+    """
+    selector = make_selector(model, cfg)
+
+    def tx(hp):
+        return server_optimizer(cfg.server_opt, hp)
+
+    def init(key, data, hp):
+        k_model, k_sel = jax.random.split(key)
+        params, mstate = model.init(k_model)
+        extra = init_extra(key, params, mstate, data, hp) if init_extra is not None else None
+        state = init_state(params, mstate, tx(hp), data.num_clients, extra)
+        return attach_selector(state, selector, k_sel, data, hp)
+
+    rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
+                     weights=weights, post=post, corrupt=byzantine, tx=tx,
+                     average_state=average_state,
+                     executor=executor if executor is not None else Executor(cfg.client_chunk))
+    return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model))
+
+
+# builder(model, cfg, executor) -> FederatedAlgorithm
+Builder = Callable[[Model, RunConfig, Executor | None], FederatedAlgorithm]
+ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
 
 
 def register(name: str):
-    """Decorator adding an algorithm builder `(model, cfg) -> FederatedAlgorithm`."""
-
-    def deco(fn: Builder) -> Builder:
-        ALGORITHMS[name] = fn
-        return fn
-
-    return deco
+    """Decorator adding an algorithm builder `(model, cfg, executor) -> FederatedAlgorithm`."""
+    return ALGORITHMS.register(name)
 
 
-def build(name: str, model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm '{name}'; choose one of: "
-                          f"{', '.join(sorted(ALGORITHMS))}")
-    from ..distributed import make_mesh
-    from ..round import scale_options
-
-    with scale_options(getattr(cfg, "client_chunk", 0), make_mesh(getattr(cfg, "devices", 1))):
-        return ALGORITHMS[name](model, cfg)
+def build(name: str, model: Model, cfg: RunConfig, *,
+          executor: Executor | None = None) -> FederatedAlgorithm:
+    """The registered algorithm `name` with the given executor (None: the cohort chunked
+    per `cfg.client_chunk` and sharded over the mesh of `cfg.devices`, built here)."""
+    builder = ALGORITHMS.get(name)
+    if executor is None:
+        executor = Executor(getattr(cfg, "client_chunk", 0), make_mesh(getattr(cfg, "devices", 1)))
+    return builder(model, cfg, executor)

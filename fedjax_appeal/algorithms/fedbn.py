@@ -21,18 +21,14 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from ..adversary import byzantine
-from ..aggregation import make_weights
-from ..client import client_loss, local_sgd, proximal, tree_sub
+from ..aggregation import weight_rule
+from ..client import Trained, local_sgd, proximal, tree_sub
 from ..config import ConfigError, RunConfig
 from ..data.arrays import sample_batch
 from ..evaluation import evaluate_personal
 from ..expalpha_metrics import tag_metrics
 from ..models import Model
-from ..round import ClientUpdate, attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, register
+from .base import compose, register
 
 ADAPT_STEPS = 20  # train-mode forward passes that set an unseen client's BN statistics
 
@@ -63,9 +59,8 @@ def _scatter(table, rows, idx, valid):
     return jax.tree.map(one, table, rows)
 
 
-def fedbn_local(model: Model, cfg: RunConfig, prox: bool, loss_before: bool,
-                loss_after: bool):
-    """Local update of client k with its own BN parameters and statistics."""
+def fedbn_local(model: Model, cfg: RunConfig, prox: bool = False):
+    """Local objective of client k with its own BN parameters and statistics."""
 
     def local(state, data, k, key, hp):
         bn_k = jax.tree.map(lambda a: a[k], state.extra["bn_params"])
@@ -76,13 +71,8 @@ def fedbn_local(model: Model, cfg: RunConfig, prox: bool, loss_before: bool,
                         steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg)
         delta = tree_sub(params, res.params)
         delta = with_bn(delta, jax.tree.map(jnp.zeros_like, bn_k))  # BN never aggregated
-        extra = {"bn_params": bn_part(res.params)}
-        if loss_before:
-            extra["loss_before"] = client_loss(model, params, ms_k, data.train, k)[0]
-        if loss_after:
-            extra["loss_after"] = client_loss(model, res.params, res.state, data.train, k)[0]
-        return ClientUpdate(delta=delta, model_state=res.state, num_samples=data.train.count[k],
-                            loss=res.loss, extra=extra)
+        return Trained((params, ms_k), (res.params, res.state), res.loss,
+                       {"bn_params": bn_part(res.params)}, delta)
 
     return local
 
@@ -132,32 +122,27 @@ def fedbn_evaluator(model: Model, cfg: RunConfig):
     return evaluate
 
 
+def fedbn_init(key, params, mstate, data, hp):
+    """Every seen client's BN parameters and statistics [M, ...], all the initial ones."""
+    m = data.num_clients
+    tile = lambda t: jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), t)
+    return {"bn_params": tile(bn_part(params)), "bn_state": tile(mstate)}
+
+
+def fedbn_post(old, new, upd, idx, valid, w, hp):
+    ex = dict(new.extra)
+    ex["bn_params"] = _scatter(ex["bn_params"], upd.extra["bn_params"], idx, valid)
+    ex["bn_state"] = _scatter(ex["bn_state"], upd.model_state, idx, valid)
+    return new.replace(extra=ex)
+
+
 @register("fedbn")
-def fedbn(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+def fedbn(model: Model, cfg: RunConfig, executor=None):
     """FedBN on the FedAvg backbone (any aggregation rule and server optimizer)."""
     params_shape, _ = jax.eval_shape(model.init, jax.random.key(0))
     if not bn_part(params_shape):
         raise ConfigError(f"fedbn needs a model with BatchNorm (got '{model.name}'): use "
                           "--model cnn_bn or --model resnet20")
-    selector = make_selector(model, cfg)
-    weights, before, after = make_weights(cfg)
-
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        m = data.num_clients
-        tile = lambda t: jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), t)
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp), m,
-                           extra={"bn_params": tile(bn_part(params)), "bn_state": tile(mstate)})
-        return attach_selector(state, selector, k_sel, data, hp)
-
-    def post(old, new, upd, idx, valid, w, hp):
-        ex = dict(new.extra)
-        ex["bn_params"] = _scatter(ex["bn_params"], upd.extra["bn_params"], idx, valid)
-        ex["bn_state"] = _scatter(ex["bn_state"], upd.model_state, idx, valid)
-        return new.replace(extra=ex)
-
-    rnd = make_round(select=selector, local=fedbn_local(model, cfg, False, before, after),
-                     weights=weights, corrupt=byzantine, post=post, average_state=False,
-                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm("fedbn", init, rnd, fedbn_evaluator(model, cfg))
+    return compose("fedbn", model, cfg, local=fedbn_local(model, cfg), weights=weight_rule(cfg),
+                   post=fedbn_post, init_extra=fedbn_init, average_state=False,
+                   evaluate=fedbn_evaluator(model, cfg), executor=executor)

@@ -28,15 +28,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..adversary import byzantine
-from ..aggregation import make_weights
-from ..client import client_loss, local_sgd, tree_sub
+from ..aggregation import weight_rule
+from ..client import Trained, local_sgd, tree_sub
 from ..config import RunConfig
 from ..models import Model
-from ..round import ClientUpdate, attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, global_evaluator, register
+from .base import compose, register
 
 
 def first_order(g, w_t, lam: jax.Array):
@@ -51,43 +47,24 @@ def global_gradient(state, cfg: RunConfig, hp):
     return jax.tree.map(lambda d: d * scale, state.extra["fedfor_g"])
 
 
-def fedfor_local(model: Model, cfg: RunConfig, loss_before: bool = False,
-                 loss_after: bool = False):
+def fedfor_local(model: Model, cfg: RunConfig):
     def local(state, data, k, key, hp):
         reg = first_order(global_gradient(state, cfg, hp), state.params, hp.fedfor_lambda)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key,
                         hp.client_lr, steps=cfg.local_steps, batch_size=cfg.batch_size,
                         regularizer=reg)
-        extra = {}
-        if loss_before:
-            extra["loss_before"] = client_loss(model, state.params, state.model_state,
-                                               data.train, k)[0]
-        if loss_after:
-            extra["loss_after"] = client_loss(model, res.params, res.state, data.train, k)[0]
-        return ClientUpdate(delta=tree_sub(state.params, res.params), model_state=res.state,
-                            num_samples=data.train.count[k], loss=res.loss, extra=extra)
+        return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
 
     return local
 
 
+def fedfor_post(old, new, upd, idx, valid, w, hp):
+    return new.replace(extra={**new.extra, "fedfor_g": tree_sub(old.params, new.params)})
+
+
 @register("fedfor")
-def fedfor(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    selector = make_selector(model, cfg)
-    weights, before, after = make_weights(cfg)
-
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
-                           data.num_clients,
-                           extra={"fedfor_g": jax.tree.map(jnp.zeros_like, params)})
-        return attach_selector(state, selector, k_sel, data, hp)
-
-    def post(old, new, upd, idx, valid, w, hp):
-        return new.replace(extra={**new.extra,
-                                  "fedfor_g": tree_sub(old.params, new.params)})
-
-    rnd = make_round(select=selector, local=fedfor_local(model, cfg, before, after),
-                     weights=weights, corrupt=byzantine, post=post,
-                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm("fedfor", init, rnd, global_evaluator(model))
+def fedfor(model: Model, cfg: RunConfig, executor=None):
+    return compose("fedfor", model, cfg, local=fedfor_local(model, cfg), weights=weight_rule(cfg),
+                   post=fedfor_post, executor=executor,
+                   init_extra=lambda key, params, mstate, data, hp: {
+                       "fedfor_g": jax.tree.map(jnp.zeros_like, params)})

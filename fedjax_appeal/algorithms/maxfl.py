@@ -21,14 +21,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..adversary import byzantine
 from ..config import RunConfig
 from ..models import Model
 from ..requirement import parse_requirement, requirement_values, seen_solo
-from ..round import attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, global_evaluator, register
+from ..round import WeightRule
+from .base import compose, register
 from .fedavg import sgd_local
 
 
@@ -44,44 +41,35 @@ def maxfl_weights(q: jax.Array, valid: jax.Array, eps: jax.Array) -> jax.Array:
     return q / (jnp.sum(q) + eps)
 
 
-def _build(model: Model, cfg: RunConfig, name: str) -> FederatedAlgorithm:
-    selector = make_selector(model, cfg)
+def requirement_init(model: Model, cfg: RunConfig):
+    """init_extra of MaxFL and MW-Fed: rho_k [M] (+ the solo models when rho_k is 'solo')."""
     req = parse_requirement(cfg.requirement)
-    base_local = sgd_local(model, cfg, loss_before=True)
 
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        extra = {}
-        solo_loss = None
-        if req is None:
-            solo = seen_solo(model, cfg, params, mstate, data, key, hp)
-            extra["solo"] = solo  # reused by the appeal protocol (same key)
-            solo_loss = solo.train_loss
+    def init_extra(key, params, mstate, data, hp):
+        extra, solo_loss = {}, None
+        if req is None:  # reused by the appeal protocol (same key)
+            extra["solo"] = seen_solo(model, cfg, params, mstate, data, key, hp)
+            solo_loss = extra["solo"].train_loss
         extra["rho"] = requirement_values(req, solo_loss, data.num_clients, data.num_unseen)
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
-                           data.num_clients, extra)
-        return attach_selector(state, selector, k_sel, data, hp)
+        return extra
 
-    def local(state, data, k, key, hp):
-        upd = base_local(state, data, k, key, hp)
-        return upd._replace(extra={**upd.extra, "rho": state.extra["rho"][k]})
+    return init_extra
 
-    def weights(upd, valid, state, hp):
-        return maxfl_weights(appeal_q(upd.extra["loss_before"], upd.extra["rho"]), valid,
-                             hp.maxfl_eps)
 
-    rnd = make_round(select=selector, local=local, weights=weights, corrupt=byzantine,
-                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm(name, init, rnd, global_evaluator(model))
+MAXFL_RULE = WeightRule(
+    lambda upd, idx, valid, state, hp: maxfl_weights(
+        appeal_q(upd.extra["loss_before"], state.extra["rho"][idx]), valid, hp.maxfl_eps),
+    needs=frozenset({"loss_before"}))
 
 
 @register("maxfl")
-def maxfl(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    return _build(model, cfg, "maxfl")
+def maxfl(model: Model, cfg: RunConfig, executor=None):
+    return compose("maxfl", model, cfg, local=sgd_local(model, cfg), weights=MAXFL_RULE,
+                   init_extra=requirement_init(model, cfg), executor=executor)
 
 
 @register("incfl")
-def incfl(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+def incfl(model: Model, cfg: RunConfig, executor=None):
     """IncFL: the same update rule as MaxFL (its earlier version)."""
-    return _build(model, cfg, "incfl")
+    return compose("incfl", model, cfg, local=sgd_local(model, cfg), weights=MAXFL_RULE,
+                   init_extra=requirement_init(model, cfg), executor=executor)

@@ -25,15 +25,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..adversary import byzantine
 from ..config import RunConfig
 from ..models import Model
-from ..requirement import parse_requirement, requirement_values, seen_solo
-from ..round import attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, global_evaluator, register
+from ..round import WeightRule
+from .base import compose, register
 from .fedavg import sgd_local
+from .maxfl import requirement_init
 
 
 def mw_weights(logv: jax.Array, num_samples: jax.Array, valid: jax.Array) -> jax.Array:
@@ -52,38 +49,25 @@ def mw_update(logv: jax.Array, idx: jax.Array, valid: jax.Array, loss: jax.Array
     return logv.at[idx].add(jnp.where(unmet, eta, 0.0))
 
 
+MW_RULE = WeightRule(  # F_k(w) is reported for `post`, not for the weights
+    lambda upd, idx, valid, state, hp: mw_weights(state.extra["mw_logv"][idx],
+                                                  upd.num_samples, valid),
+    needs=frozenset({"loss_before"}))
+
+
+def mw_post(old, new, upd, idx, valid, w, hp):
+    logv = mw_update(old.extra["mw_logv"], idx, valid, upd.extra["loss_before"],
+                     old.extra["rho"], hp.mwfed_eta)
+    return new.replace(extra={**new.extra, "mw_logv": logv})
+
+
 @register("mwfed")
-def mwfed(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    selector = make_selector(model, cfg)
-    req = parse_requirement(cfg.requirement)
+def mwfed(model: Model, cfg: RunConfig, executor=None):
+    req_init = requirement_init(model, cfg)
 
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        extra = {"mw_logv": jnp.zeros((data.num_clients,), jnp.float32)}  # [M] log v_k
-        solo_loss = None
-        if req is None:  # the same solo models (key, lr) as MaxFL and the appeal protocol
-            extra["solo"] = seen_solo(model, cfg, params, mstate, data, key, hp)
-            solo_loss = extra["solo"].train_loss
-        extra["rho"] = requirement_values(req, solo_loss, data.num_clients,
-                                          data.num_unseen)  # [M] requirement rho_k
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
-                           data.num_clients, extra)
-        return attach_selector(state, selector, k_sel, data, hp)
+    def init_extra(key, params, mstate, data, hp):  # [M] log v_k, rho_k
+        return {"mw_logv": jnp.zeros((data.num_clients,), jnp.float32),
+                **req_init(key, params, mstate, data, hp)}
 
-    def weights(upd, valid, state, hp):
-        logv = state.extra["mw_logv"][upd.extra["idx"]]
-        return mw_weights(logv, upd.num_samples, valid)
-
-    def local(state, data, k, key, hp):
-        upd = sgd_local(model, cfg, loss_before=True)(state, data, k, key, hp)
-        return upd._replace(extra={**upd.extra, "idx": k})
-
-    def post(old, new, upd, idx, valid, w, hp):
-        logv = mw_update(old.extra["mw_logv"], idx, valid, upd.extra["loss_before"],
-                         old.extra["rho"], hp.mwfed_eta)
-        return new.replace(extra={**new.extra, "mw_logv": logv})
-
-    rnd = make_round(select=selector, local=local, weights=weights, post=post,
-                     corrupt=byzantine, tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm("mwfed", init, rnd, global_evaluator(model))
+    return compose("mwfed", model, cfg, local=sgd_local(model, cfg), weights=MW_RULE,
+                   post=mw_post, init_extra=init_extra, executor=executor)

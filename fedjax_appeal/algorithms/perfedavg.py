@@ -25,16 +25,12 @@ from __future__ import annotations
 
 import jax
 
-from ..adversary import byzantine
-from ..aggregation import make_weights
-from ..client import client_loss, tree_sub
+from ..aggregation import weight_rule
+from ..client import Trained
 from ..config import RunConfig
 from ..data.arrays import sample_batch
 from ..models import Model
-from ..round import ClientUpdate, attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, register
+from .base import compose, register
 from .personal import eval_key_data, personal_evaluator
 
 
@@ -70,7 +66,7 @@ def meta_step(grad_fn, w, batches, alpha, beta, delta, variant: str):
     return _axpy(-beta, g, w)
 
 
-def perfedavg_local(model: Model, cfg: RunConfig, loss_before: bool, loss_after: bool):
+def perfedavg_local(model: Model, cfg: RunConfig):
     def local(state, data, k, key, hp):
         def grad_fn(p, batch):
             x, y, kd = batch
@@ -89,14 +85,8 @@ def perfedavg_local(model: Model, cfg: RunConfig, loss_before: bool, loss_after:
                              hp.perfedavg_delta, cfg.perfedavg_variant), loss
 
         params, losses = jax.lax.scan(step, state.params, jax.random.split(key, cfg.local_steps))
-        extra = {}
-        if loss_before:
-            extra["loss_before"] = client_loss(model, state.params, state.model_state,
-                                               data.train, k)[0]
-        if loss_after:
-            extra["loss_after"] = client_loss(model, params, state.model_state, data.train, k)[0]
-        return ClientUpdate(delta=tree_sub(state.params, params), model_state=state.model_state,
-                            num_samples=data.train.count[k], loss=losses.mean(), extra=extra)
+        return Trained((state.params, state.model_state), (params, state.model_state),
+                       losses.mean())
 
     return local
 
@@ -114,20 +104,8 @@ def one_step_adapt(model: Model, cfg: RunConfig):
 
 
 @register("perfedavg")
-def perfedavg(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    selector = make_selector(model, cfg)
-    weights, before, after = make_weights(cfg)
-
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
-                           data.num_clients, {"eval_key": eval_key_data(key)})
-        return attach_selector(state, selector, k_sel, data, hp)
-
-    rnd = make_round(select=selector, local=perfedavg_local(model, cfg, before, after),
-                     weights=weights, corrupt=byzantine,
-                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm("perfedavg", init, rnd,
-                              personal_evaluator(model, one_step_adapt(model, cfg)))
-
+def perfedavg(model: Model, cfg: RunConfig, executor=None):
+    return compose("perfedavg", model, cfg, local=perfedavg_local(model, cfg),
+                   weights=weight_rule(cfg), executor=executor,
+                   init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
+                   evaluate=personal_evaluator(model, one_step_adapt(model, cfg)))

@@ -26,16 +26,13 @@ from __future__ import annotations
 
 import jax
 
-from ..adversary import byzantine
-from ..aggregation import make_weights
-from ..client import client_loss, tree_sub
+from ..aggregation import weight_rule
+from ..client import Trained
 from ..config import RunConfig
 from ..data.arrays import sample_batch
 from ..models import Model
-from ..round import ClientUpdate, attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, register
+from ..round import WeightRule
+from .base import compose, register
 from .personal import eval_key_data, personal_evaluator
 
 
@@ -71,36 +68,19 @@ def pfedme_local_run(model: Model, cfg: RunConfig, params, mstate, arrays, k, ke
 
 
 @register("pfedme")
-def pfedme(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    selector = make_selector(model, cfg)
-    base_weights, before, after = make_weights(cfg)
-
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
-                           data.num_clients, {"eval_key": eval_key_data(key)})
-        return attach_selector(state, selector, k_sel, data, hp)
+def pfedme(model: Model, cfg: RunConfig, executor=None):
+    base = weight_rule(cfg)
 
     def local(state, data, k, key, hp):
         w, _, loss = pfedme_local_run(model, cfg, state.params, state.model_state, data.train,
                                       k, key, hp)
-        extra = {}
-        if before:
-            extra["loss_before"] = client_loss(model, state.params, state.model_state,
-                                               data.train, k)[0]
-        if after:
-            extra["loss_after"] = client_loss(model, w, state.model_state, data.train, k)[0]
-        return ClientUpdate(delta=tree_sub(state.params, w), model_state=state.model_state,
-                            num_samples=data.train.count[k], loss=loss, extra=extra)
-
-    def weights(upd, valid, state, hp):
-        return hp.pfedme_beta * base_weights(upd, valid, state, hp)
+        return Trained((state.params, state.model_state), (w, state.model_state), loss)
 
     def adapt(params, mstate, arrays, k, key, hp):
         return pfedme_local_run(model, cfg, params, mstate, arrays, k, key, hp)[1], mstate
 
-    rnd = make_round(select=selector, local=local, weights=weights, corrupt=byzantine,
-                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm("pfedme", init, rnd, personal_evaluator(model, adapt))
-
+    weights = WeightRule(lambda upd, idx, valid, state, hp: hp.pfedme_beta * base.fn(
+        upd, idx, valid, state, hp), base.needs)  # beta a_k
+    return compose("pfedme", model, cfg, local=local, weights=weights, executor=executor,
+                   init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
+                   evaluate=personal_evaluator(model, adapt))

@@ -25,14 +25,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..adversary import byzantine
 from ..cohort import DELTA_SQ_NORM
 from ..config import RunConfig
 from ..models import Model
-from ..round import attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, global_evaluator, register
+from ..round import WeightRule
+from .base import compose, register
 from .fedavg import sgd_local
 
 LOSS_FLOOR = 1e-12
@@ -62,32 +59,24 @@ def sq_norms(delta) -> jax.Array:
     return sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1) for d in jax.tree.leaves(delta))
 
 
-def _build(model: Model, cfg: RunConfig, name: str, q_of) -> FederatedAlgorithm:
-    selector = make_selector(model, cfg)
+def qffl_rule(q_of) -> WeightRule:
+    """The q-FFL weights with q = q_of(hp); they read F_k(w) and ||Delta w_k||^2 (a chunked
+    round sends no deltas, only their squared norms: see cohort.py)."""
 
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
-                           data.num_clients)
-        return attach_selector(state, selector, k_sel, data, hp)
-
-    def weights(upd, valid, state, hp):
-        # a chunked round sends no deltas, only their squared norms (see cohort.py)
-        sq = (upd.extra[DELTA_SQ_NORM] if upd.delta is None else sq_norms(upd.delta))
+    def fn(upd, idx, valid, state, hp):
+        sq = upd.extra[DELTA_SQ_NORM] if upd.delta is None else sq_norms(upd.delta)
         return qffl_weights(upd.extra["loss_before"], sq, valid, q_of(hp), hp.client_lr)
 
-    rnd = make_round(select=selector, local=sgd_local(model, cfg, loss_before=True),
-                     weights=weights, corrupt=byzantine,
-                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm(name, init, rnd, global_evaluator(model))
+    return WeightRule(fn, needs=frozenset({"loss_before"}))
 
 
 @register("qffl")
-def qffl(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    return _build(model, cfg, "qffl", lambda hp: hp.qffl_q)
+def qffl(model: Model, cfg: RunConfig, executor=None):
+    return compose("qffl", model, cfg, local=sgd_local(model, cfg),
+                   weights=qffl_rule(lambda hp: hp.qffl_q), executor=executor)
 
 
 @register("afl")
-def afl(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    return _build(model, cfg, "afl", lambda hp: hp.afl_q)
+def afl(model: Model, cfg: RunConfig, executor=None):
+    return compose("afl", model, cfg, local=sgd_local(model, cfg),
+                   weights=qffl_rule(lambda hp: hp.afl_q), executor=executor)

@@ -23,15 +23,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..adversary import byzantine
-from ..aggregation import make_weights
-from ..client import client_loss, local_sgd, tree_sub
+from ..aggregation import weight_rule
+from ..client import Trained, local_sgd, tree_sub
 from ..config import RunConfig
 from ..models import Model
-from ..round import ClientUpdate, attach_selector, init_state, make_round
-from ..selection import make_selector
-from ..server import server_optimizer
-from .base import FederatedAlgorithm, global_evaluator, register
+from .base import compose, register
 
 
 def correction(c, c_k):
@@ -41,8 +37,7 @@ def correction(c, c_k):
                                                           jax.tree.leaves(p), strict=True))
 
 
-def scaffold_local(model: Model, cfg: RunConfig, loss_before: bool = False,
-                   loss_after: bool = False):
+def scaffold_local(model: Model, cfg: RunConfig):
     def local(state, data, k, key, hp):
         c = state.extra["c"]
         c_k = jax.tree.map(lambda a: a[k], state.extra["c_clients"])
@@ -53,13 +48,8 @@ def scaffold_local(model: Model, cfg: RunConfig, loss_before: bool = False,
         scale = 1.0 / (cfg.local_steps * hp.client_lr)
         # Delta c_k = c_k+ - c_k = -c + (w - w_k) / (tau eta_l)
         extra = {"c_delta": jax.tree.map(lambda d, cc: d * scale - cc, delta, c)}
-        if loss_before:  # for aggregation rules that read the losses
-            extra["loss_before"] = client_loss(model, state.params, state.model_state,
-                                               data.train, k)[0]
-        if loss_after:
-            extra["loss_after"] = client_loss(model, res.params, res.state, data.train, k)[0]
-        return ClientUpdate(delta=delta, model_state=res.state, num_samples=data.train.count[k],
-                            loss=res.loss, extra=extra)
+        return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
+                       extra, delta)
 
     return local
 
@@ -78,23 +68,15 @@ def scaffold_post(old, new, upd, idx, valid, w, hp):
     return new.replace(extra={**new.extra, "c": c, "c_clients": c_clients})
 
 
+def scaffold_init(key, params, mstate, data, hp):
+    """c (like params) and c_k ([M, ...] like params), all zero."""
+    return {"c": jax.tree.map(jnp.zeros_like, params),
+            "c_clients": jax.tree.map(
+                lambda a: jnp.zeros((data.num_clients, *a.shape), a.dtype), params)}
+
+
 @register("scaffold")
-def scaffold(model: Model, cfg: RunConfig) -> FederatedAlgorithm:
-    selector = make_selector(model, cfg)
-    weights, before, after = make_weights(cfg)
-
-    def init(key, data, hp):
-        k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        zeros = jax.tree.map(jnp.zeros_like, params)
-        extra = {"c": zeros,  # like params
-                 "c_clients": jax.tree.map(  # [M, ...] like params
-                     lambda a: jnp.zeros((data.num_clients, *a.shape), a.dtype), params)}
-        state = init_state(params, mstate, server_optimizer(cfg.server_opt, hp),
-                           data.num_clients, extra)
-        return attach_selector(state, selector, k_sel, data, hp)
-
-    rnd = make_round(select=selector, local=scaffold_local(model, cfg, before, after),
-                     weights=weights, post=scaffold_post, corrupt=byzantine,
-                     tx=lambda hp: server_optimizer(cfg.server_opt, hp))
-    return FederatedAlgorithm("scaffold", init, rnd, global_evaluator(model))
+def scaffold(model: Model, cfg: RunConfig, executor=None):
+    return compose("scaffold", model, cfg, local=scaffold_local(model, cfg),
+                   weights=weight_rule(cfg), post=scaffold_post, init_extra=scaffold_init,
+                   executor=executor)

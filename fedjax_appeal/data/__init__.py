@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 
 from ..config import ConfigError, RunConfig, data_seed
-from . import heterogeneity, partition, sources
+from . import heterogeneity, partition, sources  # noqa: F401  (public submodules)
 from .arrays import ClientArrays, FederatedData, client_chunk, sample_batch
+from .generated import load_generated
+from .pool import apply_heterogeneity, build_federated, load_dataset, partition_clients
 from .sources import Dataset
 
 __all__ = ["ClientArrays", "FederatedData", "Dataset", "sample_batch", "client_chunk",
@@ -15,112 +16,9 @@ __all__ = ["ClientArrays", "FederatedData", "Dataset", "sample_batch", "client_c
            "partition", "sources"]
 
 
-def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Dataset:
-    """The pooled `Dataset` named by `cfg.dataset`."""
-    name = cfg.dataset
-    d = cfg.data_dir or None
-    if name == "fmnist":
-        return sources.load_fmnist(cfg.fmnist_dir)
-    if name == "mnist":
-        return sources.load_mnist(d)
-    if name == "cifar10":
-        return sources.load_cifar10(d, cfg.cache_dir or None)
-    if name == "femnist":
-        return sources.load_femnist(d)
-    if name == "sent140":
-        return sources.load_sent140(d)
-    if name == "usps":
-        return sources.load_usps(d)
-    if name == "mnistm":
-        return sources.load_mnistm(d)
-    if name == "synthetic":
-        rng = rng if rng is not None else np.random.default_rng(data_seed(cfg))
-        return sources.synthetic(cfg.synthetic_alpha, cfg.synthetic_beta,
-                                 cfg.clients + cfg.unseen_clients, rng)
-    if name == "digits":
-        raise ConfigError("dataset 'digits' is built per client: use load_federated")
-    if name.startswith("tfds:"):
-        return sources.load_tfds(name[5:], cache=cfg.cache_dir or None)
-    if name.startswith(sources.NPZ_PREFIX):
-        return sources.load_npz(name[len(sources.NPZ_PREFIX):], cfg.input_scale)
-    raise ConfigError(f"unknown dataset '{name}'; choose one of: "
-                      "fmnist, mnist, cifar10, femnist, sent140, synthetic, usps, mnistm, "
-                      "tfds:fashion_mnist, tfds:mnist, tfds:emnist/byclass, tfds:cifar10, "
-                      "npz:PATH")
-
-
-def partition_clients(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
-                      ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Index arrays of the seen and the unseen clients (disjoint, same distribution)."""
-    total = cfg.clients + cfg.unseen_clients
-    if cfg.partition == "dirichlet":
-        parts = partition.dirichlet(ds.y, total, cfg.alpha, rng, cfg.min_samples)
-    elif cfg.partition == "clusters":
-        parts = partition.clusters(ds.y, total, cfg.num_clusters, cfg.labels_per_cluster, rng,
-                                   cfg.min_samples, cfg.cluster_labels)
-    elif cfg.partition == "classes":
-        parts = partition.classes_per_client(ds.y, total, cfg.classes_per_client, rng,
-                                             cfg.min_samples)
-    elif cfg.partition == "natural":
-        if ds.groups is None:
-            raise ConfigError(f"dataset '{ds.name}' has no natural clients: use --partition "
-                              "dirichlet|clusters|classes")
-        parts = partition.natural(ds.groups, cfg.min_samples)
-    else:
-        raise ConfigError(f"unknown partition '{cfg.partition}'; choose one of: "
-                          "dirichlet, clusters, classes, natural")
-    return partition.split_seen_unseen(parts, cfg.clients, cfg.unseen_clients, rng)
-
-
-def build_federated(ds: Dataset, seen: list[np.ndarray], unseen: list[np.ndarray],
-                    train_fraction: float, rng: np.random.Generator,
-                    labels: np.ndarray | None = None, info: dict | None = None,
-                    unseen_info: dict | None = None) -> FederatedData:
-    """Per-client train/test split, then flat `ClientArrays` for every split.
-
-    `labels` replaces `ds.y` (e.g. after label flipping) when given; `info`/`unseen_info`
-    are per-client tags (name -> [M] / [U] array).
-    """
-    y = ds.y if labels is None else labels
-    tr, te = partition.train_test_split(seen, train_fraction, rng)
-    fd = dict(train=ClientArrays.from_indices(ds.x, y, tr),
-              test=ClientArrays.from_indices(ds.x, y, te))
-    if unseen:
-        utr, ute = partition.train_test_split(unseen, train_fraction, rng)
-        fd.update(unseen_train=ClientArrays.from_indices(ds.x, y, utr),
-                  unseen_test=ClientArrays.from_indices(ds.x, y, ute))
-    tags = lambda d: {k: jnp.asarray(v) for k, v in (d or {}).items()}
-    return FederatedData(**fd, info=tags(info), unseen_info=tags(unseen_info),
-                         num_classes=ds.num_classes, name=ds.name)
-
-
-def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.ndarray],
-                        cfg: RunConfig) -> tuple[np.ndarray | None, dict, dict]:
-    """Label flipping and Byzantine tags from `cfg`: (labels or None, info, unseen_info).
-
-    Uses its own seeded stream, so the partition does not depend on these options.
-    """
-    rng = np.random.default_rng([data_seed(cfg), 0xF11B])
-    labels, info, uinfo = None, {}, {}
-    if cfg.label_flip_fraction > 0:
-        fs = heterogeneity.choose_fraction(len(seen), cfg.label_flip_fraction, rng)
-        fu = heterogeneity.choose_fraction(len(unseen), cfg.label_flip_fraction, rng)
-        labels, _ = heterogeneity.flip_labels(ds.y, seen, fs, ds.num_classes, cfg.flip_ratio, rng)
-        labels, _ = heterogeneity.flip_labels(labels, unseen, fu, ds.num_classes, cfg.flip_ratio,
-                                              rng)
-        info["flipped"], uinfo["flipped"] = fs, fu
-        # group tag (0 clean / 1 flipped) for --selector stratified
-        info["group"], uinfo["group"] = fs.astype(np.int32), fu.astype(np.int32)
-    if cfg.byzantine_fraction > 0:
-        info["byzantine"] = heterogeneity.choose_fraction(len(seen), cfg.byzantine_fraction, rng)
-    return labels, info, uinfo
-
-
 def load_federated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
     """Load, partition and split the data of a run; everything seeded by `data_seed(cfg)`."""
     if cfg.imbalance_ratios or cfg.dataset == "digits":  # generated client pools
-        from .generated import load_generated
-
         return load_generated(cfg)
     if cfg.flip_protocol != "static" or cfg.imbalance_size or cfg.global_test_per_class:
         raise ConfigError("--flip-protocol bernoulli|fixed, --imbalance-size and "

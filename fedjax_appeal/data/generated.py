@@ -24,6 +24,7 @@ import numpy as np
 from ..config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
 from .arrays import ClientArrays, FederatedData
+from .pool import apply_heterogeneity, load_dataset
 from .sources import Dataset
 
 DIGIT_DOMAINS = ("mnist", "usps", "mnistm")
@@ -103,8 +104,6 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
 def imbalanced_federation(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
                           ) -> FederatedData:
     """A pool of class-imbalanced clients with balanced test splits (see module doc)."""
-    from . import apply_heterogeneity
-
     total = cfg.clients + cfg.unseen_clients
     num_classes = ds.num_classes
     try:
@@ -169,8 +168,6 @@ def _to_rgb28(x: np.ndarray) -> np.ndarray:
 def digits_federation(cfg: RunConfig, rng: np.random.Generator
                       ) -> tuple[FederatedData, Dataset]:
     """One Digits domain per client (see module doc); returns (data, pooled dataset)."""
-    from . import apply_heterogeneity
-
     names = [d.strip() for d in cfg.domains.split(",") if d.strip()]
     bad = [d for d in names if d not in DIGIT_DOMAINS]
     if not names or bad:
@@ -215,8 +212,6 @@ def digits_federation(cfg: RunConfig, rng: np.random.Generator
 
 def load_generated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
     """The federation of a generated pool (`--imbalance-ratios` or `--dataset digits`)."""
-    from . import load_dataset
-
     rng = np.random.default_rng([data_seed(cfg), 0xE7A])
     if cfg.dataset == "digits":
         if cfg.imbalance_ratios:

@@ -20,15 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import HParams, field_names
+from ..config import HParams, data_fields, field_names
 from . import Context, experiment, markdown_table, mean_std
 
-# Fields of RunConfig that change the federation's data (runs sharing them share data).
-DATA_FIELDS = ("dataset", "max_samples", "partition", "alpha", "num_clusters",
-               "labels_per_cluster", "cluster_labels", "synthetic_alpha", "synthetic_beta",
-               "classes_per_client", "min_samples", "train_fraction", "label_flip_fraction",
-               "flip_ratio", "byzantine_fraction", "clients", "unseen_clients", "seed",
-               "data_dir", "fmnist_dir", "cache_dir")
 NA = "not available"
 
 
@@ -116,7 +110,7 @@ def run_grid(ctx: Context, columns: list[Column], variants: list[Variant],
                 cfg = ctx.base(**{**spec, **t_cfg, **v.cfg, "algorithm": v.algorithm,
                                   "seed": seed})
                 hp = _hparams(base_hp, col.hp, t_hp, v.hp)
-                dkey = tuple(getattr(cfg, f) for f in DATA_FIELDS)
+                dkey = tuple(getattr(cfg, f) for f in data_fields())
                 try:
                     if dkey not in cache:
                         cache.clear()

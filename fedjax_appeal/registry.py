@@ -1,0 +1,67 @@
+"""`Registry`: every name list of the package (algorithms, weight rules, selectors, server
+optimizers, models, datasets, partitions) is one of these, so validation, the CLI's
+`list` command and the builders read the same names and give the same one-line error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from .errors import ConfigError
+
+
+class Registry(Mapping):
+    """Names -> values (builders, or None where only the name matters), in order.
+
+    Args:
+      what: what a name names, for messages ("algorithm", "server optimizer", ...).
+      entries: the initial names and values.
+      extra: names accepted besides the entries (e.g. the model "auto").
+      sort: list the names sorted (else in registration order).
+    """
+
+    def __init__(self, what: str, entries: Mapping[str, Any] | None = None, *,
+                 extra: tuple[str, ...] = (), sort: bool = False):
+        self.what = what
+        self._items: dict[str, Any] = dict(entries or {})
+        self.extra = tuple(extra)
+        self.sort = sort
+
+    def __getitem__(self, name: str) -> Any:
+        return self._items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items) if self.sort else self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._items[name] = value
+
+    def __repr__(self) -> str:
+        return f"Registry({self.what!r}, {list(self)})"
+
+    def register(self, name: str) -> Callable[[Any], Any]:
+        """Decorator adding `name` -> the decorated value."""
+
+        def deco(value):
+            self._items[name] = value
+            return value
+
+        return deco
+
+    def choices(self) -> tuple[str, ...]:
+        """Every accepted name, the `extra` ones first."""
+        return self.extra + tuple(self)
+
+    def check(self, name: str) -> None:
+        """Raise `ConfigError` unless `name` is accepted."""
+        if name not in self._items and name not in self.extra:
+            raise ConfigError(f"unknown {self.what} '{name}'; choose one of: "
+                              f"{', '.join(self.choices())}")
+
+    def get(self, name: str) -> Any:  # noqa: D102 - Mapping.get with the one-line error
+        """The value of `name`, or `ConfigError` naming the choices."""
+        self.check(name)
+        return self._items[name]
