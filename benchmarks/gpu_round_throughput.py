@@ -57,7 +57,7 @@ from round_throughput import (  # noqa: E402
 )
 from torch_peer import LABELS  # noqa: E402
 
-from fedjax_appeal.models import model_for  # noqa: E402
+from fedjax_appeal.core.models import model_for  # noqa: E402
 
 # Peak FLOP/s (fp32 non-tensor, dense bf16 tensor core) by device name; the first key
 # contained in `device_kind` wins, so specific names come first.

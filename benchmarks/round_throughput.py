@@ -51,10 +51,10 @@ from _common import (  # noqa: E402
 from torch_peer import LABELS, VARIANTS, make_torch_round  # noqa: E402
 
 from fedjax_appeal.algorithms import build  # noqa: E402
-from fedjax_appeal.config import HParams, RunConfig  # noqa: E402
+from fedjax_appeal.core.config import HParams, RunConfig  # noqa: E402
+from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
-from fedjax_appeal.models import model_for  # noqa: E402
-from fedjax_appeal.simulate import make_chunk, split_key  # noqa: E402
+from fedjax_appeal.run.simulate import make_chunk, split_key  # noqa: E402
 
 FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
 WORKLOAD = "FedAvg FMNIST Dirichlet(0.5), MLP[64,30], tau=50, b=64"

@@ -3,7 +3,7 @@
 Problem: N clients with random Gaussian features in `--dim` dimensions, D_ij = ||x_i - x_j||,
 pick kappa clients maximising sum_i (C - min_{j in S} D_ij).
 
-  * exact greedy (`fedjax_appeal.selection.facility_location`, one jitted `lax.fori_loop`)
+  * exact greedy (`fedjax_appeal.select.selection.facility_location`, one jitted `lax.fori_loop`)
     on the precomputed dense D, for N with N x N x 4 bytes <= `--dense-max-mb`: plain
     (`lazy=False`: every client scored at every pick) and lazy (the default: stale gains as
     upper bounds, one column per re-scored client); both must make the same picks;
@@ -55,13 +55,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import HERE, append_results, machine, stats, time_repeats, write_json  # noqa: E402
 
-from fedjax_appeal import submodular as sm  # noqa: E402
-from fedjax_appeal.selection import (  # noqa: E402
+from fedjax_appeal.select import submodular as sm  # noqa: E402
+from fedjax_appeal.select.selection import (  # noqa: E402
     facility_location,
     stochastic_facility_location_features,
 )
-from fedjax_appeal.selectors import project_rows  # noqa: E402
-from fedjax_appeal.submodular import pairwise_distances  # noqa: E402
+from fedjax_appeal.select.selectors import project_rows  # noqa: E402
+from fedjax_appeal.select.submodular import pairwise_distances  # noqa: E402
 
 
 def numpy_greedy(d: np.ndarray, k: int) -> list[int]:
@@ -100,7 +100,7 @@ def timed_compile(fn, *args):
 
 def lenet5_params() -> int:
     """Parameter count of the LeNet-5 of the selection experiments (MNIST, 10 classes)."""
-    from fedjax_appeal.models import LeNet5
+    from fedjax_appeal.core.models import LeNet5
 
     v = jax.eval_shape(lambda: LeNet5(10).init(jax.random.key(0), jnp.zeros((1, 28, 28, 1))))
     return int(sum(np.prod(a.shape) for a in jax.tree.leaves(v)))

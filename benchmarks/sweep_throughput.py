@@ -1,4 +1,4 @@
-"""Sweep throughput: a 45-config x 3-seed FedAvg grid as one `fedjax_appeal.sweep` vs one
+"""Sweep throughput: a 45-config x 3-seed FedAvg grid as one `fedjax_appeal.run.sweep` vs one
 `simulate` per run.
 
 Workload: the FedAvg workload of `round_throughput.py` (FMNIST, Dirichlet(0.5) over
@@ -47,11 +47,11 @@ from _common import HERE, append_results, machine, write_json  # noqa: E402
 from round_throughput import FMNIST_DIR, WORKLOAD, workload  # noqa: E402
 
 from fedjax_appeal.algorithms import build  # noqa: E402
-from fedjax_appeal.config import HParams  # noqa: E402
+from fedjax_appeal.core.config import HParams  # noqa: E402
+from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
-from fedjax_appeal.models import model_for  # noqa: E402
-from fedjax_appeal.simulate import simulate  # noqa: E402
-from fedjax_appeal.sweep import sweep  # noqa: E402
+from fedjax_appeal.run.simulate import simulate  # noqa: E402
+from fedjax_appeal.run.sweep import sweep  # noqa: E402
 
 LRS = [0.1, 0.05, 0.01, 0.005, 0.001]
 BATCH_SIZES = [32, 64, 128]

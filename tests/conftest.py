@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_appeal.core.models import Model, make_model
 from fedjax_appeal.data import ClientArrays, FederatedData
-from fedjax_appeal.models import Model, make_model
 
 
 class NoBiasLinear(nn.Module):

@@ -11,12 +11,12 @@ import pytest
 from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.appeal import appeal_stats, personalize, with_appeal
-from fedjax_appeal.cli import main
-from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import make_model
 from fedjax_appeal.data import FederatedData, load_federated
-from fedjax_appeal.models import make_model
-from fedjax_appeal.solo import solo_stats
+from fedjax_appeal.local.solo import solo_stats
+from fedjax_appeal.protocols.appeal.appeal import appeal_stats, personalize, with_appeal
 
 
 def test_appeal_stats_by_hand():
@@ -225,9 +225,14 @@ def test_cli_no_appeal_flag(tmp_path):
 
 # --- one appeal definition (`--appeal-def`) for metrics, pool and opt-out ------------------
 
-from fedjax_appeal.appeal import APPEAL_DEFS, appeal_metrics, appeal_pool, appeal_requirement  # noqa: E402
-from fedjax_appeal.evaluation import ClientEval  # noqa: E402
-from fedjax_appeal.solo import SoloStats  # noqa: E402
+from fedjax_appeal.evaluate.evaluation import ClientEval  # noqa: E402
+from fedjax_appeal.local.solo import SoloStats  # noqa: E402
+from fedjax_appeal.protocols.appeal.appeal import (  # noqa: E402
+    APPEAL_DEFS,
+    appeal_metrics,
+    appeal_pool,
+    appeal_requirement,
+)
 
 _SOLO = SoloStats(train_loss=jnp.array([0.5, 1.0, 2.0]), train_acc=jnp.array([1.0, 1.0, 1.0]),
                   test_loss=jnp.array([0.8, 1.2, 1.0]), test_acc=jnp.array([0.9, 0.8, 0.7]),
@@ -273,8 +278,8 @@ def test_opt_out_pool_uses_the_same_definition(appeal_def):
     model = linear_model()
     params, mstate = model.init(jax.random.key(0))
     params = jax.tree.map(lambda a: jnp.ones_like(a), params)
-    from fedjax_appeal.round import init_state
-    from fedjax_appeal.server import server_optimizer
+    from fedjax_appeal.aggregate.server import server_optimizer
+    from fedjax_appeal.core.round import init_state
 
     state = init_state(params, mstate, server_optimizer("sgd", HParams()), 3)
     req = appeal_requirement(appeal_def, _SOLO, _SOLO.train_loss, given=False)
@@ -303,7 +308,7 @@ def test_pool_after_opt_out_equals_appealing_seen_clients(tmp_path, appeal_def):
 
 
 def test_appeal_def_and_solo_lr_flags(tmp_path, capsys):
-    from fedjax_appeal.cli import _hp_float
+    from fedjax_appeal.cli.commands import _hp_float
 
     assert _hp_float("same") == 0.0 and _hp_float("0.05") == pytest.approx(0.05)
     out = tmp_path / "bad"
@@ -339,8 +344,8 @@ def test_pairs_cluster_labels():
 
 
 def test_per_cluster_equals_numpy():
-    from fedjax_appeal.appeal import per_cluster
-    from fedjax_appeal.reproduce.appeal import cluster_diagnostics
+    from fedjax_appeal.experiments.reproduce.appeal import cluster_diagnostics
+    from fedjax_appeal.protocols.appeal.appeal import per_cluster
 
     labels, parts, ids = _six_class_partition("pairs")
     rng = np.random.default_rng(0)
@@ -366,7 +371,7 @@ def test_per_cluster_equals_numpy():
 
 
 def test_paired_differences_by_hand():
-    from fedjax_appeal.reproduce.appeal import Column, paired
+    from fedjax_appeal.experiments.reproduce.appeal import Column, paired
 
     def rec(vals):
         return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}

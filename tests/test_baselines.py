@@ -12,11 +12,11 @@ from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.qffl import qffl_weights
-from fedjax_appeal.cli import main
-from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import make_model
 from fedjax_appeal.data import FederatedData
-from fedjax_appeal.models import make_model
-from fedjax_appeal.simulate import simulate
+from fedjax_appeal.run.simulate import simulate
 
 
 def _lsq_data(rows):
@@ -274,7 +274,7 @@ def test_perfedavg_evaluates_adapted_models():
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
     cfg = _tiny_cfg(algorithm="perfedavg")
     alg = build("perfedavg", model, cfg)
-    from fedjax_appeal.evaluation import evaluate_global
+    from fedjax_appeal.evaluate.evaluation import evaluate_global
 
     for alpha, same in ((0.0, True), (0.5, False)):
         hp = HParams(perfedavg_alpha=alpha).as_arrays()

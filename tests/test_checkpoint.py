@@ -18,11 +18,11 @@ import pytest
 from conftest import make_tiny_data
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.checkpoint import Checkpointer, Interrupted, NonFiniteError, read_meta
-from fedjax_appeal.cli import main
-from fedjax_appeal.config import HParams, RunConfig
-from fedjax_appeal.models import make_model
-from fedjax_appeal.simulate import simulate
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import make_model
+from fedjax_appeal.run.checkpoint import Checkpointer, Interrupted, NonFiniteError, read_meta
+from fedjax_appeal.run.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort", "3",

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import fedjax_appeal.data
-from fedjax_appeal.cli import main
-from fedjax_appeal.report import run_writers, write_outputs
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.run.report import run_writers, write_outputs
 
 TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "4", "--cohort", "3",
         "--rounds", "4", "--local-steps", "2", "--batch-size", "8", "--eval-every", "2",

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from fedjax_appeal.cli import main
+from fedjax_appeal.cli.commands import main
 
 # Student t, 0.975 quantile, 2 degrees of freedom (printed tables: 4.303).
 T975_2 = 4.302652729911275

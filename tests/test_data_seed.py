@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from fedjax_appeal.cli import main
-from fedjax_appeal.config import RunConfig
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.cli.sweep import sweep_title
+from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.data import load_federated
-from fedjax_appeal.sweep_cli import sweep_title
 
 BASE = RunConfig(dataset="synthetic", clients=6, unseen_clients=2, partition="natural",
                  min_samples=4)

@@ -15,10 +15,10 @@ import pytest
 from conftest import make_tiny_data
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.cohort import chunk_size
-from fedjax_appeal.config import HParams, RunConfig
-from fedjax_appeal.models import make_model
-from fedjax_appeal.simulate import simulate
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import make_model
+from fedjax_appeal.execute.cohort import chunk_size
+from fedjax_appeal.run.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,10 +29,10 @@ sys.path.insert(0, sys.argv[1])
 import jax, numpy as np
 from conftest import make_tiny_data
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.config import HParams, RunConfig
-from fedjax_appeal.models import make_model
-from fedjax_appeal.simulate import simulate
-from fedjax_appeal.distributed import make_mesh
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import make_model
+from fedjax_appeal.run.simulate import simulate
+from fedjax_appeal.execute.distributed import make_mesh
 
 assert len(jax.devices()) == 8, jax.devices()
 data = make_tiny_data(num_clients=16, unseen=2)
@@ -102,9 +102,9 @@ import io  # noqa: E402
 
 import pytest  # noqa: E402
 
-from fedjax_appeal import distributed  # noqa: E402
-from fedjax_appeal.cli import main  # noqa: E402
-from fedjax_appeal.stderr_filter import run as filter_stderr  # noqa: E402
+from fedjax_appeal.cli.commands import main  # noqa: E402
+from fedjax_appeal.execute import distributed  # noqa: E402
+from fedjax_appeal.execute.stderr_filter import run as filter_stderr  # noqa: E402
 
 
 @pytest.mark.parametrize("flags,msg", [

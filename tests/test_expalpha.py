@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_appeal.aggregation import exp_alpha, masked_softmax, weight_rule
-from fedjax_appeal.config import HParams, RunConfig
-from fedjax_appeal.server import server_optimizer
+from fedjax_appeal.aggregate.aggregation import exp_alpha, masked_softmax, weight_rule
+from fedjax_appeal.aggregate.server import server_optimizer
+from fedjax_appeal.core.config import HParams, RunConfig
 
 # ----------------------------------------------------------------------------- Exp-alpha
 
@@ -62,7 +62,7 @@ def test_masked_softmax_nothing_valid_and_large_alpha():
 
 
 def test_weight_rule_exp_alpha_reads_losses():
-    from fedjax_appeal.round import ClientUpdate
+    from fedjax_appeal.core.round import ClientUpdate
 
     for name, scaled in (("exp-alpha", False), ("exp-alpha-n", True)):
         rule = weight_rule(RunConfig(aggregation=name))
@@ -143,8 +143,8 @@ def _bn_setup(num_clients=3):
     import flax.linen as nn
     from conftest import arrays_from_clients
 
+    from fedjax_appeal.core.models import Model
     from fedjax_appeal.data import FederatedData
-    from fedjax_appeal.models import Model
 
     class BNNet(nn.Module):
         @nn.compact
@@ -166,7 +166,7 @@ def _bn_setup(num_clients=3):
 def test_fedbn_keeps_bn_per_client_and_averages_the_rest():
     from fedjax_appeal.algorithms import build
     from fedjax_appeal.algorithms.fedbn import bn_part, with_bn
-    from fedjax_appeal.client import local_sgd
+    from fedjax_appeal.local.client import local_sgd
 
     model, data = _bn_setup()
     cfg = RunConfig(algorithm="fedbn", clients=3, unseen_clients=0, cohort=2, local_steps=3,
@@ -222,7 +222,7 @@ def test_fedbn_keeps_bn_per_client_and_averages_the_rest():
 
 def test_fedbn_needs_batchnorm(tiny_model):
     from fedjax_appeal.algorithms import build
-    from fedjax_appeal.config import ConfigError
+    from fedjax_appeal.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="BatchNorm"):
         build("fedbn", tiny_model, RunConfig(algorithm="fedbn"))
@@ -241,7 +241,7 @@ def test_imbalance_recipe_ldam_numbers():
 
 def test_composition_pool_and_stratified_cohorts():
     from fedjax_appeal.data.heterogeneity import client_ratios, parse_ratio_spec
-    from fedjax_appeal.selection import stratified, stratified_counts
+    from fedjax_appeal.select.selection import stratified, stratified_counts
 
     assert parse_ratio_spec("1.0x4,0.01x3,0.1x3") == [(1.0, 4), (0.01, 3), (0.1, 3)]
     ratios, groups, _ = client_ratios(20, "1.0x4,0.01x3,0.1x3", np.random.default_rng(0))
@@ -308,7 +308,7 @@ def test_flip_fraction_and_ratio(flip_ratio, changed):
 
 
 def test_accx_half_final_and_group_weights_by_hand():
-    from fedjax_appeal.expalpha_metrics import acc_at, acc_x, group_weights, summary
+    from fedjax_appeal.evaluate.expalpha_metrics import acc_at, acc_x, group_weights, summary
 
     hist = [{"round": 0, "test_acc_seen": 0.1}, {"round": 2, "test_acc_seen": 0.35},
             {"round": 4, "test_acc_seen": 0.41}, {"round": 6, "test_acc_seen": 0.39},
@@ -387,7 +387,7 @@ def test_equal_size_federation_sizes_shares_majors(major):
 @pytest.mark.slow
 def test_flipped_copies_and_bernoulli_counts():
     from fedjax_appeal.data.generated import imbalanced_federation
-    from fedjax_appeal.selection import flip_cohort
+    from fedjax_appeal.select.selection import flip_cohort
 
     ds = _toy_pool()
     cfg = RunConfig(imbalance_ratios="1.0", imbalance_size=20, imbalance_test_per_class=2,
@@ -425,8 +425,8 @@ def test_flipped_copies_and_bernoulli_counts():
 
 def test_global_test_accuracy_on_a_toy():
     from fedjax_appeal.algorithms import global_evaluator
-    from fedjax_appeal.models import make_model
-    from fedjax_appeal.round import ServerState
+    from fedjax_appeal.core.models import make_model
+    from fedjax_appeal.core.round import ServerState
     from tests.conftest import arrays_from_clients, make_tiny_data
 
     rng = np.random.default_rng(4)

@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_appeal.cli import main
-from fedjax_appeal.config import ConfigError, RunConfig
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.core.config import ConfigError, RunConfig
+from fedjax_appeal.core.models import make_model
 from fedjax_appeal.data import load_federated
-from fedjax_appeal.export import load_model, save_model
-from fedjax_appeal.models import make_model
+from fedjax_appeal.run.export import load_model, save_model
 
 
 def perturbed(model, seed):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedjax_appeal.config import RunConfig
+from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.data import apply_heterogeneity, partition
 from fedjax_appeal.data import heterogeneity as H
 from fedjax_appeal.data.sources import Dataset

@@ -46,7 +46,7 @@ def test_data_fields_are_exactly_what_the_data_layer_reads():
     import ast
     from pathlib import Path
 
-    from fedjax_appeal.config import RunConfig, data_fields, field_names
+    from fedjax_appeal.core.config import RunConfig, data_fields, field_names
 
     read = set()
     for path in (Path(ROOT) / "fedjax_appeal" / "data").glob("*.py"):

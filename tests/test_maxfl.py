@@ -12,10 +12,10 @@ from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.algorithms import ALGORITHMS, build
 from fedjax_appeal.algorithms.maxfl import appeal_q, maxfl_weights
-from fedjax_appeal.config import ConfigError, HParams, RunConfig
+from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
+from fedjax_appeal.core.models import make_model
 from fedjax_appeal.data import FederatedData
-from fedjax_appeal.models import make_model
-from fedjax_appeal.requirement import seen_solo
+from fedjax_appeal.protocols.appeal.requirement import seen_solo
 
 
 def _lsq_data(byzantine=None):
@@ -120,7 +120,7 @@ def test_solo_requirement_is_solo_train_loss():
     np.testing.assert_allclose(np.asarray(state.extra["rho"]), np.asarray(ref.train_loss),
                                rtol=1e-5)
     # solo training lowers each client's train loss below the initial model's
-    from fedjax_appeal.evaluation import evaluate_split
+    from fedjax_appeal.evaluate.evaluation import evaluate_split
     init_loss = evaluate_split(model, params, mstate, data.train).loss
     assert np.all(np.asarray(ref.train_loss) < np.asarray(init_loss))
 

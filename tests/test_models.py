@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_appeal.models import MODELS, make_model
+from fedjax_appeal.core.models import MODELS, make_model
 
 SHAPES = {"mlp": (28, 28), "sent_mlp": (50,), "cnn": (32, 32, 3), "lenet5": (28, 28),
           "logistic": (60,), "cnn_bn": (28, 28), "resnet20": (32, 32, 3)}

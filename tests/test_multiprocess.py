@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedjax_appeal.checkpoint import read_meta
-from fedjax_appeal.cli import main
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.run.checkpoint import read_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 300  # seconds any one process may take on a busy 2-core machine

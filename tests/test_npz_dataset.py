@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from fedjax_appeal.cli import main
+from fedjax_appeal.cli.commands import main
 from fedjax_appeal.data.sources import load_npz
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedjax_appeal.config import ConfigError
+from fedjax_appeal.core.config import ConfigError
 from fedjax_appeal.data import partition as P
 
 

@@ -20,15 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 from conftest import arrays_from_clients, linear_model
 
-from fedjax_appeal.adversary import byzantine
-from fedjax_appeal.appeal import appeal_pool
-from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.aggregate.adversary import byzantine
+from fedjax_appeal.aggregate.server import server_optimizer
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.round import ClientUpdate, init_state
 from fedjax_appeal.data import FederatedData
-from fedjax_appeal.evaluation import ClientEval
-from fedjax_appeal.metrics import summarize
-from fedjax_appeal.requirement import seen_solo, unseen_solo
-from fedjax_appeal.round import ClientUpdate, init_state
-from fedjax_appeal.server import server_optimizer
+from fedjax_appeal.evaluate.evaluation import ClientEval
+from fedjax_appeal.evaluate.metrics import summarize
+from fedjax_appeal.protocols.appeal.appeal import appeal_pool
+from fedjax_appeal.protocols.appeal.requirement import seen_solo, unseen_solo
 
 RNG = np.random.default_rng(11)
 XS = RNG.normal(size=(5, 2)).astype(np.float32)  # client k's (repeated) train input

@@ -23,9 +23,9 @@ import pytest
 from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import make_model
 from fedjax_appeal.data import FederatedData
-from fedjax_appeal.models import make_model
 
 X = np.array([[1.0, 0.5], [-0.3, 1.2], [0.8, -0.9], [0.2, 0.4]], np.float32)
 Y = np.array([1.5, -0.7, 0.4, 2.0], np.float32)
@@ -180,8 +180,8 @@ def test_chunked_round_equals_unchunked(algorithm, aggregation):
 def test_delta_features_with_chunked_cohort_refused():
     """DivFL's delta features need every Delta_k, which a chunked round does not keep: the
     configuration is refused with a message instead of failing inside the round."""
-    from fedjax_appeal.config import ConfigError
-    from fedjax_appeal.validate import validate
+    from fedjax_appeal.core.config import ConfigError
+    from fedjax_appeal.run.validate import validate
 
     cfg = RunConfig(algorithm="fedavg", selector="divfl", selector_features="delta",
                     clients=7, cohort=5, local_steps=2, batch_size=4, client_chunk=2)

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 from conftest import arrays_from_clients, linear_model, make_tiny_data
 
-from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.aggregate.server import server_optimizer
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.round import init_state
 from fedjax_appeal.data import FederatedData
-from fedjax_appeal.round import init_state
-from fedjax_appeal.selection import make_selector
-from fedjax_appeal.server import server_optimizer
+from fedjax_appeal.select.selectors import make_selector
 
 N, M = 8, 3
 
@@ -204,7 +204,7 @@ def test_power_of_choice_keeps_highest_losses():
 @pytest.mark.parametrize("mode", ["plain", "lazy", "stochastic-r=N", "feature-oracle"])
 def test_facility_location_greedy_equals_numpy_greedy(mode):
     """The public greedy entry points (every scoring path) against the numpy greedy."""
-    from fedjax_appeal import submodular
+    from fedjax_appeal.select import submodular
 
     rng = np.random.default_rng(4)
     feats = rng.normal(size=(12, 4)).astype(np.float32)

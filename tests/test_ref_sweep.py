@@ -11,11 +11,11 @@ import jax
 import numpy as np
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.config import HParams, RunConfig
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import model_for
 from fedjax_appeal.data import load_federated
-from fedjax_appeal.models import model_for
-from fedjax_appeal.simulate import simulate
-from fedjax_appeal.sweep import sweep
+from fedjax_appeal.run.simulate import simulate
+from fedjax_appeal.run.sweep import sweep
 
 CFG = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", clients=5,
                 unseen_clients=2, cohort=3, rounds=2, local_steps=2, batch_size=4,

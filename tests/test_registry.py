@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from fedjax_appeal.aggregation import AGGREGATIONS
+from fedjax_appeal.aggregate.aggregation import AGGREGATIONS
+from fedjax_appeal.aggregate.server import SERVER_OPTS
 from fedjax_appeal.algorithms import ALGORITHMS
-from fedjax_appeal.cli import main
-from fedjax_appeal.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
-from fedjax_appeal.models import MODELS
-from fedjax_appeal.registry import Registry
-from fedjax_appeal.selectors import SELECTORS
-from fedjax_appeal.server import SERVER_OPTS
-from fedjax_appeal.validate import validate
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
+from fedjax_appeal.core.models import MODELS
+from fedjax_appeal.core.registry import Registry
+from fedjax_appeal.run.validate import validate
+from fedjax_appeal.select.selectors import SELECTORS
 
 
 def test_registry_order_extra_and_error():

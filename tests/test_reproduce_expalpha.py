@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedjax_appeal.reproduce import EXPERIMENTS, Context, _load_modules
-from fedjax_appeal.reproduce import expalpha as E
+from fedjax_appeal.experiments.reproduce import EXPERIMENTS, Context, _load_modules
+from fedjax_appeal.experiments.reproduce import expalpha as E
 
 NAMES = ("expalpha-imbalance", "expalpha-flip", "expalpha-adapt", "expalpha-domain",
          "expalpha-alpha")
@@ -23,8 +23,8 @@ def test_all_five_registered_through_modules():
     _load_modules()
     for n in NAMES:
         assert n in EXPERIMENTS, n
-    assert "fedjax_appeal.reproduce.expalpha" in __import__(
-        "fedjax_appeal.reproduce", fromlist=["MODULES"]).MODULES
+    assert "fedjax_appeal.experiments.reproduce.expalpha" in __import__(
+        "fedjax_appeal.experiments.reproduce", fromlist=["MODULES"]).MODULES
 
 
 def test_paired_signs_censoring_and_rows_by_hand():
@@ -73,7 +73,7 @@ def test_adapt_rows_and_mean_traces():
 
 
 def test_group_weight_plot_with_traces_shorter_than_the_window(tmp_path: Path):
-    from fedjax_appeal.expalpha_metrics import plot_group_weights
+    from fedjax_appeal.evaluate.expalpha_metrics import plot_group_weights
 
     p = tmp_path / "w.png"
     plot_group_weights(p, {"a": {"0": [0.2, 0.3], "1": [np.nan, 0.1, 0.2, 0.3]}}, smooth=5)
@@ -82,9 +82,9 @@ def test_group_weight_plot_with_traces_shorter_than_the_window(tmp_path: Path):
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
-    from fedjax_appeal.config import ConfigError
-    from fedjax_appeal.selection import stratified_counts
-    from fedjax_appeal.validate import validate
+    from fedjax_appeal.core.config import ConfigError
+    from fedjax_appeal.run.validate import validate
+    from fedjax_appeal.select.selection import stratified_counts
 
     monkeypatch.delenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", raising=False)
     monkeypatch.delenv("FEDJAX_APPEAL_EXPALPHA_MODEL", raising=False)

@@ -12,18 +12,14 @@ import numpy as np
 import pytest
 from conftest import make_tiny_data
 
-from fedjax_appeal import submodular as sm
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.client import client_loss
-from fedjax_appeal.config import HParams, RunConfig
-from fedjax_appeal.metrics import dissimilarity
-from fedjax_appeal.selection import (
-    facility_location,
-    stochastic_facility_location,
-    weighted,
-)
-from fedjax_appeal.selectors import client_grad, flatten, make_selector
-from fedjax_appeal.simulate import simulate
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.evaluate.metrics import dissimilarity
+from fedjax_appeal.local.client import client_loss
+from fedjax_appeal.run.simulate import simulate
+from fedjax_appeal.select import submodular as sm
+from fedjax_appeal.select.selection import facility_location, stochastic_facility_location, weighted
+from fedjax_appeal.select.selectors import client_grad, flatten, make_selector
 
 # ----------------------------------------------------------------------------- references
 
@@ -474,7 +470,7 @@ def test_scale_helpers_candidates_jl_dim_cached_norms_and_row_projection():
         got = np.asarray(sm.feature_oracle(f, 2.0, cache_norms=cache).cols(idx))
         np.testing.assert_allclose(got, ref[:, [3, 0, 41]] / 2.0, rtol=1e-4, atol=1e-4)
     # the chunked row projection uses the same Gaussian matrix as the per-vector one
-    from fedjax_appeal.selectors import project, project_rows
+    from fedjax_appeal.select.selectors import project, project_rows
 
     x = rng.normal(size=(4, 300)).astype(np.float32)
     rows = np.asarray(project_rows(jnp.asarray(x), 16, block=128))
@@ -506,7 +502,7 @@ def test_greedy_epsilon_sets_the_candidate_count(data10, tiny_model, monkeypatch
 
 
 def test_reproduce_paired_differences_window_share_and_divergence():
-    from fedjax_appeal.reproduce import selection as rs
+    from fedjax_appeal.experiments.reproduce import selection as rs
 
     a = [{"seed": s, "x": v} for s, v in ((0, 1.0), (1, 5.0), (2, 2.0))]
     b = [{"seed": s, "x": v} for s, v in ((2, 3.0), (0, 0.5), (1, 5.0))]  # matched by seed

@@ -8,9 +8,9 @@ from conftest import make_tiny_data
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.base import FederatedAlgorithm
-from fedjax_appeal.config import HParams, RunConfig
-from fedjax_appeal.models import make_model
-from fedjax_appeal.simulate import eval_rounds, simulate
+from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.models import make_model
+from fedjax_appeal.run.simulate import eval_rounds, simulate
 
 
 def _setup(**kw):

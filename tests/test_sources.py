@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import shared_data_dir
 
-from fedjax_appeal.config import ConfigError, RunConfig
+from fedjax_appeal.core.config import ConfigError, RunConfig
 from fedjax_appeal.data import load_federated, sources
 
 

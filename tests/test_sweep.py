@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.appeal import with_appeal
-from fedjax_appeal.cli import main
-from fedjax_appeal.config import ConfigError, HParams, RunConfig
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
+from fedjax_appeal.core.models import model_for
 from fedjax_appeal.data import load_federated
-from fedjax_appeal.models import model_for
-from fedjax_appeal.simulate import simulate
-from fedjax_appeal.sweep import check_grid, summarize_sweep, sweep
+from fedjax_appeal.protocols.appeal.appeal import with_appeal
+from fedjax_appeal.run.simulate import simulate
+from fedjax_appeal.run.sweep import check_grid, summarize_sweep, sweep
 
 CFG = RunConfig(algorithm="fedprox", dataset="synthetic", partition="natural", clients=6,
                 unseen_clients=2, cohort=3, rounds=4, local_steps=2, batch_size=4,
@@ -111,7 +111,7 @@ def test_cli_sweep_writes_files_and_rejects_bad_input(tmp_path, capsys):
 
 
 # --- reliability: metric checked first, checkpoints, resume after Ctrl-C ---------------
-import fedjax_appeal.sweep as sweep_mod  # noqa: E402
+import fedjax_appeal.run.sweep as sweep_mod  # noqa: E402
 
 RES = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort", "3",
        "--rounds", "6", "--local-steps", "2", "--batch-size", "4", "--eval-every", "2",

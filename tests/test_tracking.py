@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from fedjax_appeal.cli import main
+from fedjax_appeal.cli.commands import main
 
 TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "0", "--cohort", "3",
         "--rounds", "3", "--local-steps", "2", "--batch-size", "8", "--eval-every", "1",

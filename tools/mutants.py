@@ -55,11 +55,11 @@ class Mutant(NamedTuple):
     description: str
 
 
-A = f"{PKG}/aggregation.py"
-S = f"{PKG}/selectors.py"
-SM = f"{PKG}/submodular.py"
-AP = f"{PKG}/appeal.py"
-SRV = f"{PKG}/server.py"
+A = f"{PKG}/aggregate/aggregation.py"
+S = f"{PKG}/select/selectors.py"
+SM = f"{PKG}/select/submodular.py"
+AP = f"{PKG}/protocols/appeal/appeal.py"
+SRV = f"{PKG}/aggregate/server.py"
 R_ROUNDS = "tests/test_ref_rounds.py"
 R_SEL = "tests/test_ref_selection.py"
 R_APP = "tests/test_ref_appeal.py"
@@ -91,18 +91,18 @@ MUTANTS: list[Mutant] = [
            "h = fq * (q * sq_norm / (lr * lr) / f + 1.0 / lr)",
            "h = fq * (sq_norm / (lr * lr) / f + 1.0 / lr)",
            ("tests/test_baselines.py", "-k", "qffl"), "q-FFL h_k without the q factor"),
-    Mutant("resume-key-relative", f"{PKG}/simulate.py",
+    Mutant("resume-key-relative", f"{PKG}/run/simulate.py",
            "rarr = jnp.arange(r, stop, dtype=jnp.int32)",
            "rarr = jnp.arange(r - start_round, stop - start_round, dtype=jnp.int32)",
            ("tests/test_checkpoint.py", "-k", "interrupt_saves_checkpoint"),
            "resumed run's round keys relative to the start round"),
     # --- the bugs that no test caught before the reference tests ---
-    Mutant("expalpha-after-at-received", f"{PKG}/client.py",
+    Mutant("expalpha-after-at-received", f"{PKG}/local/client.py",
            'extra["loss_after"] = client_loss(model, *t.end, data.train, k)[0]',
            'extra["loss_after"] = client_loss(model, *t.start, data.train, k)[0]',
            (R_ROUNDS, "-k", "exp_alpha"),
            "Exp-alpha's loss after local training measured at the received model"),
-    Mutant("solo-test-on-train", f"{PKG}/requirement.py",
+    Mutant("solo-test-on-train", f"{PKG}/protocols/appeal/requirement.py",
            "return solo_stats(model, params, mstate, data.train, data.test, solo_key(init_key, 0),",
            "return solo_stats(model, params, mstate, data.train, data.train, "
            "solo_key(init_key, 0),",
@@ -119,15 +119,15 @@ MUTANTS: list[Mutant] = [
            'phi_fn = jnp.log1p if cfg.subtrunc_phi == "log" else (lambda x: x)',
            'phi_fn = (lambda x: x) if cfg.subtrunc_phi == "log" else jnp.log1p',
            (R_SEL, "-k", "subtrunc"), "SubTrunc phi: ln(1+x) and identity swapped"),
-    Mutant("metrics-acc-seen-pooled", f"{PKG}/metrics.py",
+    Mutant("metrics-acc-seen-pooled", f"{PKG}/evaluate/metrics.py",
            'out[f"test_acc_{tag}"] = float(np.mean(ev.acc))',
            'out[f"test_acc_{tag}"] = _pooled(np.asarray(ev.acc), np.asarray(ev.count))',
            (R_APP, "-k", "metrics"), "test_acc_seen pooled instead of the mean over clients"),
-    Mutant("byzantine-no-noise", f"{PKG}/adversary.py",
+    Mutant("byzantine-no-noise", f"{PKG}/aggregate/adversary.py",
            "hp.byzantine_noise * jax.random.normal(k, d.shape, d.dtype), 0.0)",
            "0.0 * jax.random.normal(k, d.shape, d.dtype), 0.0)",
            (R_APP, "-k", "byzantine"), "Byzantine Gaussian noise removed"),
-    Mutant("sweep-neighbour-history", f"{PKG}/sweep.py",
+    Mutant("sweep-neighbour-history", f"{PKG}/run/sweep.py",
            '"final": hist[i][-1], "history": hist[i],',
            '"final": hist[i][-1], "history": hist[(i + 1) % len(batch)],',
            (R_SWEEP,), "a sweep row given its neighbour's history"),
@@ -153,17 +153,17 @@ MUTANTS: list[Mutant] = [
     Mutant("fedavgm-no-nesterov", SRV, "momentum=hp.server_momentum, nesterov=True)",
            "momentum=hp.server_momentum, nesterov=False)",
            (R_ROUNDS, "-k", "server_optimizer"), "Nesterov server momentum runs heavy ball"),
-    Mutant("server-opt-state-dropped", f"{PKG}/round.py",
+    Mutant("server-opt-state-dropped", f"{PKG}/core/round.py",
            "opt_state=opt_state)", "opt_state=state.opt_state)",
            (R_ROUNDS, "-k", "server_optimizer"),
            "server optimizer state (momentum, Adam moments) not carried between rounds"),
-    Mutant("chunk-weights-renormalised", f"{PKG}/cohort.py", "wp = wp.reshape(n, c)",
+    Mutant("chunk-weights-renormalised", f"{PKG}/execute/cohort.py", "wp = wp.reshape(n, c)",
            "wp = (wp / jnp.sum(wp)).reshape(n, c)", (R_ROUNDS, "-k", "chunked"),
            "chunked aggregation pass renormalises the weights (MaxFL, q-FFL change)"),
     Mutant("chunk-qffl-no-norm", f"{PKG}/algorithms/qffl.py",
            "sq = upd.extra[DELTA_SQ_NORM] if", "sq = 0.0 * upd.extra[DELTA_SQ_NORM] if",
            (R_ROUNDS, "-k", "chunked"), "chunked q-FFL reads a zero squared update norm"),
-    Mutant("poc-sampler-linear", f"{PKG}/selection.py",
+    Mutant("poc-sampler-linear", f"{PKG}/select/selection.py",
            "scores = jnp.log(jnp.maximum(weights, 1e-30)) + g", "scores = weights + g",
            (R_SEL, "-k", "power_of_choice"),
            "Gumbel top-k with w instead of log w (wrong inclusion probabilities)"),
@@ -194,22 +194,22 @@ MUTANTS: list[Mutant] = [
            "return jnp.where(state.round < opt_out_after, True, appealed), appealed",
            "return jnp.where(state.round <= opt_out_after, True, appealed), appealed",
            (R_APP, "-k", "opt_out"), "opt-out starts one round late"),
-    Mutant("byzantine-loss-not-inflated", f"{PKG}/adversary.py",
+    Mutant("byzantine-loss-not-inflated", f"{PKG}/aggregate/adversary.py",
            "scale = jnp.where(bad, hp.byzantine_loss_scale, 1.0)",
            "scale = jnp.where(bad, 1.0, 1.0)", (R_APP, "-k", "byzantine"),
            "Byzantine clients report their true loss"),
     Mutant("label-flip-noop", f"{PKG}/data/heterogeneity.py",
            "out[clients[k]] = maps[k][labels[clients[k]]]", "out[clients[k]] = labels[clients[k]]",
            ("tests/test_expalpha.py", "-k", "flip"), "label flipping leaves labels unchanged"),
-    Mutant("metrics-train-loss-mean", f"{PKG}/metrics.py",
+    Mutant("metrics-train-loss-mean", f"{PKG}/evaluate/metrics.py",
            'out["train_loss"] = _pooled(np.asarray(tr.loss), np.asarray(tr.count))',
            'out["train_loss"] = float(np.mean(tr.loss))', (R_APP, "-k", "metrics"),
            "train_loss a mean over clients instead of sample-weighted"),
-    Mutant("sweep-row-slot0", f"{PKG}/sweep.py",
+    Mutant("sweep-row-slot0", f"{PKG}/run/sweep.py",
            "summarize(jax.tree.map(lambda a, i=i: a[i], ev))",
            "summarize(jax.tree.map(lambda a, i=i: a[0], ev))", (R_SWEEP,),
            "every sweep row evaluated from batch slot 0"),
-    Mutant("solo-lr-zero", f"{PKG}/requirement.py",
+    Mutant("solo-lr-zero", f"{PKG}/protocols/appeal/requirement.py",
            "jnp.where(jnp.asarray(hp.solo_lr) > 0, hp.solo_lr, hp.client_lr)",
            "jnp.where(jnp.asarray(hp.solo_lr) > 0, hp.client_lr, hp.solo_lr)",
            (R_APP, "-k", "solo"), "solo models trained with lr 0 when --solo-lr is 'same'"),

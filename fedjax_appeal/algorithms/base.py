@@ -9,16 +9,12 @@ from typing import Any, NamedTuple
 
 import jax
 
-from ..adversary import byzantine
-from ..client import Trained, reporting
-from ..config import HParams, RunConfig
-from ..data.arrays import FederatedData
-from ..distributed import make_mesh
-from ..evaluation import evaluate_global, evaluate_split
-from ..expalpha_metrics import tag_metrics
-from ..models import Model
-from ..registry import Registry
-from ..round import (
+from ..aggregate.adversary import byzantine
+from ..aggregate.server import server_optimizer
+from ..core.config import HParams, RunConfig
+from ..core.models import Model
+from ..core.registry import Registry
+from ..core.round import (
     Executor,
     PostFn,
     ServerState,
@@ -27,8 +23,12 @@ from ..round import (
     init_state,
     make_round,
 )
-from ..selectors import make_selector
-from ..server import server_optimizer
+from ..data.arrays import FederatedData
+from ..evaluate.evaluation import evaluate_global, evaluate_split
+from ..evaluate.expalpha_metrics import tag_metrics
+from ..execute.distributed import make_mesh
+from ..local.client import Trained, reporting
+from ..select.selectors import make_selector
 
 InitFn = Callable[[jax.Array, FederatedData, HParams], ServerState]
 RoundFn = Callable[[ServerState, FederatedData, jax.Array, HParams], tuple[ServerState, dict]]

@@ -10,10 +10,10 @@ objective (mu = `HParams.prox_mu`).
 
 from __future__ import annotations
 
-from ..aggregation import weight_rule
-from ..client import Trained, local_sgd, proximal
-from ..config import RunConfig
-from ..models import Model
+from ..aggregate.aggregation import weight_rule
+from ..core.config import RunConfig
+from ..core.models import Model
+from ..local.client import Trained, local_sgd, proximal
 from .base import compose, register
 
 

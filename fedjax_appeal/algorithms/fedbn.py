@@ -21,13 +21,13 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from ..aggregation import weight_rule
-from ..client import Trained, local_sgd, proximal, tree_sub
-from ..config import ConfigError, RunConfig
+from ..aggregate.aggregation import weight_rule
+from ..core.config import ConfigError, RunConfig
+from ..core.models import Model
 from ..data.arrays import sample_batch
-from ..evaluation import evaluate_personal
-from ..expalpha_metrics import tag_metrics
-from ..models import Model
+from ..evaluate.evaluation import evaluate_personal
+from ..evaluate.expalpha_metrics import tag_metrics
+from ..local.client import Trained, local_sgd, proximal, tree_sub
 from .base import compose, register
 
 ADAPT_STEPS = 20  # train-mode forward passes that set an unseen client's BN statistics

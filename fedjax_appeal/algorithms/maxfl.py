@@ -21,10 +21,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..config import RunConfig
-from ..models import Model
-from ..requirement import parse_requirement, requirement_values, seen_solo
-from ..round import WeightRule
+from ..core.config import RunConfig
+from ..core.models import Model
+from ..core.round import WeightRule
+from ..protocols.appeal.requirement import parse_requirement, requirement_values, seen_solo
 from .base import compose, register
 from .fedavg import sgd_local
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..config import RunConfig
-from ..models import Model
-from ..round import WeightRule
+from ..core.config import RunConfig
+from ..core.models import Model
+from ..core.round import WeightRule
 from .base import compose, register
 from .fedavg import sgd_local
 from .maxfl import requirement_init

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import jax
 
-from ..aggregation import weight_rule
-from ..client import Trained
-from ..config import RunConfig
+from ..aggregate.aggregation import weight_rule
+from ..core.config import RunConfig
+from ..core.models import Model
 from ..data.arrays import sample_batch
-from ..models import Model
+from ..evaluate.personal import eval_key_data, personal_evaluator
+from ..local.client import Trained
 from .base import compose, register
-from .personal import eval_key_data, personal_evaluator
 
 
 def _axpy(a, x, y):

@@ -25,10 +25,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..cohort import DELTA_SQ_NORM
-from ..config import RunConfig
-from ..models import Model
-from ..round import WeightRule
+from ..core.config import RunConfig
+from ..core.models import Model
+from ..core.round import WeightRule
+from ..execute.cohort import DELTA_SQ_NORM
 from .base import compose, register
 from .fedavg import sgd_local
 

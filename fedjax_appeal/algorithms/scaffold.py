@@ -23,10 +23,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..aggregation import weight_rule
-from ..client import Trained, local_sgd, tree_sub
-from ..config import RunConfig
-from ..models import Model
+from ..aggregate.aggregation import weight_rule
+from ..core.config import RunConfig
+from ..core.models import Model
+from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ConfigError, RunConfig, data_seed
+from ..core.config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources  # noqa: F401  (public submodules)
 from .arrays import ClientArrays, FederatedData, client_chunk, sample_batch
 from .generated import load_generated

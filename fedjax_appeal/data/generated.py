@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from ..config import ConfigError, RunConfig, data_seed
+from ..core.config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
 from .arrays import ClientArrays, FederatedData
 from .pool import apply_heterogeneity, load_dataset

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 
 
 def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,

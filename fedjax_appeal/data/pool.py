@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ConfigError, RunConfig, data_seed
+from ..core.config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
 from .arrays import ClientArrays, FederatedData
 from .sources import Dataset

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 
 DATA_ENV = "FEDJAX_APPEAL_DATA"
 CACHE_ENV = "FEDJAX_APPEAL_CACHE"

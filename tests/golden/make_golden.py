@@ -96,8 +96,8 @@ def _arrays(rng, sizes, dim, classes):
 
 def tiny_setup(variant: str):
     """(model, data): 6 seen + 2 unseen clients, 5 features, 3 classes, fixed numbers."""
+    from fedjax_appeal.core.models import Model, make_model
     from fedjax_appeal.data import FederatedData
-    from fedjax_appeal.models import Model, make_model
 
     rng = np.random.default_rng(1234)
     sizes = [7, 12, 5, 16, 9, 11, 8, 10]
@@ -120,8 +120,8 @@ def tiny_setup(variant: str):
 def run_case(name: str) -> dict:
     """One case's record: history, per-round cohort values, final parameter digest."""
     from fedjax_appeal.algorithms import build
-    from fedjax_appeal.config import HParams, RunConfig
-    from fedjax_appeal.simulate import simulate
+    from fedjax_appeal.core.config import HParams, RunConfig
+    from fedjax_appeal.run.simulate import simulate
 
     alg_name, cfg_kw, hp_kw, variant = CASES[name]
     model, data = tiny_setup(variant)

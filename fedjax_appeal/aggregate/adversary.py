@@ -1,0 +1,32 @@
+"""Byzantine clients: what they send instead of an honest update (a `corrupt` hook).
+
+A Byzantine client (tag `data.info["byzantine"]`) reports its losses multiplied by
+`hp.byzantine_loss_scale` and sends Delta_k + sigma * xi with xi ~ N(0, I) and
+sigma = `hp.byzantine_noise` (the MaxFL robustness experiment's "updates mixed with
+Gaussian noise, inflated loss").
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..core.round import ClientUpdate
+
+REPORTED_LOSSES = ("loss_before", "loss_after")
+
+
+def byzantine(upd: ClientUpdate, idx, valid, key, data, hp) -> ClientUpdate:
+    """`make_round(corrupt=byzantine)`; a no-op when the data carry no Byzantine tags."""
+    if "byzantine" not in data.info:
+        return upd
+    bad = data.info["byzantine"][idx]  # [m] bool
+    leaves, treedef = jax.tree.flatten(upd.delta)
+    keys = jax.random.split(key, len(leaves))
+    noisy = [d + jnp.where(bad.reshape((-1,) + (1,) * (d.ndim - 1)),
+                           hp.byzantine_noise * jax.random.normal(k, d.shape, d.dtype), 0.0)
+             for d, k in zip(leaves, keys, strict=True)]
+    scale = jnp.where(bad, hp.byzantine_loss_scale, 1.0)
+    extra = {k: (v * scale if k in REPORTED_LOSSES else v) for k, v in upd.extra.items()}
+    return upd._replace(delta=jax.tree.unflatten(treedef, noisy), extra=extra,
+                        loss=upd.loss * scale)

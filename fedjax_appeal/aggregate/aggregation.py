@@ -1,0 +1,96 @@
+"""Aggregation weight rules: `WeightRule(fn(updates, idx, valid, state, hp) -> w [m], needs)`.
+
+The server's pseudo-gradient is sum_k w_k * Delta_k with Delta_k = w - w_k over the cohort
+slots; invalid slots (see `selection`) must get w_k = 0, which `masked_normalize` ensures.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..core.parts import WeightRule
+from ..core.registry import Registry
+
+
+def masked_normalize(raw: jax.Array, valid: jax.Array) -> jax.Array:
+    """raw * valid / sum(raw * valid), and zeros if nothing is valid."""
+    r = jnp.where(valid, raw, 0.0)
+    tot = jnp.sum(r)
+    return jnp.where(tot > 0, r / jnp.where(tot > 0, tot, 1.0), 0.0)
+
+
+def proportional(num_samples: jax.Array, valid: jax.Array) -> jax.Array:
+    """FedAvg weights n_k / sum n_j over the valid cohort slots (McMahan et al. 2017)."""
+    return masked_normalize(num_samples.astype(jnp.float32), valid)
+
+
+def uniform(valid: jax.Array) -> jax.Array:
+    """1/m' for each of the m' valid cohort slots."""
+    return masked_normalize(jnp.ones(valid.shape, jnp.float32), valid)
+
+
+# --- Exp-alpha -------------------------------------------------------------------
+
+def masked_softmax(logits: jax.Array, valid: jax.Array) -> jax.Array:
+    """softmax(logits) over the valid slots (0 elsewhere; all zeros if none is valid).
+
+    The largest valid logit is subtracted before `exp`, so gaps of any size (1e4 and more)
+    neither overflow nor give NaN: the largest valid slot always has exp(0) = 1.
+    """
+    z = jnp.where(valid, logits, -jnp.inf)
+    top = jnp.max(z)
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    e = jnp.where(valid, jnp.exp(jnp.where(valid, logits - top, 0.0)), 0.0)
+    tot = jnp.sum(e)
+    return jnp.where(tot > 0, e / jnp.where(tot > 0, tot, 1.0), 0.0)
+
+
+def exp_alpha(loss_before: jax.Array, loss_after: jax.Array, valid: jax.Array,
+              alpha: jax.Array, num_samples: jax.Array | None = None) -> jax.Array:
+    """Exp-alpha weights rho_i ∝ exp((F_i(w_i) - F_i(w)) / alpha) over the valid slots.
+
+    Seed paper ("EXP-alpha: Beyond Proportional Aggregation in Federated Learning"): a
+    client whose local update lowers its own risk a lot (F_i(w_i) << F_i(w): easy,
+    imbalanced or label-flipped data it can memorise) gets an exponentially smaller share.
+    With `num_samples` the data-size-scaled form of its Corollary 1.1,
+    rho_i ∝ n_i exp((F_i(w_i) - F_i(w)) / alpha), computed as a softmax of
+    log n_i + (F_i(w_i) - F_i(w)) / alpha (also overflow-free).
+
+    Args:
+      loss_before: [m] F_i(w), each client's train risk at the received global model.
+      loss_after: [m] F_i(w_i), its train risk after its local update.
+      valid: [m] bool cohort mask; invalid slots get weight 0.
+      alpha: [] temperature (> 0); alpha -> inf gives uniform (or proportional) weights.
+      num_samples: [m] n_i for the data-size-scaled form, or None.
+    """
+    logits = (loss_after - loss_before) / alpha
+    if num_samples is not None:
+        logits = logits + jnp.log(jnp.maximum(num_samples.astype(jnp.float32), 1e-30))
+    return masked_softmax(logits, valid)
+
+
+BOTH = frozenset(("loss_before", "loss_after"))
+
+
+def _exp_alpha_rule(scaled: bool) -> WeightRule:
+    def rule(upd, idx, valid, state, hp):
+        return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
+                         hp.exp_alpha, upd.num_samples if scaled else None)
+
+    return WeightRule(rule, BOTH)
+
+
+# `--aggregation` name -> WeightRule (the rules of FedAvg-style algorithms)
+AGGREGATIONS = Registry("aggregation", {
+    "proportional": WeightRule(
+        lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid)),
+    "uniform": WeightRule(lambda upd, idx, valid, state, hp: uniform(valid)),
+    "exp-alpha": _exp_alpha_rule(False),
+    "exp-alpha-n": _exp_alpha_rule(True),
+})
+
+
+def weight_rule(cfg) -> WeightRule:
+    """The `WeightRule` named by `cfg.aggregation` (FedAvg-style algorithms)."""
+    return AGGREGATIONS.get(cfg.aggregation)

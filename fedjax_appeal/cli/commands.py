@@ -1,0 +1,385 @@
+"""Command-line interface: `fedjax-appeal run|list|install-data ...`.
+
+The flags of `run` are generated from the fields of `RunConfig` and `HParams`
+(`client_lr` -> `--client-lr`); `--config FILE` (TOML or JSON) takes the same keys.
+Precedence: defaults < config file < flags given on the command line. Bad input prints
+one line `fedjax-appeal: error: ...` and exits with code 2 before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..core.config import (
+    ConfigError,
+    HParams,
+    RunConfig,
+    check_types,
+    load_config_file,
+    split_overrides,
+)
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        print(f"fedjax-appeal: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _type_of(f: dataclasses.Field) -> Callable[[str], Any]:
+    t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if t == "bool":
+        return lambda s: s.lower() in ("1", "true", "yes", "on")
+    return {"int": int, "float": float}.get(t, str)
+
+
+def _hp_float(v: Any) -> float:
+    """A hyperparameter value; 'same' (used by --solo-lr: the client lr) reads as 0."""
+    if isinstance(v, str) and v.strip().lower() == "same":
+        return 0.0
+    return float(v)
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per RunConfig/HParams field, defaulting to 'not given'."""
+    g = p.add_argument_group("run configuration")
+    for f in dataclasses.fields(RunConfig):
+        kw: dict[str, Any] = dict(default=argparse.SUPPRESS, dest=f.name,
+                                  help=f"{f.metadata.get('help', '')} (default: {f.default!r})")
+        t = _type_of(f)
+        if f.type in ("bool", bool):
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = t
+            kw["metavar"] = f.name.upper()
+        g.add_argument(_flag(f.name), **kw)
+    h = p.add_argument_group("hyperparameters (vmappable)")
+    for f in dataclasses.fields(HParams):
+        h.add_argument(_flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
+                       metavar="X", help=f"{f.metadata.get('help', '')} (default: {f.default})")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="TOML or JSON file with the same keys as the flags")
+
+
+# Flags of the process, not of the simulation (never part of a RunConfig).
+PROCESS_KEYS = ("coordinator_address", "num_processes", "process_id", "heartbeat_timeout",
+                "overwrite")
+
+
+def add_process_flags(p: argparse.ArgumentParser) -> None:
+    """--overwrite and the multi-process flags (see `distributed.initialize`)."""
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results and checkpoint of another run in --out")
+    g = p.add_argument_group("several processes (one simulation over all their devices)")
+    g.add_argument("--coordinator-address", default="", metavar="HOST:PORT",
+                   help="address of process 0 (with --num-processes, --process-id); without "
+                        "these flags a SLURM / Open MPI job is detected automatically")
+    g.add_argument("--num-processes", type=int, default=0, metavar="N",
+                   help="number of processes of the job")
+    g.add_argument("--process-id", type=int, default=-1, metavar="I",
+                   help="this process's index, 0 .. N-1 (0 writes the files)")
+    g.add_argument("--heartbeat-timeout", type=int, default=30, metavar="S",
+                   help="seconds after which a silent process counts as dead and the others "
+                        "stop (default: 30)")
+
+
+def start_processes(args: argparse.Namespace) -> bool:
+    """Start the multi-process runtime from the flags / the environment (before JAX runs)."""
+    from ..execute.distributed import initialize
+
+    if not hasattr(args, "coordinator_address"):
+        return False
+    if args.heartbeat_timeout < 1:
+        raise ConfigError(f"--heartbeat-timeout must be >= 1 second (got "
+                          f"{args.heartbeat_timeout})")
+    return initialize(args.coordinator_address, args.num_processes, args.process_id,
+                      heartbeat_timeout_s=args.heartbeat_timeout)
+
+
+def resolve(args: argparse.Namespace, base: dict[str, Any] | None = None
+            ) -> tuple[RunConfig, HParams]:
+    """(RunConfig, HParams) from defaults < `base` < config file < explicit flags."""
+    values: dict[str, Any] = dict(base or {})
+    if getattr(args, "config", None):
+        values.update(load_config_file(args.config))
+    values.update({k: v for k, v in vars(args).items()
+                   if k not in ("config", "command", "func", *PROCESS_KEYS)})
+    run_kw, hp_kw = split_overrides(check_types(values))
+    return RunConfig(**run_kw), HParams(**hp_kw)
+
+
+def default_out(cfg: RunConfig) -> str:
+    return str(Path("runs") / f"{cfg.algorithm}_{cfg.dataset.replace(':', '_').replace('/', '_')}"
+               f"_s{cfg.seed}")
+
+
+def given_keys(args: argparse.Namespace) -> set[str]:
+    """Configuration keys the user gave (config file or flag), not defaults or --resume's."""
+    keys = set(load_config_file(args.config)) if getattr(args, "config", None) else set()
+    known = {f.name for f in dataclasses.fields(RunConfig)} | {
+        f.name for f in dataclasses.fields(HParams)}
+    return keys | {k for k in vars(args) if k in known}
+
+
+def agree_or_raise(error: ConfigError | None) -> None:
+    """Raise `error` here; with several processes, stop every process if process 0 failed.
+
+    Process 0 alone checks the output folder (the others write nothing), so its verdict
+    is broadcast (one collective) and the other processes stop with one line too.
+    """
+    from ..execute.distributed import agree
+
+    if not agree(error is None):
+        raise error or ConfigError("process 0 refused the configuration (see its error line); "
+                                   "nothing was run")
+    if error is not None:
+        raise error
+
+
+def prepare_out(out: str, holds: tuple[str, ...], args: argparse.Namespace,
+                resume: str = "") -> None:
+    """Check the output folder (process 0) before any data is loaded; see `check_out`."""
+    from ..execute.distributed import is_main
+    from ..run.validate import check_out
+
+    overwrite = bool(getattr(args, "overwrite", False))
+    if overwrite and resume:
+        raise ConfigError("--overwrite and --resume contradict each other: --resume continues "
+                          "the run in the folder, --overwrite replaces it; give one")
+    err = None
+    if is_main():
+        try:
+            check_out(out, holds=holds, reuse=overwrite or bool(resume))
+        except ConfigError as e:
+            err = e
+    agree_or_raise(err)
+
+
+def clear_old_run(out: str, names: tuple[str, ...]) -> None:
+    """--overwrite: remove the files of the previous run (its checkpoint included)."""
+    import shutil
+
+    from ..execute.distributed import is_main
+
+    if not is_main():
+        return
+    for n in names:
+        p = Path(out) / n
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def _peer_advice(folder: str, checkpoint_every: int) -> None:
+    """What a process says if another one dies: where the checkpoint is, how to go on."""
+    from ..execute.distributed import set_peer_message
+
+    set_peer_message(f"the last checkpoint stays in {folder}: start every process again with "
+                     f"--resume {folder}" if checkpoint_every > 0 else
+                     "no checkpoints were taken (--checkpoint-every 0): start the job again")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..core.models import model_for
+    from ..data import load_federated
+    from ..execute.distributed import check_processes, is_main
+    from ..run.checkpoint import check_compatible, read_meta, resume_base
+    from ..run.experiment import run_config
+    from ..run.export import model_writers
+    from ..run.report import run_writers, write_outputs
+    from ..run.simulate import progress_printer
+    from ..run.validate import RUN_FILES, check_ignored, check_source_size, validate
+
+    cfg, hp = resolve(args, base=resume_base(getattr(args, "resume", "")))
+    if not cfg.out:
+        cfg = cfg.replace(out=default_out(cfg))
+    validate(cfg, hp)
+    if cfg.resume:  # the checkpoint's configuration must be this one (before any loading)
+        check_compatible(read_meta(cfg.resume), dataclasses.asdict(cfg),
+                         {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+                         cfg.resume)
+    check_ignored(cfg, given_keys(args))
+    check_source_size(cfg)
+    check_processes(cfg.devices)
+    prepare_out(cfg.out, RUN_FILES, args, cfg.resume)
+    _peer_advice(cfg.resume or cfg.out, cfg.checkpoint_every)
+    main = is_main()
+    data, dataset = load_federated(cfg)  # data problems surface before any output
+    if getattr(args, "overwrite", False):
+        clear_old_run(cfg.out, RUN_FILES)
+    if main:
+        print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
+              f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
+              f"{cfg.rounds} rounds -> {cfg.out}", file=sys.stderr)
+    tracker = None
+    if main and cfg.log:
+        from ..run.tracking import LOG_DIR, Tracker, parse_kinds
+
+        tracker = Tracker(parse_kinds(cfg.log), Path(cfg.out) / LOG_DIR,
+                          Path(cfg.out).name, dataclasses.asdict(cfg), dataclasses.asdict(hp))
+    printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
+    try:
+        results, sim = run_config(cfg, hp, data=data, dataset=dataset,
+                                  on_eval=(printer if tracker is None else
+                                           lambda e: (printer(e), tracker.eval(e))))
+    except BaseException:
+        if tracker is not None:
+            tracker.close()
+        raise
+    if tracker is not None:
+        tracker.finish(results["round_metrics"], results["history"][-1])
+    if not main:  # the other processes computed the same results; process 0 writes them
+        return 0
+    title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
+    model = model_for(cfg.model, data, dataset)
+    out = write_outputs(cfg.out, {**run_writers(results, title),
+                                  **model_writers(model, sim.final_state.params,
+                                                  sim.final_state.model_state)})
+    last = results["history"][-1]
+    t = results["timing"]
+    empty = sum(1 for a in results["round_metrics"].get("available", []) if a == 0)
+    if empty:
+        print(f"fedjax-appeal: warning: {empty} of {cfg.rounds} rounds had no available client "
+              "(flexible participation: the global model appealed to nobody), so the model did "
+              "not change in them; see round_metrics.available in results.json",
+              file=sys.stderr)
+    acc = last.get("test_acc_seen", float("nan"))
+    spr = t.get("sec_per_round")
+    print(f"final round {last['round']}: test_acc_seen {acc:.4f}"
+          + (f"  test_acc_unseen {last['test_acc_unseen']:.4f}" if "test_acc_unseen" in last
+             else "")
+          + (f"  ({spr:.4f} s/round, " if spr is not None else "  (no round trained, ")
+          + f"compile {t['compile_s']:.1f}s); wrote {out}/results.json, history.csv, "
+          "accuracy.png, model.msgpack (load_model)")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from ..aggregate.aggregation import AGGREGATIONS
+    from ..aggregate.server import SERVER_OPTS
+    from ..algorithms import ALGORITHMS
+    from ..core.config import DATASETS, PARTITIONS
+    from ..core.models import MODELS
+    from ..select.selectors import SELECTORS
+
+    for label, registry in (("algorithms", ALGORITHMS), ("datasets", DATASETS),
+                            ("partitions", PARTITIONS), ("models", MODELS),
+                            ("server opts", SERVER_OPTS), ("selectors", SELECTORS),
+                            ("aggregations", AGGREGATIONS)):
+        print(f"{label + ':':<12} " + ", ".join(registry.choices()))
+    return 0
+
+
+def cmd_install_data(args: argparse.Namespace) -> int:
+    """Install Debian's dataset-fashion-mnist when missing (root, or sudo available)."""
+    from ..data.sources import FMNIST_DEFAULT_DIR
+
+    if Path(FMNIST_DEFAULT_DIR, "train-images-idx3-ubyte.gz").is_file():
+        print(f"Fashion-MNIST is present in {FMNIST_DEFAULT_DIR}")
+        return 0
+    if shutil.which("apt-get") is None:
+        raise ConfigError("Fashion-MNIST is missing and apt-get is not available: download the "
+                          "four IDX .gz files and pass --fmnist-dir DIR")
+    prefix = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
+    if prefix is None:
+        raise ConfigError("Fashion-MNIST is missing: run 'sudo apt-get install "
+                          "dataset-fashion-mnist' as an administrator, or pass --fmnist-dir DIR")
+    print("installing dataset-fashion-mnist with apt-get ...", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    ok = subprocess.call(prefix + ["apt-get", "install", "-y", "-q", "dataset-fashion-mnist"],
+                         env=env) == 0
+    if not ok:
+        ok = (subprocess.call(prefix + ["apt-get", "update", "-q"], env=env) == 0 and
+              subprocess.call(prefix + ["apt-get", "install", "-y", "-q",
+                                        "dataset-fashion-mnist"], env=env) == 0)
+    if not ok:
+        raise ConfigError("apt-get could not install dataset-fashion-mnist: install it by hand "
+                          "or pass --fmnist-dir DIR")
+    return 0
+
+
+# name -> (configure parser, handler, help); other modules add their subcommands here.
+SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
+                             Callable[[argparse.Namespace], int], str]] = {
+    "run": (lambda p: (add_config_flags(p), add_process_flags(p)), cmd_run,
+            "run one simulation and write its results"),
+    "list": (lambda p: None, cmd_list, "list algorithms, datasets, partitions, models"),
+    "install-data": (lambda p: None, cmd_install_data,
+                     "install Debian's Fashion-MNIST package if it is missing"),
+    "compare": (lambda p: _compare().configure(p), lambda a: _compare().cmd_compare(a),
+                "put several runs and seeds in one figure (mean and band) and one table"),
+}
+
+
+def _compare():
+    from . import compare
+
+    return compare
+
+
+def _load_plugins() -> None:
+    """Import modules that register further subcommands (reproduce, sweep, ...)."""
+    import importlib
+
+    for mod in ("fedjax_appeal.experiments.reproduce", "fedjax_appeal.cli.sweep"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+
+
+def make_parser() -> argparse.ArgumentParser:
+    _load_plugins()
+    p = _Parser(prog="fedjax-appeal", description="JAX-vectorized federated-learning simulator")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (configure, handler, help_) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_, description=help_)
+        configure(sp)
+        sp.set_defaults(func=handler)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        start_processes(args)
+        return args.func(args)
+    except ConfigError as e:
+        print(f"fedjax-appeal: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt as e:
+        print(f"fedjax-appeal: interrupted; no results written{'; ' + str(e) if str(e) else ''}",
+              file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - only the runtime's peer failures are handled
+        from ..execute.distributed import is_peer_failure
+
+        if not is_peer_failure(e):
+            raise
+        return peer_failed(args, e)
+
+
+def peer_failed(args: argparse.Namespace, exc: BaseException) -> int:
+    """One line when another process of the job died, then exit at once (see
+    `distributed.stop_for_peer`)."""
+    from ..execute.distributed import EXIT_PEER, stop_for_peer
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    stop_for_peer(first)
+    return EXIT_PEER

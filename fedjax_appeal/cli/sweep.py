@@ -1,0 +1,252 @@
+"""`fedjax-appeal sweep`: every (grid point, seed) of an algorithm in one compiled program.
+
+    fedjax-appeal sweep --algorithm fedavg --grid client_lr=0.1,0.05,0.01 \
+        --grid server_lr=1,0.5 --seeds 0,1,2 [run flags] --metric test_acc_seen --out DIR
+
+Writes into DIR (all-or-nothing): `sweep.json` (one row per run: grid values, seed, final
+metrics, history; the ranked summary; the best configuration; timing), `sweep.csv` (one
+row per run, final metrics), `summary.md` (configurations ranked by the metric, mean ± std
+over seeds) and `sweep.png` (the metric over rounds of the best configurations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..core.config import ConfigError
+from .commands import SUBCOMMANDS, add_config_flags, add_process_flags, resolve
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_config_flags(p)
+    add_process_flags(p)
+    s = p.add_argument_group("sweep")
+    s.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
+                   help="values of one HParams or RunConfig field (repeatable); HParams keys "
+                        "share one vmapped program, RunConfig keys split compilations")
+    s.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                   help="training seeds, one run per configuration and seed (default: 0); "
+                        "--seed fixes the data partition")
+    s.add_argument("--metric", default=None,
+                   help="final-history metric ranking the configurations (mean over seeds; "
+                        "default: test_acc_seen)")
+    s.add_argument("--metric-mode", default=None, choices=("auto", "max", "min"),
+                   help="maximise or minimise the metric (default auto: minimise losses)")
+    s.add_argument("--max-parallel", type=int, default=None, metavar="N",
+                   help="runs per vmapped batch (default 0 = as many as fit in memory)")
+    p.epilog = ("Checkpoints: finished batches of combinations are kept in "
+                "OUT/sweep-checkpoint/ as they finish, the running batch every "
+                "--checkpoint-every rounds and on Ctrl-C; `sweep --resume OUT` continues "
+                "(with the same grid, seeds and configuration).")
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds {text!r}: give integers separated by commas, "
+                          "e.g. --seeds 0,1,2") from None
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    keys_g: list[str] = []
+    keys_m: list[str] = []
+    for r in rows:
+        keys_g += [k for k in [*r["static"], *r["hparams"]] if k not in keys_g]
+        keys_m += [k for k in r["final"] if k not in keys_m and k != "round"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", *keys_g, "seed", "rounds", *keys_m, "diverged_round"])
+    for r in rows:
+        g = {**r["static"], **r["hparams"]}
+        w.writerow([r["id"], *[g.get(k, "") for k in keys_g], r["seed"], r["final"]["round"],
+                    *[r["final"].get(k, "") for k in keys_m],
+                    "" if r["diverged_round"] is None else r["diverged_round"]])
+    return buf.getvalue()
+
+
+def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
+    lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± std over seeds).", "",
+             f"| rank | configuration | {metric} | per seed |", "|---|---|---|---|"]
+    for i, e in enumerate(summary):
+        vals = ", ".join("nan" if v != v else f"{v:.4f}" for v in e["values"])
+        lines.append(f"| {i + 1} | {e['label']} | {e[f'{metric}_mean']:.4f} ± "
+                     f"{e[f'{metric}_std']:.4f} | {vals} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(path: Path, rows, summary, metric: str, title: str, top: int = 8) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for e in summary[:top]:
+        rs = [r for r in rows if r["label"] == e["label"]]
+        xs = [h["round"] for h in rs[0]["history"]]
+        ys = np.array([[h.get(metric, np.nan) for h in r["history"]] for r in rs], float)
+        ax.plot(xs, ys.mean(0), marker="o", ms=3, label=e["label"])
+        if len(rs) > 1:
+            ax.fill_between(xs, ys.min(0), ys.max(0), alpha=0.15)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"{metric} (mean over seeds; band: min-max)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _resume_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec of the sweep checkpoint named by --resume (empty without --resume)."""
+    from ..run.checkpoint import SWEEP_DIR, read_sweep_spec
+
+    folder = getattr(args, "resume", "")
+    return read_sweep_spec(Path(folder) / SWEEP_DIR) if folder else {}
+
+
+def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) -> None:
+    """Refuse to resume a sweep whose grid, seeds or configuration changed."""
+    import math
+
+    from ..run.checkpoint import RESUMABLE_CHANGES
+
+    free = set(RESUMABLE_CHANGES) - {"rounds"}  # a sweep's finished rows fix its rounds
+    for part in ("grid", "seeds", "metric", "metric_mode", "max_parallel"):
+        if spec.get(part) != now[part]:
+            raise ConfigError(f"sweep checkpoint in {folder} was made with {part} "
+                              f"{spec.get(part)!r}, not {now[part]!r}: drop the flag or "
+                              "start a new sweep")
+    for k, v in spec.get("config", {}).items():
+        if k not in free and k in now["config"] and now["config"][k] != v:
+            raise ConfigError(f"sweep checkpoint in {folder} was made with "
+                              f"--{k.replace('_', '-')} {v!r}, not {now['config'][k]!r}: "
+                              "drop the flag or start a new sweep")
+    for k, v in spec.get("hparams", {}).items():
+        if k in now["hparams"] and not math.isclose(float(v), now["hparams"][k],
+                                                    rel_tol=1e-6):
+            raise ConfigError(f"sweep checkpoint in {folder} was made with "
+                              f"--{k.replace('_', '-')} {v}, not {now['hparams'][k]}: drop "
+                              "the flag or start a new sweep")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from ..execute.distributed import check_processes, is_main, make_mesh
+    from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
+    from ..run.report import to_jsonable, write_outputs
+    from ..run.sweep import check_grid, parse_grid_arg, sweep
+    from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
+    from .commands import _peer_advice, clear_old_run, given_keys, prepare_out
+
+    spec = _resume_spec(args)
+    given = given_keys(args)
+    grid_args = args.grid
+    seeds = _seeds(args.seeds) if args.seeds is not None else spec.get("seeds", [0])
+    metric = args.metric or spec.get("metric", "test_acc_seen")
+    mode = args.metric_mode or spec.get("metric_mode", "auto")
+    max_par = args.max_parallel if args.max_parallel is not None else spec.get(
+        "max_parallel", 0)
+    for name in ("grid", "seeds", "metric", "metric_mode", "max_parallel"):
+        delattr(args, name)
+    base = {**{k: v for k, v in spec.get("config", {}).items() if k not in ("resume", "out")},
+            **spec.get("hparams", {})}
+    if spec:
+        base["out"] = args.resume
+    cfg, hp = resolve(args, base=base)
+    grid: dict[str, list[str]] = {}
+    for g in grid_args:
+        k, vals = parse_grid_arg(g)
+        if k.replace("-", "_") in grid:
+            raise ConfigError(f"--grid {k} given twice: list all its values in one --grid")
+        grid[k.replace("-", "_")] = vals
+    if spec and not grid:
+        grid = spec.get("grid", {})
+    if not cfg.out:
+        cfg = cfg.replace(out=str(Path("runs") / f"sweep_{cfg.algorithm}_{cfg.dataset}"
+                                  .replace(":", "_").replace("/", "_")))
+    checked = check_grid(grid)
+    from ..run.sweep import groups_of
+
+    for cfg_g in groups_of(cfg, checked):
+        check_ignored(cfg_g, given | set(checked))
+        check_source_size(cfg_g)
+    now = {"config": dataclasses.asdict(cfg),
+           "hparams": {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+           "grid": {k: [to_jsonable(v) for v in vs] for k, vs in checked.items()},
+           "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}
+    if spec:
+        _check_same_sweep(spec, now, cfg.resume)
+    check_processes(cfg.devices)
+    prepare_out(cfg.out, SWEEP_FILES, args, cfg.resume)
+    if getattr(args, "overwrite", False):
+        clear_old_run(cfg.out, SWEEP_FILES)
+    ck_dir = Path(cfg.out) / SWEEP_DIR
+    ckpt = SweepCheckpoint(ck_dir, cfg.checkpoint_every,
+                           {**now, "parallel": spec.get("parallel", {})})
+    _peer_advice(cfg.out, 1)
+    main = is_main()
+
+    def say(msg: str) -> None:
+        if main:
+            print(f"fedjax-appeal: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        res = sweep(cfg, checked, seeds, hp=hp, metric=metric, mode=mode,
+                    max_parallel=max_par, progress=say, checkpoint=ckpt,
+                    resume=bool(spec), mesh=make_mesh(cfg.devices))
+    except KeyboardInterrupt:
+        raise Interrupted(f"finished combinations are kept in {ck_dir}: continue with "
+                          f"`fedjax-appeal sweep --resume {cfg.out}`") from None
+    if not main:
+        return 0
+    title = sweep_title(cfg, checked)
+    results = {"command": "fedjax-appeal " + " ".join(sys.argv[1:]),
+               "config": dataclasses.asdict(cfg), "hparams": dataclasses.asdict(hp),
+               "grid": grid, "seeds": seeds, "metric": metric, "best": res.best,
+               "summary": res.summary, "rows": res.rows, "timing": res.timing}
+    writers = {
+        "sweep.json": lambda p: p.write_text(json.dumps(to_jsonable(results), indent=1,
+                                                        allow_nan=False)),
+        "sweep.csv": lambda p: p.write_text(_csv(res.rows)),
+        "summary.md": lambda p: p.write_text(_summary_md(res.summary, metric, title)),
+        "sweep.png": lambda p: _plot(p, res.rows, res.summary, metric, title),
+    }
+    out = write_outputs(cfg.out, writers)
+    if cfg.log:  # one tracked run per (grid point, seed)
+        from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
+
+        for row in res.rows:
+            name = f"{row['label']}/seed-{row['seed']}"
+            log_finished_run(parse_kinds(cfg.log), Path(out) / LOG_DIR / name, name,
+                             {**dataclasses.asdict(cfg), **row["static"], "seed": row["seed"]},
+                             {**dataclasses.asdict(hp), **row["hparams"]}, row["history"])
+    b = res.best
+    print(f"best ({metric}, mean over {len(seeds)} seed(s)): {b['label']}  "
+          f"{b[f'{metric}_mean']:.4f} ± {b[f'{metric}_std']:.4f}; {len(res.rows)} runs in "
+          f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
+          "sweep.png")
+    return 0
+
+
+def sweep_title(cfg, grid: dict[str, list]) -> str:
+    """'sweep: ALGORITHM(S) on DATASET(S) (PARTITION(S))', naming every gridded value."""
+    def name(key: str) -> str:
+        vals = grid.get(key)
+        return "/".join(str(v) for v in vals) if vals else str(getattr(cfg, key))
+
+    return f"sweep: {name('algorithm')} on {name('dataset')} ({name('partition')})"
+
+
+SUBCOMMANDS["sweep"] = (configure, cmd_sweep,
+                        "run a grid of hyperparameters x seeds as one vmapped program")

@@ -1,0 +1,110 @@
+"""The parts of a federated round as types: server state, client update, cohort selector,
+weight rule and executor. A leaf module: everything else imports its types from here (or
+from `round`, which re-exports them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import optax
+from flax import struct
+
+from ..data.arrays import FederatedData
+from .config import HParams
+
+
+@struct.dataclass
+class ServerState:
+    """Everything the server carries from one round to the next (a pytree)."""
+
+    params: Any  # model parameters (replicated across devices)
+    model_state: Any  # model collections besides params, e.g. batch_stats ({} if none)
+    opt_state: Any  # server optax state
+    round: jax.Array  # [] int32, rounds done so far
+    pool: jax.Array  # [M] bool, seen clients available for selection
+    participation: jax.Array  # [M] int32, how often each client was in a cohort
+    extra: dict  # algorithm-specific fields (control variates, rho_k, selector memory, ...)
+
+
+class ClientUpdate(NamedTuple):
+    """What one client sends back (leading axis m once vmapped over the cohort)."""
+
+    delta: Any  # pytree like params: w_global - w_k
+    model_state: Any  # the client's model state after local training ({} if none)
+    num_samples: jax.Array  # [] n_k, train rows of the client
+    loss: jax.Array  # [] mean minibatch loss over the local steps
+    extra: dict  # algorithm-specific per-client values (F_k(w) before/after, ...)
+
+
+# Part signatures (single client for LocalFn; everything else sees the whole cohort).
+SelectFn = Callable[[jax.Array, ServerState, FederatedData, HParams],
+                    tuple[jax.Array, jax.Array]]
+LocalFn = Callable[[ServerState, FederatedData, jax.Array, jax.Array, HParams], ClientUpdate]
+WeightFn = Callable[[ClientUpdate, jax.Array, jax.Array, ServerState, HParams], jax.Array]
+CorruptFn = Callable[[ClientUpdate, jax.Array, jax.Array, jax.Array, FederatedData, HParams],
+                     ClientUpdate]
+PostFn = Callable[[ServerState, ServerState, ClientUpdate, jax.Array, jax.Array, jax.Array,
+                   HParams], ServerState]
+TxFn = Callable[[HParams], optax.GradientTransformation]
+
+
+class Selector(NamedTuple):
+    """A cohort selector with optional memory in `state.extra["selector"]`.
+
+    init(key, state, data, hp) -> dict          # initial selector memory (e.g. features)
+    select(key, state, data, hp) -> (idx [m], valid [m])
+    update(state, updates, idx, valid, data, hp) -> state   # after the server step, or None
+    """
+
+    init: Callable[[jax.Array, ServerState, FederatedData, HParams], dict]
+    select: SelectFn
+    update: Callable[[ServerState, ClientUpdate, jax.Array, jax.Array, FederatedData, HParams],
+                     ServerState] | None = None
+
+
+class WeightRule(NamedTuple):
+    """Aggregation weights over the cohort slots, and the client reports they read.
+
+    fn(updates, idx, valid, state, hp) -> w [m]: `idx` are the cohort's client indices (for
+    rules with per-client server state, e.g. MaxFL's rho_k or MW-Fed's v_k), `valid` the
+    slot mask (invalid slots must get 0).
+    needs: the loss reports the rule reads from `updates.extra`, a subset of
+    `REPORTS` ("loss_before" = F_k(w) at the received model, "loss_after" = F_k(w_k));
+    the composed local update computes exactly these (`client.reporting`).
+    """
+
+    fn: WeightFn
+    needs: frozenset = frozenset()
+
+
+REPORTS = ("loss_before", "loss_after")
+
+
+class Executor(NamedTuple):
+    """How a round runs its cohort's local updates (an explicit argument of `make_round`).
+
+    client_chunk: > 0 runs the cohort in chunks of that many clients (two passes, see
+      `cohort`); 0 chunks only when the cohort's copies of the model exceed the memory
+      budget (`memory.memory_budget`); -1 always runs one `vmap` over the whole cohort.
+    mesh: a `distributed` mesh whose devices share the cohort axis (None = one device).
+    The default, `Executor()`, is the automatic single-device round.
+    """
+
+    client_chunk: int = 0
+    mesh: Any = None
+
+
+AUTO = Executor()  # automatic chunking, one device
+VMAP = Executor(client_chunk=-1)  # always one vmap over the whole cohort
+
+
+def chunked(clients: int) -> Executor:
+    """Chunks of `clients` clients (two passes, see `cohort`)."""
+    return Executor(client_chunk=clients)
+
+
+def sharded(mesh, client_chunk: int = 0) -> Executor:
+    """The cohort axis sharded over `mesh` (see `distributed.make_mesh`)."""
+    return Executor(client_chunk=client_chunk, mesh=mesh)

@@ -1,0 +1,132 @@
+"""The federated round as a composition of pure parts.
+
+    round(state, data, key, hp) -> (state, metrics)
+
+    select cohort -> local update (vmapped over the cohort) -> client statistics
+        -> aggregation weights -> server optimizer (optax) on -sum_k w_k Delta_k
+
+`make_round` wires the parts; an algorithm is a choice of parts (see `algorithms/`).
+Nothing here is jitted: `simulate` puts one `jax.jit` around a `lax.scan` of rounds.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ..data.arrays import FederatedData
+from ..execute import cohort
+from ..execute.distributed import constrain_cohort
+from .config import HParams
+from .parts import (  # noqa: F401  (the round's types, re-exported)
+    AUTO,
+    REPORTS,
+    VMAP,
+    ClientUpdate,
+    CorruptFn,
+    Executor,
+    LocalFn,
+    PostFn,
+    SelectFn,
+    Selector,
+    ServerState,
+    TxFn,
+    WeightFn,
+    WeightRule,
+    chunked,
+    sharded,
+)
+
+
+def attach_selector(state: ServerState, selector: Selector, key: jax.Array,
+                    data: FederatedData, hp: HParams) -> ServerState:
+    """Put the selector's initial memory into `state.extra["selector"]`."""
+    return state.replace(extra={**state.extra, "selector": selector.init(key, state, data, hp)})
+
+
+def weighted_sum(w: jax.Array, tree):
+    """sum_k w_k tree_k over the leading (cohort) axis of every leaf."""
+    return jax.tree.map(lambda d: jnp.tensordot(w, d, axes=1), tree)
+
+
+def server_step(state: ServerState, pseudo_grad, tx: optax.GradientTransformation
+                ) -> ServerState:
+    updates, opt_state = tx.update(pseudo_grad, state.opt_state, state.params)
+    return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
+
+
+def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,
+               post: PostFn | None = None, corrupt: CorruptFn | None = None,
+               average_state: bool = True, executor: Executor = AUTO):
+    """Compose parts into `round(state, data, key, hp) -> (state, metrics)`.
+
+    Args:
+      select: the `Selector` that picks the cohort (indices and validity mask) and
+        updates its memory after the round.
+      local: one client's update; vmapped over the cohort.
+      weights: the `WeightRule` giving aggregation weights over the cohort slots; `local`
+        must report what it `needs` (`client.reporting` does).
+      tx: builds the server optax transform from the hyperparameters.
+      post: optional hook `post(old_state, new_state, updates, idx, valid, w, hp)` for
+        algorithm state (control variates, weights, selector memory).
+      corrupt: optional `corrupt(updates, idx, valid, key, data, hp) -> updates` applied to what
+        the cohort sends before the server sees it (Byzantine clients, see `adversary`).
+      average_state: average the clients' model state (e.g. BatchNorm statistics) with the
+        normalised weights; FedBN turns this off and keeps it per client.
+      executor: vmapped, chunked or sharded cohort (see `Executor`).
+    """
+
+    client_chunk, mesh = executor
+
+    def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
+        k_sel, k_loc, k_adv = jax.random.split(key, 3)
+        idx, valid = select.select(k_sel, state, data, hp)
+        keys = jax.random.split(k_loc, idx.shape[0])
+        c = cohort.chunk_size(client_chunk, idx.shape[0], state.params)
+        if c:  # two passes over chunks of c clients (see cohort.py)
+            upd = cohort.chunked_statistics(local, corrupt, state, data, idx, keys, valid,
+                                            k_adv, hp, c)
+        else:
+            idx_s, keys_s = constrain_cohort((idx, keys), mesh)
+            upd = jax.vmap(local, in_axes=(None, None, 0, 0, None))(state, data, idx_s, keys_s,
+                                                                    hp)
+            upd = constrain_cohort(upd, mesh)
+            if corrupt is not None:
+                upd = corrupt(upd, idx, valid, k_adv, data, hp)
+        w = weights.fn(upd, idx, valid, state, hp)
+        w = jnp.where(valid, w, 0.0)
+        pseudo = (cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid,
+                                                k_adv, hp, w, c) if c
+                  else weighted_sum(w, upd.delta))
+        new = server_step(state, pseudo, tx(hp))
+        if average_state and jax.tree.leaves(upd.model_state):
+            wn = w / jnp.maximum(jnp.sum(w), 1e-12)
+            new = new.replace(model_state=weighted_sum(wn, upd.model_state))
+        new = new.replace(
+            round=state.round + 1,
+            participation=state.participation.at[idx].add(valid.astype(jnp.int32)))
+        if post is not None:
+            new = post(state, new, upd, idx, valid, w, hp)
+        if select.update is not None:
+            new = select.update(new, upd, idx, valid, data, hp)
+        nv = jnp.maximum(jnp.sum(valid), 1)
+        metrics = {
+            "cohort_loss": jnp.sum(jnp.where(valid, upd.loss, 0.0)) / nv,
+            "cohort_size": jnp.sum(valid).astype(jnp.int32),
+            "available": jnp.sum(state.pool).astype(jnp.int32),
+            "cohort_idx": idx.astype(jnp.int32),  # [m] who was in the cohort
+            "cohort_weights": w,  # [m] aggregation weights (0 for invalid slots)
+        }
+        return new, metrics
+
+    return round_fn
+
+
+def init_state(params, model_state, tx: optax.GradientTransformation, num_clients: int,
+               extra: dict | None = None) -> ServerState:
+    return ServerState(params=params, model_state=model_state, opt_state=tx.init(params),
+                       round=jnp.zeros((), jnp.int32),
+                       pool=jnp.ones((num_clients,), bool),
+                       participation=jnp.zeros((num_clients,), jnp.int32),
+                       extra=extra or {})

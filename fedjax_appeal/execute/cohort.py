@@ -1,0 +1,117 @@
+"""Large cohorts: the cohort's local updates in chunks of clients (two passes).
+
+When m x |params| does not fit in memory, `make_round` runs the vmapped local update on
+chunks of c clients with `lax.map`/`lax.scan` instead of all m at once, so at most c
+client models (and their deltas) are alive at a time.
+
+Aggregation weights may depend on statistics of the whole cohort (MaxFL's q_k and adaptive
+server lr, Exp-alpha's softmax over the cohort, q-FFL), so the chunked round makes two
+passes over the chunks:
+
+  1. statistics: every chunk runs its local updates and keeps everything a client sends
+     *except* Delta_k (loss, n_k, extra statistics, model state), so the weight rule sees
+     the whole cohort's statistics exactly as in the unchunked round;
+  2. aggregation: every chunk runs its local updates again with the same keys (hence the
+     same Delta_k) and adds sum_{k in chunk} w_k Delta_k to a running sum.
+
+This costs twice the local computation but keeps every weight rule exact; the unchunked
+round (the default) is unchanged. In a chunked round the `ClientUpdate` seen by the weight
+rule, `post` and the selector's `update` has `delta=None` and carries each client's
+||Delta_k||^2 in `extra["delta_sq_norm"]` instead (q-FFL reads it; rules that need the
+per-client deltas themselves cannot use chunking). A `corrupt` hook is applied per chunk
+with the key `fold_in(key, chunk)` in both passes: without Byzantine clients the result equals the
+unchunked round up to float summation order; with them the noise has the same
+distribution but is drawn differently.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..core.memory import memory_budget
+
+# Auto mode: chunk when the cohort's per-client copies (4 x params, float32) would exceed
+# this share of the device memory budget.
+AUTO_SHARE = 0.25
+
+
+def param_count(params) -> int:
+    return sum(int(a.size) for a in jax.tree.leaves(params))
+
+
+def chunk_size(setting: int, m: int, params) -> int:
+    """Clients per chunk for a cohort of m (0 = run unchunked).
+
+    `setting` is `RunConfig.client_chunk`: > 0 a fixed chunk, -1 never, 0 automatic
+    (chunk only when 16 bytes x m x |params| exceeds `AUTO_SHARE` of the memory budget).
+    """
+    if setting < 0 or m <= 1:
+        return 0
+    if setting > 0:
+        return setting if setting < m else 0
+    per_client = 16 * max(1, param_count(params))
+    budget = int(AUTO_SHARE * memory_budget())
+    if m * per_client <= budget:
+        return 0
+    return max(1, min(m - 1, budget // per_client))
+
+
+def _chunks(c: int, m: int, *arrays):
+    """Pad the leading axis from m to a multiple of c (repeating row 0), then [n, c, ...]."""
+    n = -(-m // c)
+    pad = n * c - m
+
+    def one(a):
+        if pad:
+            a = jnp.concatenate([a, jnp.repeat(a[:1], pad, axis=0)])
+        return a.reshape((n, c) + a.shape[1:])
+
+    return n, [one(a) for a in arrays]
+
+
+def _run_chunk(local, corrupt, state, data, hp, k_adv, i, ix, ks, vs):
+    upd = jax.vmap(local, in_axes=(None, None, 0, 0, None))(state, data, ix, ks, hp)
+    if corrupt is not None:
+        upd = corrupt(upd, ix, vs, jax.random.fold_in(k_adv, i), data, hp)
+    return upd
+
+
+DELTA_SQ_NORM = "delta_sq_norm"  # extra statistic of a chunked round: ||Delta_k||^2
+
+
+def chunked_statistics(local, corrupt, state, data, idx, keys, valid, k_adv, hp, c: int):
+    """Pass 1: the cohort's `ClientUpdate` without deltas ([m] leaves, `delta=None`).
+
+    Each client's squared update norm ||Delta_k||^2 (after `corrupt`) is kept in
+    `extra[DELTA_SQ_NORM]`, so rules that read it (q-FFL's h_k) stay exact.
+    """
+    m = idx.shape[0]
+    n, (ix, ks, vs) = _chunks(c, m, idx, keys, valid)
+
+    def one(args):
+        i, a, b, v = args
+        upd = _run_chunk(local, corrupt, state, data, hp, k_adv, i, a, b, v)
+        sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1)
+                 for d in jax.tree.leaves(upd.delta))
+        return upd._replace(delta=None, extra={**upd.extra, DELTA_SQ_NORM: sq})
+
+    upd = jax.lax.map(one, (jnp.arange(n), ix, ks, vs))
+    return jax.tree.map(lambda a: a.reshape((n * c,) + a.shape[2:])[:m], upd)
+
+
+def chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid, k_adv, hp, w, c: int):
+    """Pass 2: sum_k w_k Delta_k, accumulated chunk by chunk (same keys as pass 1)."""
+    m = idx.shape[0]
+    wp = jnp.concatenate([w, jnp.zeros((-(-m // c) * c - m,), w.dtype)])
+    n, (ix, ks, vs) = _chunks(c, m, idx, keys, valid)
+    wp = wp.reshape(n, c)
+
+    def body(acc, args):
+        i, a, b, v, wc = args
+        upd = _run_chunk(local, corrupt, state, data, hp, k_adv, i, a, b, v)
+        return jax.tree.map(lambda s, d: s + jnp.tensordot(wc, d, axes=1), acc, upd.delta), None
+
+    acc0 = jax.tree.map(jnp.zeros_like, state.params)
+    acc, _ = jax.lax.scan(body, acc0, (jnp.arange(n), ix, ks, vs, wp))
+    return acc

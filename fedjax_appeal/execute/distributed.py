@@ -1,0 +1,284 @@
+"""Several devices: a `Mesh` with one axis `clients` over which the cohort is sharded.
+
+The cohort axis is the natural shard axis. Inside a round (see `round.make_round`), the
+cohort's indices, keys and everything the clients send back carry a
+`NamedSharding(mesh, P("clients"))` constraint, so each device runs the local updates of
+m / D clients; the server state, the hyperparameters and the client data are replicated
+(`NamedSharding(mesh, P())`), and XLA inserts the cross-device reductions of the weighted
+average. Sweeps may instead place the sweep axis on the mesh (`shard_leading`).
+
+On one device (or `devices=1`) no mesh is made and nothing changes.
+
+Several processes (hosts): `initialize` starts JAX's multi-process runtime
+(`jax.distributed.initialize`, CPU collectives over gloo) before anything else touches
+JAX; then `jax.devices()` lists the devices of every process and `make_mesh(0)` spans them
+all. Every process runs the same program on the same (seeded, identically loaded) data;
+`fetch` brings results to the host (gathering arrays that span other processes), and only
+the main process (`is_main`) writes files or prints progress.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ..core.config import ConfigError
+
+AXIS = "clients"
+
+
+# Environment variables by which a cluster scheduler announces a multi-process job that
+# `jax.distributed.initialize()` can detect by itself (name -> variable holding the size).
+CLUSTER_ENVS = {"SLURM": "SLURM_NTASKS", "Open MPI": "OMPI_COMM_WORLD_SIZE"}
+
+
+def detected_cluster() -> str | None:
+    """The scheduler of a multi-process job found in the environment, else None.
+
+    `JAX_COORDINATOR_ADDRESS` (with JAX's own variables) counts too; a job of one task
+    (e.g. `SLURM_NTASKS=1`) is a single process and needs no runtime.
+    """
+    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        return "JAX_COORDINATOR_ADDRESS"
+    for name, var in CLUSTER_ENVS.items():
+        try:
+            if int(os.environ.get(var, "1")) > 1:
+                return name
+        except ValueError:
+            continue
+    return None
+
+
+def initialize(coordinator_address: str = "", num_processes: int = 0, process_id: int = -1,
+               heartbeat_timeout_s: int = 100, initialization_timeout_s: int = 300) -> bool:
+    """Start JAX's multi-process runtime if asked for or if a cluster is detected.
+
+    With `coordinator_address` (`HOST:PORT` of process 0), `num_processes` and `process_id`
+    given, those are used; with none of them given, `jax.distributed.initialize()`
+    detects the cluster itself when `detected_cluster` finds one (SLURM, Open MPI), and a
+    plain single-process run changes nothing. On CPU the cross-process collectives use
+    gloo. Must run before anything touches a JAX device.
+
+    `heartbeat_timeout_s` bounds how long the survivors of a killed process wait: the
+    runtime declares a process dead after that many seconds without a heartbeat and the
+    others stop with an error (see `is_peer_failure`).
+
+    Returns:
+      True when the runtime was started (several processes), False otherwise.
+    """
+    given = [bool(coordinator_address), num_processes > 0, process_id >= 0]
+    if any(given) and not all(given):
+        raise ConfigError("several processes need all three of --coordinator-address "
+                          "HOST:PORT, --num-processes N and --process-id I (0 <= I < N)")
+    if all(given):
+        host, sep, port = coordinator_address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"--coordinator-address {coordinator_address!r}: write HOST:PORT "
+                              "of process 0, e.g. 10.0.0.1:12345 (127.0.0.1:PORT on one "
+                              "machine)")
+        if not 0 <= process_id < num_processes:
+            raise ConfigError(f"--process-id {process_id} must lie in 0 .. "
+                              f"{num_processes - 1} (--num-processes {num_processes})")
+        if num_processes == 1:
+            return False
+        kw = dict(coordinator_address=coordinator_address, num_processes=num_processes,
+                  process_id=process_id)
+    elif detected_cluster() is None:
+        return False
+    else:
+        kw = {}
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(**kw, heartbeat_timeout_seconds=heartbeat_timeout_s,
+                                   initialization_timeout=initialization_timeout_s)
+    except (ValueError, RuntimeError, TypeError) as e:  # incl. JaxRuntimeError (timeouts)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        where = (f"--coordinator-address {coordinator_address}" if coordinator_address else
+                 f"the {detected_cluster()} environment")
+        raise ConfigError(f"the multi-process runtime did not start from {where} ({first}): "
+                          "check that process 0 runs and its port is free, or give "
+                          "--coordinator-address, --num-processes and --process-id") from None
+    _filter_stderr()
+    return True
+
+
+EXIT_PEER = 3  # exit status of a process that stopped because another one died
+ADVICE_TAG = "\x00fedjax-appeal-advice:"  # stderr line read (not shown) by the stderr filter
+_stopping = threading.Lock()
+_advice: list[str] = []
+
+
+def set_peer_message(text: str) -> None:
+    """The advice printed when another process dies (e.g. where the checkpoint is)."""
+    import sys
+
+    _advice[:] = [text]
+    if jax.process_count() > 1:
+        print(ADVICE_TAG + text, file=sys.stderr, flush=True)
+
+
+def stop_for_peer(detail: str) -> None:
+    """Print one line and end this process at once (exit status `EXIT_PEER`).
+
+    `os._exit` skips JAX's exit-time shutdown barrier, which would wait for the dead
+    process and then abort with a long log; checkpoints are written atomically, so the last
+    one on disk is complete.
+    """
+    import sys
+
+    if _stopping.acquire(blocking=False):
+        advice = _advice[0] if _advice else ""
+        print(f"fedjax-appeal: error: process {jax.process_index()} of {jax.process_count()}: "
+              f"another process of this job stopped ({detail[:160]}); no results written"
+              + (f"; {advice}" if advice else ""), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+    os._exit(EXIT_PEER)
+
+
+def _filter_stderr() -> None:
+    """Route this process's stderr through `stderr_filter` (a small helper process).
+
+    When the coordinator process dies, the runtime ends the survivors from a C++ thread
+    with a fatal log of many lines, which no Python code can intercept. The helper passes
+    every line through until the runtime's first error line, then keeps only this
+    program's own lines, and when the process ends that way it prints one line saying
+    that another process stopped and where the last checkpoint is.
+    """
+    import subprocess
+    import sys
+
+    sys.stderr.flush()
+    original = os.dup(2)
+    helper = subprocess.Popen([sys.executable, "-m", "fedjax_appeal.execute.stderr_filter"],
+                              stdin=subprocess.PIPE, stdout=original,
+                              stderr=subprocess.DEVNULL, close_fds=True)
+    os.close(original)
+    os.dup2(helper.stdin.fileno(), 2)
+    helper.stdin.close()  # fd 2 now holds the pipe; the helper ends when this process does
+
+
+def is_main() -> bool:
+    """True in the process that writes files and prints progress (process 0)."""
+    return jax.process_index() == 0
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """Whether `exc` is the runtime reporting that another process died or vanished."""
+    if jax.process_count() <= 1 or not isinstance(exc, jax.errors.JaxRuntimeError):
+        return False
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(w in text for w in ("heartbeat", "unavailable", "deadline", "gloo",
+                                   "connection", "coordination", "task", "barrier",
+                                   "preempt", "shut down", "aborted"))
+
+
+def fetch(tree):
+    """`jax.device_get` that also works for arrays spanning several processes.
+
+    Fully replicated arrays are read from the local copy; arrays sharded over devices of
+    other processes are gathered (`multihost_utils.process_allgather`, a collective: every
+    process calls `fetch` on the same values in the same order, as SPMD code does).
+    """
+    def one(a):
+        if not isinstance(a, jax.Array) or a.is_fully_addressable:
+            return jax.device_get(a)
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(one(jax.random.key_data(a)),
+                                            impl=jax.random.key_impl(a))
+        if a.is_fully_replicated:
+            return np.asarray(a.addressable_data(0))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+
+    return jax.tree.map(one, tree)
+
+
+def make_mesh(devices: int = 0) -> Mesh | None:
+    """A 1-D mesh over the first `devices` devices (0 = all); None for a single device.
+
+    With several processes the mesh must hold every process's devices (`devices` 0 or
+    the global count), since each process computes only on its own devices.
+    """
+    avail = jax.devices()
+    if devices < 0:
+        raise ConfigError(f"--devices must be >= 0 (got {devices})")
+    if devices == 1:
+        return None
+    if jax.process_count() > 1 and devices not in (0, len(avail)):
+        raise ConfigError(f"--devices {devices} with {jax.process_count()} processes: use "
+                          f"--devices 0 (all {len(avail)} devices of every process)")
+    if devices > len(avail):
+        raise ConfigError(f"--devices {devices} but only {len(avail)} device(s) are visible; "
+                          "lower --devices (0 = all)")
+    n = len(avail) if devices == 0 else devices
+    if n <= 1:
+        return None
+    return Mesh(np.array(avail[:n]), (AXIS,))
+
+
+def replicate(tree, mesh: Mesh | None):
+    """Put every array of `tree` on all devices of the mesh (no-op without a mesh)."""
+    if mesh is None:
+        return tree
+    return jax.device_put(tree, NamedSharding(mesh, PartitionSpec()))
+
+
+def shard_leading(tree, mesh: Mesh | None):
+    """Split the leading axis of every array of `tree` over the mesh axis `clients`.
+
+    With several processes every process holds the whole (identical) value and places
+    the rows of its own devices (`jax.make_array_from_callback`).
+    """
+    if mesh is None:
+        return tree
+    spec = NamedSharding(mesh, PartitionSpec(AXIS))
+    if jax.process_count() <= 1:
+        return jax.device_put(tree, spec)
+
+    def one(a):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(one(jax.random.key_data(a)),
+                                            impl=jax.random.key_impl(a))
+        host = np.asarray(a)
+        return jax.make_array_from_callback(host.shape, spec, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree)
+
+
+def constrain_cohort(tree, mesh: Mesh | None):
+    """Inside jit: the leading (cohort) axis of every array is sharded over `clients`."""
+    if mesh is None:
+        return tree
+    spec = NamedSharding(mesh, PartitionSpec(AXIS))
+
+    def one(a):
+        if not hasattr(a, "ndim") or a.ndim == 0:
+            return a
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(
+                jax.lax.with_sharding_constraint(jax.random.key_data(a), spec),
+                impl=jax.random.key_impl(a))
+        return jax.lax.with_sharding_constraint(a, spec)
+
+    return jax.tree.map(one, tree)
+
+
+def check_processes(devices: int) -> None:
+    """With several processes, the simulation must span them: `--devices 0`."""
+    if jax.process_count() > 1 and devices != 0 and devices != len(jax.devices()):
+        raise ConfigError(f"--devices {devices} with {jax.process_count()} processes: use "
+                          f"--devices 0 (all {len(jax.devices())} devices of every process)")
+
+
+def agree(ok: bool) -> bool:
+    """Process 0's `ok`, known to every process (a broadcast; plain `ok` on one process)."""
+    if jax.process_count() <= 1:
+        return ok
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.int32(ok)))

@@ -1,0 +1,219 @@
+"""`fedjax-appeal reproduce NAME`: named experiments that regenerate the papers' tables.
+
+An experiment is a function `fn(ctx) -> None` registered with `@experiment(name, help)`;
+it runs its configurations through `ctx.run(...)` (progress shown), then writes its files
+(a markdown table with the paper's numbers beside ours, a JSON of all numbers, plots) with
+`ctx.write(...)`, all-or-nothing, into `ctx.out` (default `results/NAME`, or
+`results/NAME-quick` with `--quick`, so a quick check never replaces a full report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import hashlib
+import importlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...cli.commands import SUBCOMMANDS
+from ...core.config import ConfigError, HParams, RunConfig
+from ...run.report import to_jsonable, write_outputs
+
+
+@dataclasses.dataclass
+class Context:
+    """What an experiment gets: seeds, output folder, data locations, quick mode."""
+
+    name: str
+    seeds: list[int]
+    out: Path
+    quick: bool = False
+    data_dir: str = ""
+    fmnist_dir: str = ""
+    cache_dir: str = ""
+    command: str = ""
+    reuse: bool = True  # serve runs finished earlier with the same code from the run cache
+    t0: float = dataclasses.field(default_factory=time.perf_counter)
+
+    def base(self, **kw) -> RunConfig:
+        """A RunConfig with this context's data locations, then `kw`."""
+        loc = {k: v for k, v in (("data_dir", self.data_dir), ("fmnist_dir", self.fmnist_dir),
+                                 ("cache_dir", self.cache_dir)) if v}
+        return RunConfig(**{**loc, **kw})
+
+    def log(self, msg: str) -> None:
+        print(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}", file=sys.stderr,
+              flush=True)
+
+    def run(self, cfg: RunConfig, hp: HParams, label: str = "", **kw):
+        """Run one configuration (see `experiment.run_config`); logs start and end.
+
+        Returns (results dict, simulation result). Finished runs are kept in the run cache
+        (`run_cache`), keyed by configuration, hyperparameters and code only: an interrupted
+        experiment re-run with the same code continues where it stopped, and experiments
+        that share a configuration (e.g. the FedAvg/MaxFL runs of several appeal tables)
+        compute it once; a run served from the cache returns None as simulation result.
+        """
+        from ...run.experiment import run_config
+
+        what = f"{label or cfg.algorithm} seed {cfg.seed}"
+        path = run_cache(self.cache_dir) / f"{run_key(cfg, hp)}.json" if self.reuse else None
+        if path is not None and path.is_file():
+            results = json.loads(path.read_text())
+            self.log(f"{what}: finished earlier with this code (cached in {path.parent})")
+            return results, None
+        self.log(f"{what}: {cfg.rounds} rounds ...")
+        results, sim = run_config(cfg, hp, **kw)
+        last = results["history"][-1]
+        self.log(f"{what}: done, test_acc_seen {last.get('test_acc_seen', float('nan')):.4f}")
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(results, default=_plain))
+            os.replace(tmp, path)
+        return results, sim
+
+    def write(self, files: dict[str, Callable[[Path], None] | str | dict]) -> Path:
+        """Write files all-or-nothing; values are writer functions, text, or JSON data."""
+        writers = {}
+        for name, v in files.items():
+            if callable(v):
+                writers[name] = v
+            elif isinstance(v, str):
+                writers[name] = lambda p, v=v: p.write_text(v)
+            else:
+                writers[name] = lambda p, v=v: p.write_text(
+                    json.dumps(to_jsonable(v), indent=1, allow_nan=False))
+        return write_outputs(self.out, writers)
+
+
+def _plain(obj: Any) -> Any:
+    """json `default`: numpy scalars/arrays to Python (NaN kept, unlike `to_jsonable`)."""
+    a = np.asarray(obj)
+    return a.item() if a.ndim == 0 else a.tolist()
+
+
+@functools.cache
+def source_hash() -> str:
+    """sha256 of the package's Python sources outside `reproduce/` (which only chooses the
+    configurations; a run is fully described by its configuration and the library code): a
+    cached run is reused only by the same library code."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for f in sorted(p for p in root.rglob("*.py") if "reproduce" not in p.parts):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def run_key(cfg: RunConfig, hp: HParams) -> str:
+    """Cache key of one run: its configuration (data locations aside), hyperparameters and
+    the package's source hash."""
+    c = {k: v for k, v in dataclasses.asdict(cfg).items()
+         if k not in ("data_dir", "fmnist_dir", "cache_dir", "out")}
+    h = {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)}
+    blob = json.dumps({"config": c, "hparams": h, "code": source_hash()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def run_cache(explicit: str = "") -> Path:
+    """Folder of finished experiment runs: `<cache>/runs` (see `data.sources.cache_dir`)."""
+    from ...data.sources import cache_dir
+
+    return cache_dir(explicit or None) / "runs"
+
+
+EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
+# Modules whose import registers experiments.
+MODULES: list[str] = [
+    "fedjax_appeal.experiments.reproduce.appeal",  # MaxFL appeal tables, mean estimation
+    "fedjax_appeal.experiments.reproduce.appeal_tune",  # the hyperparameter search of those tables
+]
+MODULES.append("fedjax_appeal.experiments.reproduce.selection")  # client selection tables
+MODULES.append("fedjax_appeal.experiments.reproduce.expalpha")  # Exp-alpha tables
+
+
+def experiment(name: str, help: str):
+    def deco(fn: Callable[[Context], None]):
+        EXPERIMENTS[name] = (fn, help)
+        return fn
+
+    return deco
+
+
+def mean_std(values: Sequence[float], scale: float = 1.0, digits: int = 2) -> str:
+    """'mean ± std' (population std over seeds) of `values * scale`."""
+    a = np.asarray([v for v in values if v is not None], np.float64) * scale
+    if a.size == 0:
+        return "n/a"
+    return f"{a.mean():.{digits}f} ± {a.std():.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(str(h) for h in header) + " |",
+             "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _load_modules() -> None:
+    for mod in MODULES:
+        importlib.import_module(mod)
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--out", default="", help="output folder (default results/NAME; "
+                   "results/NAME-quick with --quick)")
+    p.add_argument("--quick", action="store_true",
+                   help="a short variant (fewer rounds/clients) that finishes in minutes")
+    p.add_argument("--data-dir", default="", help="npz data directory (default "
+                   "$FEDJAX_APPEAL_DATA)")
+    p.add_argument("--fmnist-dir", default="", help="Fashion-MNIST IDX directory")
+    p.add_argument("--cache-dir", default="", help="cache for decoded arrays and finished runs")
+    p.add_argument("--fresh", action="store_true",
+                   help="rerun every configuration (default: reuse runs finished earlier with "
+                        "the same code, kept in <cache>/runs)")
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    _load_modules()
+    if args.name == "list":
+        for n, (_, h) in sorted(EXPERIMENTS.items()):
+            print(f"{n:24s} {h}")
+        return 0
+    if args.name not in EXPERIMENTS:
+        raise ConfigError(f"unknown experiment '{args.name}'; choose one of: "
+                          f"{', '.join(sorted(EXPERIMENTS)) or '(none registered)'}")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers (got {args.seeds!r})"
+                          ) from None
+    if not seeds:
+        raise ConfigError("--seeds needs at least one seed")
+    fn, _ = EXPERIMENTS[args.name]
+    out = Path(args.out or Path("results") / (args.name + ("-quick" if args.quick else "")))
+    from ...run.validate import check_out
+
+    check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
+    ctx = Context(args.name, seeds, out, args.quick,
+                  args.data_dir, args.fmnist_dir, args.cache_dir,
+                  command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
+                  reuse=not args.fresh)
+    fn(ctx)
+    print(f"wrote {ctx.out}")
+    return 0
+
+
+SUBCOMMANDS["reproduce"] = (_configure, _cmd, "run a named paper experiment and write its report")

@@ -1,0 +1,4 @@
+"""Protocols wrapped around any algorithm.
+
+appeal (MaxFL's appeal protocol).
+"""

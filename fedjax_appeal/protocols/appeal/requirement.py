@@ -1,0 +1,106 @@
+"""Client requirements rho_k and the solo models they come from (Cho et al., TMLR,
+"Maximizing Global Model Appeal in Federated Learning", Sec. 3).
+
+Every client k owns a requirement rho_k: the loss a global model has to beat for k to want
+it. By default (`--requirement solo`) rho_k = F_k(w_hat_k), the TRAIN loss of the client's
+solo model w_hat_k, trained by `--rho-steps` local SGD steps (client lr and batch size)
+from the initial global model, once, before federated training (`solo.solo_stats`). The
+requirement may also be given: a constant (`--requirement 0.5`), or a `.npy`/`.txt` file
+of M values (seen clients) or M + U values (seen, then unseen clients); unseen clients of
+an M-value file keep their solo requirement.
+
+The solo models are trained from a key derived from the run's init key with
+`solo_key`, so MaxFL's init and the appeal protocol (`appeal.with_appeal`) compute the
+same solo models.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...core.config import ConfigError, HParams, RunConfig
+from ...core.models import Model
+from ...data.arrays import FederatedData
+from ...local.solo import SoloStats, solo_stats
+
+SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
+
+
+def parse_requirement(value: str) -> None | float | np.ndarray:
+    """`--requirement`: None for "solo", a float constant, or the values of a file."""
+    v = str(value).strip()
+    if v == "solo":
+        return None
+    try:
+        c = float(v)
+    except ValueError:
+        c = None
+    if c is not None:
+        if not math.isfinite(c):
+            raise ConfigError(f"--requirement must be finite (got {v})")
+        return c
+    p = Path(v)
+    if not p.is_file():
+        raise ConfigError(f"--requirement must be 'solo', a number, or a .npy/.txt file of "
+                          f"per-client values; no file '{v}'")
+    try:
+        a = np.load(p) if p.suffix == ".npy" else np.loadtxt(p, ndmin=1)
+        a = np.asarray(a, np.float64).reshape(-1)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--requirement file {p} is not a .npy or text file of numbers: "
+                          f"{e}") from None
+    if a.size == 0 or not np.all(np.isfinite(a)):
+        raise ConfigError(f"--requirement file {p} must hold finite per-client values")
+    return a
+
+
+def solo_key(init_key: jax.Array, which: int) -> jax.Array:
+    """Key of the solo models of the seen (which=0) or unseen (which=1) clients."""
+    return jax.random.fold_in(jax.random.fold_in(init_key, SOLO_TAG), which)
+
+
+def solo_lr(hp: HParams) -> jax.Array:
+    """Learning rate of the solo models: `hp.solo_lr`, or the client lr when it is 0."""
+    return jnp.where(jnp.asarray(hp.solo_lr) > 0, hp.solo_lr, hp.client_lr)
+
+
+def seen_solo(model: Model, cfg: RunConfig, params, mstate, data: FederatedData,
+              init_key: jax.Array, hp: HParams) -> SoloStats:
+    """Solo-model statistics of every seen client (`cfg.rho_steps` steps from `params`)."""
+    return solo_stats(model, params, mstate, data.train, data.test, solo_key(init_key, 0),
+                      solo_lr(hp), steps=cfg.rho_steps, batch_size=cfg.batch_size)
+
+
+def unseen_solo(model: Model, cfg: RunConfig, params, mstate, data: FederatedData,
+                init_key: jax.Array, hp: HParams) -> SoloStats:
+    """Solo-model statistics of every unseen client."""
+    return solo_stats(model, params, mstate, data.unseen_train, data.unseen_test,
+                      solo_key(init_key, 1), solo_lr(hp), steps=cfg.rho_steps,
+                      batch_size=cfg.batch_size)
+
+
+def requirement_values(req: None | float | np.ndarray, solo_train_loss: jax.Array | None,
+                       num_seen: int, num_unseen: int, unseen: bool = False) -> jax.Array:
+    """rho_k of the seen clients ([M]) or, with `unseen`, of the unseen clients ([U]).
+
+    `solo_train_loss` (the solo models' train losses) is used where nothing is given.
+    Raises `ConfigError` when a file holds neither M nor M + U values.
+    """
+    n = num_unseen if unseen else num_seen
+    if req is None:
+        return solo_train_loss
+    if isinstance(req, float):
+        return jnp.full((n,), req, jnp.float32)
+    if req.size not in (num_seen, num_seen + num_unseen):
+        raise ConfigError(f"--requirement file has {req.size} values: give one per seen client "
+                          f"({num_seen}) or per seen and unseen client ({num_seen + num_unseen})")
+    if not unseen:
+        return jnp.asarray(req[:num_seen], jnp.float32)
+    if req.size == num_seen:
+        return solo_train_loss
+    return jnp.asarray(req[num_seen:], jnp.float32)

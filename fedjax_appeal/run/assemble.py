@@ -1,0 +1,50 @@
+"""The one place that turns a `RunConfig` into what a run needs: data, model, algorithm.
+
+`experiment.run_config` (the `run` command and `reproduce`) and `sweep.sweep` both call
+`assemble`, so a configuration means the same composition wherever it runs: the data
+loaded and partitioned from `cfg` (seeded), the model `cfg.model` for those data, the
+registered algorithm `cfg.algorithm` with its executor (`cfg.client_chunk`, the given mesh)
+and, with `cfg.appeal`, the appeal protocol of MaxFL around it (`appeal.with_appeal`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from ..algorithms import FederatedAlgorithm, build
+from ..core.config import RunConfig
+from ..core.models import Model, model_for
+from ..core.round import Executor
+from ..data import Dataset, FederatedData, load_federated
+from ..protocols.appeal.appeal import with_appeal
+
+
+class Assembled(NamedTuple):
+    alg: FederatedAlgorithm
+    model: Model
+    data: FederatedData
+    dataset: Dataset | None
+    load_s: float  # seconds spent loading the data (0 when they were given)
+
+
+def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
+             dataset: Dataset | None = None, mesh=None) -> Assembled:
+    """Data (unless given), model, algorithm (+ appeal protocol) of `cfg`.
+
+    Args:
+      cfg: the run's configuration (validated by the caller).
+      data, dataset: an already loaded federation of `cfg` (several algorithms, one
+        partition); None loads it.
+      mesh: the run's `distributed` mesh (built once by the caller), over which the cohort
+        is sharded; None = one device.
+    """
+    t0 = time.perf_counter()
+    if data is None:
+        data, dataset = load_federated(cfg)
+    load_s = time.perf_counter() - t0
+    model = model_for(cfg.model, data, dataset)
+    alg = build(cfg.algorithm, model, cfg, executor=Executor(cfg.client_chunk, mesh))
+    if cfg.appeal:  # the appeal protocol around every algorithm
+        alg = with_appeal(alg, model, cfg)
+    return Assembled(alg, model, data, dataset, load_s)

@@ -1,0 +1,90 @@
+"""One configured run end to end: data -> model -> algorithm -> simulation -> results dict."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import __version__
+from ..core.config import HParams, RunConfig
+from ..data import Dataset, FederatedData
+from ..execute.distributed import fetch
+from ..protocols.appeal.appeal import personalize
+from .assemble import assemble
+from .simulate import SimulationResult, simulate
+from .validate import validate
+
+
+def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: FederatedData,
+                    hp: HParams) -> dict[str, Any] | None:
+    """Personalization after training (`appeal.personalize`): scalars go into the last
+    history entry, and the whole block (with per-client arrays) is returned."""
+    if cfg.finetune_steps <= 0 or not sim.history:
+        return None
+    t0 = time.perf_counter()
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
+    out = fetch(jax.jit(lambda s, d, k, h: personalize(model, cfg, s, d, k, h))(
+        sim.final_state, data, key, hp.as_arrays()))
+    block = {k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist())
+             for k, v in out.items()}
+    sim.history[-1].update({k: v for k, v in block.items() if isinstance(v, float)})
+    sim.timing["finetune_s"] = time.perf_counter() - t0
+    return {"finetune_steps": cfg.finetune_steps, "round": sim.history[-1]["round"], **block}
+
+
+def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None,
+               dataset: Dataset | None = None,
+               on_eval: Callable[[dict[str, float]], None] | None = None
+               ) -> tuple[dict[str, Any], SimulationResult]:
+    """Run `cfg` with hyperparameters `hp`; returns (results dict, raw simulation result).
+
+    `data`/`dataset` reuse an already loaded federation (same partition for several
+    algorithms); otherwise the data are loaded and partitioned from `cfg` (seeded).
+    """
+    validate(cfg, hp)
+    ckpt, mesh = _scale_options(cfg, hp)  # the mesh is built once, here
+    alg, model, data, dataset, load_s = assemble(cfg, data=data, dataset=dataset, mesh=mesh)
+    sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
+                   eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
+                   resume=bool(cfg.resume), mesh=mesh)
+    personalized = finetune_report(model, cfg, sim, data, hp) if cfg.appeal else None
+    results = {
+        "config": {**dataclasses.asdict(cfg), "model": model.name},
+        "hparams": {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+        "data": {"clients": data.num_clients, "unseen_clients": data.num_unseen,
+                 "train_samples": data.train.num_samples, "test_samples": data.test.num_samples,
+                 "num_classes": data.num_classes, "input_shape": list(data.input_shape)},
+        "history": sim.history,
+        "timing": {**sim.timing, "load_s": load_s},
+        "round_metrics": {k: v.tolist() for k, v in sim.round_metrics.items()},
+        "participation": np.asarray(fetch(sim.final_state.participation)).tolist(),
+        "final_clients": sim.final_eval,
+        **({"personalized": personalized} if personalized else {}),
+        "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,
+                        "backend": jax.default_backend(), "python": platform.python_version(),
+                        "machine": platform.machine()},
+    }
+    return results, sim
+
+
+def _scale_options(cfg: RunConfig, hp: HParams):
+    """(Checkpointer or None, mesh or None) of a run (see checkpoint.py, distributed.py)."""
+    from ..execute.distributed import make_mesh
+    from .checkpoint import Checkpointer, check_compatible, read_meta
+
+    config = dataclasses.asdict(cfg)
+    hparams = {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)}
+    if cfg.resume:
+        check_compatible(read_meta(cfg.resume), config, hparams, cfg.resume)
+    directory = cfg.resume or cfg.out
+    ckpt = (Checkpointer(Path(directory), cfg.checkpoint_every,
+                         {"config": config, "hparams": hparams, "seed": cfg.seed})
+            if directory else None)
+    return ckpt, make_mesh(cfg.devices)

@@ -1,0 +1,470 @@
+"""Hyperparameter sweeps as one compiled program: `jax.vmap` over (HParams, seed).
+
+Every grid key that is a field of `HParams` (learning rates, FedProx mu, MaxFL epsilon,
+...) only enters arithmetic, so all its values and all seeds run as ONE vmapped program:
+the server state, the hyperparameters and the run keys get a leading "combination" axis,
+and the chunk of rounds (`simulate.make_chunk`) and the evaluation are vmapped over it.
+Grid keys that are fields of `RunConfig` (local steps, batch size, cohort, model,
+algorithm, ...) change shapes or program structure; each of their combinations is a
+separate group with its own compilation.
+
+With `cfg.appeal` (the default) every run gets the appeal protocol of MaxFL, as
+`fedjax-appeal run` does (`appeal.with_appeal`: solo models per combination, since they
+depend on the client lr; GM-Appeal / preferred-model metrics; opt-out participation), so a
+sweep can rank configurations by `gm_appeal_seen`. Fine-tuning personalization
+(`--finetune-steps`) is evaluated by `run` only, not by sweeps.
+
+Seeds vary the run key (model init, cohort sampling, minibatches, dropout) exactly as
+`simulate(..., key=jax.random.key(seed))` does, so row i of a sweep equals the run of its
+configuration by `simulate` (up to float reassociation of the batched matmuls). The data
+partition is fixed by `data_seed(cfg)` for a static group (one federation, all its runs on
+it); `--grid data_seed=0,1,2` makes the partition a static key, one federation per value.
+
+When the vmapped batch would not fit in memory, a group's combinations run in batches of
+`max_parallel` one after another (estimated from the parameter count, cohort, batch size
+and the device's memory; see `auto_parallel`). A batch that is not full is padded with
+copies of its first combination, so every batch of a group reuses one compilation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..core.config import ConfigError, HParams, RunConfig, data_fields, field_names
+from ..core.memory import memory_budget
+from ..data import Dataset, FederatedData, load_federated
+from ..evaluate.metrics import summarize
+from .assemble import assemble
+from .loop import Hooks, run_loop, stop_points
+from .simulate import eval_rounds, make_chunk, split_key
+from .validate import validate
+
+# Keys a grid may not sweep (they name the sweep itself or its output).
+FORBIDDEN = {"seed": "give training seeds with --seeds (the partition seed is --seed)",
+             "out": "the sweep writes one output folder (--out)",
+             "resume": "continue a sweep with --resume OUT",
+             "checkpoint_every": "all runs of a sweep share --checkpoint-every",
+             "rounds": "all runs of a sweep share --rounds", "eval_every":
+             "all runs of a sweep share --eval-every"}
+
+
+@dataclasses.dataclass
+class SweepResult:
+    rows: list[dict[str, Any]]  # one per (config, seed): hparams, static, seed, history, final
+    summary: list[dict[str, Any]]  # one per config: mean/std of the metric over seeds, ranked
+    best: dict[str, Any]  # the first entry of `summary`
+    timing: dict[str, Any]
+
+
+def _convert(key: str, raw: Any) -> Any:
+    """A grid value (string from the CLI, or a Python value) as the field's type."""
+    types = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__)
+             for f in dataclasses.fields(RunConfig)}
+    t = "float" if key in field_names(HParams) else types[key]
+    try:
+        if t == "float":
+            v = float(raw)
+            if not math.isfinite(v):
+                raise ValueError
+            return v
+        if t == "int":
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError
+            return int(raw)
+        if t == "bool":
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                return str(raw).lower() in ("1", "true", "yes", "on")
+            raise ValueError
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"grid {key}: {raw!r} is not a valid {t} value") from None
+
+
+def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
+    """Validate grid keys and convert values; raises `ConfigError` (one line) on bad input."""
+    known_hp, known_run = set(field_names(HParams)), set(field_names(RunConfig))
+    out: dict[str, list[Any]] = {}
+    for key, values in grid.items():
+        k = key.replace("-", "_")
+        if k in FORBIDDEN:
+            raise ConfigError(f"grid key '{key}' cannot be swept: {FORBIDDEN[k]}")
+        if k not in known_hp and k not in known_run:
+            close = [n for n in sorted(known_hp | known_run) if k in n or n in k][:3]
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise ConfigError(f"unknown grid key '{key}'{hint}; use a field of HParams "
+                              "(e.g. client_lr) or RunConfig (e.g. local_steps)")
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
+            raise ConfigError(f"grid {key}: give a non-empty list of values")
+        vals = [_convert(k, v) for v in values]
+        if len(set(vals)) != len(vals):
+            raise ConfigError(f"grid {key}: repeated value in {list(values)}")
+        out[k] = vals
+    return out
+
+
+def groups_of(cfg: RunConfig, grid: dict[str, list[Any]]) -> list[RunConfig]:
+    """The configuration of each static group of a checked grid (RunConfig keys only)."""
+    run_keys = [k for k in grid if k not in field_names(HParams)]
+    return [cfg.replace(**dict(zip(run_keys, v, strict=True)))
+            for v in itertools.product(*(grid[k] for k in run_keys))]
+
+
+def parse_grid_arg(text: str) -> tuple[str, list[str]]:
+    """'client_lr=0.1,0.05' -> ('client_lr', ['0.1', '0.05'])."""
+    if "=" not in text:
+        raise ConfigError(f"--grid {text!r}: write KEY=V1,V2,... (e.g. client_lr=0.1,0.05)")
+    key, _, vals = text.partition("=")
+    items = [v.strip() for v in vals.split(",") if v.strip()]
+    if not key.strip() or not items:
+        raise ConfigError(f"--grid {text!r}: write KEY=V1,V2,... (e.g. client_lr=0.1,0.05)")
+    return key.strip(), items
+
+
+def _stack(hps: list[HParams]) -> HParams:
+    arrs = [h.as_arrays() for h in hps]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *arrs)
+
+
+def combo_bytes(n_params: int, cfg: RunConfig, data: FederatedData) -> int:
+    """Rough bytes one vmapped run needs at peak (float32).
+
+    Per cohort client: delta, local params, gradients, optimiser slot (4 copies of the
+    parameters) and the minibatch activations; plus the server state (params, optimiser
+    state) and the evaluation chunk of 2048 rows.
+    """
+    in_dim = int(np.prod(data.input_shape))
+    per_client = 4 * n_params + 4 * cfg.batch_size * (in_dim + 512)
+    return 4 * (cfg.cohort * per_client // 4 + 6 * n_params + 2048 * (in_dim + 512))
+
+
+def auto_parallel(n_params: int, cfg: RunConfig, data: FederatedData,
+                  budget: int | None = None) -> int:
+    """How many runs fit in one vmapped batch (at least 1)."""
+    budget = memory_budget() if budget is None else budget
+    return max(1, int(budget // max(1, combo_bytes(n_params, cfg, data))))
+
+
+def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
+              eval_every: int, compiled: dict, progress: Callable[[str], None] | None = None,
+              label: str = "", mesh=None, restore: Callable | None = None,
+              save: Callable | None = None, save_every: int = 0
+              ) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
+    """Run P combinations (stacked `hps` [P], `seeds` [P]) as one vmapped program.
+
+    Returns per combination its history (same schedule as `simulate`), per-round scalar
+    metrics [P, rounds], and timing. `compiled` caches executables across batches of a group.
+
+    Args:
+      mesh: a `distributed` mesh: the combination axis (P, a multiple of the mesh size) is
+        sharded over its devices (every process's, with several processes), the data
+        replicated.
+      restore: `restore(state_template)` -> (state, round, histories, per_round) of a
+        saved batch, or None (start at round 0).
+      save, save_every: `save(state, round, histories, per_round)` every `save_every`
+        rounds (and, on Ctrl-C, at the last finished chunk before `KeyboardInterrupt` is
+        raised again).
+    """
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from ..execute.distributed import AXIS, fetch, replicate, shard_leading
+
+    p = int(seeds.shape[0])
+    timing = {"compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
+    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+    k_init, k_train = jax.vmap(split_key)(keys)
+    out = {}  # every output has the combination axis first: keep it sharded
+    if mesh is not None:
+        data = replicate(data, mesh)
+        hps, k_init, k_train = shard_leading((hps, k_init, k_train), mesh)
+        out = {"out_shardings": NamedSharding(mesh, PartitionSpec(AXIS))}
+    if "init" not in compiled:
+        t = time.perf_counter()
+        compiled["init"] = jax.jit(jax.vmap(alg.init, in_axes=(0, None, 0)), **out).lower(
+            k_init, data, hps).compile()
+        timing["compile_s"] += time.perf_counter() - t
+    state = compiled["init"](k_init, data, hps)
+    if "eval" not in compiled:
+        t = time.perf_counter()
+        compiled["eval"] = jax.jit(jax.vmap(alg.evaluate, in_axes=(0, None, 0)), **out).lower(
+            state, data, hps).compile()
+        timing["compile_s"] += time.perf_counter() - t
+    chunk = jax.vmap(make_chunk(alg), in_axes=(0, None, 0, 0, None))
+    histories: list[list[dict]] = [[] for _ in range(p)]
+    per_round: list[dict[str, np.ndarray]] = []
+
+    def entries(r: int, st) -> list[dict]:
+        t0 = time.perf_counter()
+        ev = fetch(compiled["eval"](st, data, hps))
+        timing["eval_s"] += time.perf_counter() - t0
+        return [{"round": r, **summarize(jax.tree.map(lambda a, i=i: a[i], ev))}
+                for i in range(p)]
+
+    def record(r: int, st):
+        for h, e in zip(histories, entries(r, st), strict=True):
+            h.append(e)
+
+    r = 0
+    restored = restore(state) if restore is not None else None
+    if restored is not None:
+        state, r, histories, per_round = restored
+        histories = [list(h) for h in histories]
+        if mesh is not None:
+            state = shard_leading(state, mesh)
+    else:
+        record(0, state)
+    start = r
+    evals = set(eval_rounds(rounds, eval_every))
+    saves = set(range(save_every, rounds, save_every)) if save and save_every > 0 else set()
+    t_start = time.perf_counter()
+
+    def advance(st, r, stop):
+        rarr = jnp.arange(r, stop, dtype=jnp.int32)
+        ck = ("chunk", stop - r)
+        if ck not in compiled:
+            t = time.perf_counter()
+            compiled[ck] = jax.jit(chunk, **out).lower(st, data, k_train, hps, rarr).compile()
+            timing["compile_s"] += time.perf_counter() - t
+        t0 = time.perf_counter()
+        new_state, metrics = compiled[ck](st, data, k_train, hps, rarr)
+        jax.block_until_ready(new_state)
+        timing["run_s"] += time.perf_counter() - t0
+        return new_state, {k: np.asarray(v) for k, v in fetch(metrics).items()
+                           if np.ndim(v) == 2}  # [P, L] scalars per round
+
+    def commit(stop, new_state, m):
+        ev = entries(stop, new_state) if stop in evals else None
+        per_round.append(m)  # commit the chunk (a Ctrl-C before this keeps round r)
+        if ev is not None:
+            for h, e in zip(histories, ev, strict=True):
+                h.append(e)
+
+    def after(r, st):
+        if r in saves:
+            save(st, r, histories, per_round)
+        if progress is not None and r in evals:
+            el = time.perf_counter() - t_start
+            best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
+                       key=lambda v: -1 if v != v else v)
+            progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
+                     f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
+
+    def interrupted(r, st):
+        if save is not None and r > start:
+            save(st, r, histories, per_round)
+
+    run_loop(state, start, stop_points(start, evals, saves), advance,
+             Hooks(commit=commit, after=after, interrupted=interrupted))
+    rm = ({k: np.concatenate([m[k] for m in per_round], axis=1) for k in per_round[0]}
+          if per_round else {})
+    return histories, rm, timing
+
+
+def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
+    """Refuse a ranking metric the history will not hold, before anything trains.
+
+    The history keys come from `metrics.summarize` applied to zeros of the shapes that
+    `alg.evaluate` returns (`jax.eval_shape`: nothing is computed).
+    """
+    hp = hp.as_arrays()
+    state = jax.eval_shape(alg.init, jax.random.key(0), data, hp)
+    shapes = jax.eval_shape(alg.evaluate, state, data, hp)
+    zeros = jax.tree.map(lambda a: np.ones(a.shape, a.dtype), shapes)
+    with np.errstate(all="ignore"):
+        keys = [k for k in summarize(zeros) if k != "round"]
+    if metric not in keys:
+        import difflib
+
+        close = difflib.get_close_matches(metric, keys, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"--metric {metric!r} is not in the history{hint}; choose one of: "
+                          + ", ".join(keys))
+
+
+def _lower_is_better(metric: str) -> bool:
+    return "loss" in metric
+
+
+def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
+                    ) -> list[dict[str, Any]]:
+    """Per configuration: mean/std over seeds of the final `metric`, best first.
+
+    `mode` is "max", "min" or "auto" (min for metrics whose name contains "loss").
+    Diverged runs (NaN) rank last.
+    """
+    lower = _lower_is_better(metric) if mode == "auto" else mode == "min"
+    by: dict[str, list[dict]] = {}
+    for row in rows:
+        by.setdefault(row["label"], []).append(row)
+    out = []
+    for label, rs in by.items():
+        vals = np.array([r["final"].get(metric, float("nan")) for r in rs], dtype=float)
+        ok = np.isfinite(vals).all()
+        out.append({"label": label, "static": rs[0]["static"], "hparams": rs[0]["hparams"],
+                    "seeds": [r["seed"] for r in rs], "values": vals.tolist(),
+                    f"{metric}_mean": float(vals.mean()) if ok else float("nan"),
+                    f"{metric}_std": float(vals.std()) if ok else float("nan")})
+    key = f"{metric}_mean"
+
+    def rank(e):
+        v = e[key]
+        return (1, 0.0) if not math.isfinite(v) else (0, v if lower else -v)
+
+    return sorted(out, key=rank)
+
+
+def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], *,
+          hp: HParams | None = None, metric: str = "test_acc_seen", mode: str = "auto",
+          max_parallel: int = 0, data: FederatedData | None = None,
+          dataset: Dataset | None = None, progress: Callable[[str], None] | None = None,
+          checkpoint=None, resume: bool = False, mesh=None) -> SweepResult:
+    """Run every (grid point, seed) of `cfg.algorithm`; HParams keys share one program.
+
+    Args:
+      cfg: the base configuration (its `seed` fixes the data partition).
+      grid: key -> list of values; keys are `HParams` fields (vmapped) or `RunConfig`
+        fields (a compilation per combination of their values).
+      seeds: training seeds; each configuration runs once per seed.
+      hp: base hyperparameters for keys not in the grid.
+      metric, mode: the metric of the final evaluation that ranks configurations (mean over
+        seeds; mode "max", "min" or "auto" = min for losses).
+      max_parallel: runs per vmapped batch (0 = as many as fit, see `auto_parallel`).
+      data, dataset: an already loaded federation for `cfg` (reused by groups whose data
+        fields equal `cfg`'s).
+      progress: called with one-line progress messages.
+      checkpoint: a `checkpoint.SweepCheckpoint`: finished batches' rows are saved after
+        each batch, the running batch every `checkpoint.every` rounds and on Ctrl-C.
+      resume: continue from `checkpoint` (finished batches are not run again; a saved
+        running batch continues at its round), giving the rows of an uninterrupted sweep.
+      mesh: a `distributed` mesh over which each batch's combinations are sharded (the
+        batch size is rounded up to a multiple of its size); None = one device.
+    """
+    hp = hp or HParams()
+    grid = check_grid(grid)
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ConfigError("give at least one seed (--seeds 0,1,2)")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"repeated seed in --seeds {seeds}")
+    if max_parallel < 0:
+        raise ConfigError(f"--max-parallel must be >= 0 (got {max_parallel})")
+    hp_keys = [k for k in grid if k in field_names(HParams)]
+    run_keys = [k for k in grid if k not in hp_keys]
+    statics = [dict(zip(run_keys, v, strict=True))
+               for v in itertools.product(*(grid[k] for k in run_keys))]
+    points = [dict(zip(hp_keys, v, strict=True))
+              for v in itertools.product(*(grid[k] for k in hp_keys))]
+    say = progress or (lambda msg: None)
+    # Validate everything before running anything.
+    groups = []
+    for st in statics:
+        cfg_g = cfg.replace(**st)
+        hps = [hp.replace(**pt) for pt in points]
+        for h in hps:
+            validate(cfg_g, h)
+        groups.append((st, cfg_g, hps))
+
+    data_cache: dict[Any, tuple[FederatedData, Dataset]] = {}
+
+    def data_key(c: RunConfig):
+        return tuple(getattr(c, f) for f in data_fields())
+
+    if data is not None:
+        data_cache[data_key(cfg)] = (data, dataset)
+    rows: list[dict[str, Any]] = []
+    timing: dict[str, Any] = {"groups": []}
+    t_all = time.perf_counter()
+    n_runs = len(statics) * len(points) * len(seeds)
+    done = checkpoint.finished() if (checkpoint is not None and resume) else {}
+    spec_par = (checkpoint.spec.get("parallel", {}) if checkpoint is not None else {})
+    n_dev = 1 if mesh is None else int(mesh.devices.size)
+    for gi, (st, cfg_g, hps) in enumerate(groups):
+        dk = data_key(cfg_g)
+        if dk not in data_cache:
+            data_cache[dk] = load_federated(cfg_g)
+        gdata, gds = data_cache[dk]
+        # the grid, not the cohort, is sharded in a sweep: the algorithm gets no mesh;
+        # `assemble` composes it exactly as `experiment.run_config` does
+        cfg_b = cfg_g.replace(devices=1)
+        alg, model, _, _, _ = assemble(cfg_b, data=gdata, dataset=gds, mesh=None)
+        if gi == 0:
+            check_metric(alg, gdata, hps[0], metric)
+            say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
+                f"x {len(statics)} static group(s) = {n_runs} runs, {cfg.rounds} rounds each")
+        combos = [(pi, s) for pi in range(len(points)) for s in seeds]
+        n_params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(
+            jax.eval_shape(model.init, jax.random.key(0))[0]))
+        par = max_parallel or auto_parallel(n_params, cfg_g, gdata)
+        par = min(par, len(combos))
+        par = -(-par // n_dev) * n_dev  # whole rows per device
+        par = int(spec_par.get(str(gi), par))  # a resumed sweep keeps its batches
+        if checkpoint is not None and spec_par.get(str(gi)) is None:
+            spec_par[str(gi)] = par
+            checkpoint.spec["parallel"] = spec_par
+            checkpoint.write_spec()
+        n_batches = -(-len(combos) // par)
+        compiled: dict = {}
+        g_t = {"static": st, "runs": len(combos), "parallel": par, "batches": n_batches,
+               "compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
+        gname = ", ".join(f"{k}={v}" for k, v in st.items()) or "all"
+        for bi in range(n_batches):
+            batch = combos[bi * par:(bi + 1) * par]
+            padded = batch + [batch[0]] * (par - len(batch))
+            stacked = _stack([hps[pi] for pi, _ in padded])
+            bseeds = np.array([s for _, s in padded], dtype=np.uint32)
+            label = (f"[group {gi + 1}/{len(groups)} ({gname}) batch {bi + 1}/{n_batches}, "
+                     f"{len(batch)} runs] ")
+            bkey = f"{gi}/{bi}"
+            if bkey in done:  # finished before the interruption
+                for row in done[bkey]:
+                    rows.append({**row, "id": len(rows)})
+                say(f"{label}finished before: taken from the checkpoint")
+                continue
+            ck_kw = {}
+            if checkpoint is not None:
+                ck_kw = dict(
+                    restore=(lambda tmpl, bkey=bkey: checkpoint.load_batch(bkey, tmpl))
+                    if resume else None,
+                    save=lambda *a, bkey=bkey: checkpoint.save_batch(bkey, *a),
+                    save_every=checkpoint.every)
+            hist, rm, t = run_batch(alg, gdata, stacked, bseeds, rounds=cfg_g.rounds,
+                                    eval_every=cfg_g.eval_every, compiled=compiled,
+                                    progress=say, label=label, mesh=mesh, **ck_kw)
+            for k in ("compile_s", "run_s", "eval_s"):
+                g_t[k] += t[k]
+            first = len(rows)
+            for i, (pi, s) in enumerate(batch):
+                finite = rm.get("params_finite")
+                bad = (np.flatnonzero(~finite[i].astype(bool)) if finite is not None
+                       else np.array([], int))
+                pt = points[pi]
+                lab = ", ".join([f"{k}={v}" for k, v in st.items()]
+                                + [f"{k}={v:g}" for k, v in pt.items()]) or "base"
+                rows.append({
+                    "id": len(rows), "label": lab, "static": st, "hparams": pt, "seed": s,
+                    "final": hist[i][-1], "history": hist[i],
+                    "diverged_round": int(bad[0]) + 1 if bad.size else None,
+                    "cohort_loss": rm["cohort_loss"][i].tolist() if "cohort_loss" in rm
+                    else []})
+            if checkpoint is not None:
+                done[bkey] = rows[first:]
+                checkpoint.save_rows(done)
+                checkpoint.clear_batch()
+        g_t["sec_per_round_per_run"] = g_t["run_s"] / max(1, cfg_g.rounds * len(combos))
+        timing["groups"].append(g_t)
+        say(f"group {gi + 1}/{len(groups)} ({gname}) done: {len(combos)} runs in "
+            f"{n_batches} batch(es) of {par}, compile {g_t['compile_s']:.1f}s, "
+            f"train {g_t['run_s']:.1f}s, eval {g_t['eval_s']:.1f}s")
+    timing["total_s"] = time.perf_counter() - t_all
+    summary = summarize_sweep(rows, metric, mode)
+    return SweepResult(rows, summary, summary[0] if summary else {}, timing)

@@ -1,0 +1,347 @@
+"""Checks of a configuration before anything runs; each failure is one actionable line."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..aggregate.aggregation import AGGREGATIONS
+from ..aggregate.server import SERVER_OPTS
+from ..algorithms import ALGORITHMS
+from ..core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
+from ..core.models import MODELS
+from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
+
+
+def validate(cfg: RunConfig, hp: HParams) -> None:
+    """Raise `ConfigError` for the first problem found in (cfg, hp)."""
+    npz = cfg.dataset.startswith("npz:")  # your own arrays: checked by their file
+    for registry, name in ((ALGORITHMS, cfg.algorithm), (DATASETS, None if npz else cfg.dataset),
+                           (PARTITIONS, cfg.partition), (MODELS, cfg.model),
+                           (SELECTORS, cfg.selector), (AGGREGATIONS, cfg.aggregation),
+                           (SERVER_OPTS, cfg.server_opt)):
+        if name is not None:
+            registry.check(name)
+    if npz:
+        _check_npz(cfg.dataset[4:])
+    if cfg.log:
+        from .tracking import check_available, parse_kinds
+
+        check_available(parse_kinds(cfg.log))
+    if cfg.input_scale < 0:
+        raise ConfigError(f"--input-scale {cfg.input_scale}: must be > 0 (or 0 for the default)")
+    if cfg.input_scale and not npz:
+        raise ConfigError("--input-scale applies to --dataset npz:PATH only (registered "
+                          "datasets carry their own scale)")
+    for name in ("clients", "cohort", "local_steps", "batch_size"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})")
+    if cfg.rounds < 1:
+        raise ConfigError(f"--rounds must be >= 1 (got {cfg.rounds}): a run trains at least one "
+                          "round; to only evaluate the initial model use --rounds 1")
+    if cfg.eval_every < 1:
+        raise ConfigError(f"--eval-every must be >= 1 (got {cfg.eval_every}): to evaluate only "
+                          f"at the start and the end use --eval-every {max(cfg.rounds, 1)} "
+                          "(= --rounds)")
+    for name in ("unseen_clients", "max_samples", "min_samples"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
+    if cfg.cohort > cfg.clients:
+        raise ConfigError(f"--cohort {cfg.cohort} is larger than --clients {cfg.clients}: lower "
+                          "the cohort or raise the number of clients")
+    if not 0.0 < cfg.train_fraction < 1.0:
+        raise ConfigError(f"--train-fraction must be in (0, 1) (got {cfg.train_fraction})")
+    if cfg.partition == "dirichlet" and cfg.alpha <= 0:
+        raise ConfigError(f"--alpha must be > 0 for the Dirichlet partition (got {cfg.alpha})")
+    for name in ("label_flip_fraction", "flip_ratio", "byzantine_fraction"):
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1] "
+                              f"(got {getattr(cfg, name)})")
+    for f in dataclasses.fields(hp):
+        v = float(getattr(hp, f.name))
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ConfigError(f"--{f.name.replace('_', '-')} must be finite (got {v})")
+    if float(hp.client_lr) <= 0:
+        raise ConfigError(f"--client-lr must be > 0 (got {float(hp.client_lr)})")
+    if float(hp.solo_lr) < 0:
+        raise ConfigError(f"--solo-lr must be >= 0 or 'same' (0 = same = the client lr; got "
+                          f"{float(hp.solo_lr)})")
+    if float(hp.server_lr) <= 0:
+        raise ConfigError(f"--server-lr must be > 0 (got {float(hp.server_lr)})")
+    if float(hp.prox_mu) < 0:
+        raise ConfigError(f"--prox-mu must be >= 0 (got {float(hp.prox_mu)})")
+    # Baselines (branch baselines)
+    if cfg.perfedavg_variant not in ("fo", "hf"):
+        raise ConfigError(f"unknown --perfedavg-variant '{cfg.perfedavg_variant}'; choose fo "
+                          "or hf")
+    if cfg.pfedme_k < 1:
+        raise ConfigError(f"--pfedme-k must be >= 1 (got {cfg.pfedme_k})")
+    for name in ("qffl_q", "afl_q", "mwfed_eta", "perfedavg_alpha", "perfedavg_delta"):
+        if float(getattr(hp, name)) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 "
+                              f"(got {float(getattr(hp, name))})")
+    for name in ("perfedavg_beta", "pfedme_lambda", "pfedme_lr", "pfedme_beta"):
+        if float(getattr(hp, name)) <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be > 0 "
+                              f"(got {float(getattr(hp, name))})")
+    # --- appeal protocol ---
+    from ..core.config import APPEAL_DEFS
+
+    if cfg.appeal_def not in APPEAL_DEFS:
+        raise ConfigError(f"--appeal-def must be one of: {', '.join(APPEAL_DEFS)} "
+                          f"(got {cfg.appeal_def!r})")
+    if cfg.cluster_labels not in ("random", "pairs"):
+        raise ConfigError(f"--cluster-labels must be random or pairs (got {cfg.cluster_labels!r})")
+    for name in ("rho_steps", "finetune_steps"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
+    from ..protocols.appeal.requirement import parse_requirement
+
+    solo_rho = parse_requirement(cfg.requirement) is None
+    if cfg.rho_steps < 1 and (cfg.appeal or (solo_rho and cfg.algorithm in ("maxfl", "incfl"))):
+        raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
+    if float(hp.maxfl_eps) < 0:
+        raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")
+    # --- client selection ---
+    _validate_selection(cfg, hp)
+
+
+def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
+    """Options of the poc / divfl / subtrunc / unionfl selectors."""
+    if cfg.poc_d and not cfg.cohort <= cfg.poc_d <= cfg.clients:
+        raise ConfigError(f"--poc-d {cfg.poc_d} must lie between --cohort {cfg.cohort} and "
+                          f"--clients {cfg.clients} (0 = 2 x cohort)")
+    for name in ("greedy_candidates", "feature_refresh", "feature_dim"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
+    if not 0.0 <= cfg.greedy_epsilon < 1.0:
+        raise ConfigError(f"--greedy-epsilon must lie in [0, 1) (got {cfg.greedy_epsilon}); "
+                          "0 = use --greedy-candidates")
+    if cfg.union_window < 1:
+        raise ConfigError(f"--union-window must be >= 1 (got {cfg.union_window})")
+    if cfg.distance_budget_mb <= 0:
+        raise ConfigError(f"--distance-budget-mb must be > 0 (got {cfg.distance_budget_mb})")
+    for name, choices in (("selector_features", ("grad", "delta")),
+                          ("union_base", ("divfl", "subtrunc")),
+                          ("subtrunc_phi", ("log", "identity")),
+                          ("selector_objective", ("raw", "normalized"))):
+        if getattr(cfg, name) not in choices:
+            raise ConfigError(f"--{name.replace('_', '-')} must be one of: {', '.join(choices)} "
+                              f"(got {getattr(cfg, name)!r})")
+    if float(hp.subtrunc_lambda) < 0 or float(hp.union_mu) < 0:
+        raise ConfigError("--subtrunc-lambda and --union-mu must be >= 0")
+    # --- Exp-alpha, heterogeneity generators
+    if float(hp.exp_alpha) <= 0:
+        raise ConfigError(f"--exp-alpha must be > 0 (got {float(hp.exp_alpha)})")
+    # --- scale ---
+    if cfg.checkpoint_every < 0:
+        raise ConfigError(f"--checkpoint-every must be >= 0 (got {cfg.checkpoint_every})")
+    if cfg.client_chunk < -1:
+        raise ConfigError(f"--client-chunk must be >= -1 (got {cfg.client_chunk}); 0 = auto, "
+                          "-1 = never")
+    if cfg.devices < 0:
+        raise ConfigError(f"--devices must be >= 0 (got {cfg.devices}); 0 = all")
+    if (cfg.selector in ("divfl", "subtrunc", "unionfl") and cfg.selector_features == "delta"
+            and 0 < cfg.client_chunk < cfg.cohort):
+        raise ConfigError(DELTA_CHUNK_ERROR)
+
+
+
+# Options that a combination ignores: (option, default, why it is ignored or None).
+# Checked only for keys the user gave (flag, config file, grid), so library callers that
+# build a RunConfig keep the defaults of unrelated fields without error.
+_NO_AGGREGATION = ("maxfl", "incfl", "mwfed", "qffl", "afl")  # their own weight rules
+_SUBMODULAR = ("divfl", "subtrunc", "unionfl")
+
+
+def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
+    """Why option `key` has no effect in `cfg`, or None if it has one."""
+    appeal_keys = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
+    if key in appeal_keys and not cfg.appeal:
+        return "it belongs to the appeal protocol, which --no-appeal turns off"
+    if key == "aggregation" and cfg.algorithm in _NO_AGGREGATION:
+        return f"{cfg.algorithm} computes its own aggregation weights"
+    if key == "alpha" and (cfg.partition != "dirichlet" or cfg.imbalance_ratios):
+        return "it is the Dirichlet concentration (--partition dirichlet)"
+    if key in ("num_clusters", "labels_per_cluster", "cluster_labels") and \
+            cfg.partition != "clusters":
+        return "it configures --partition clusters"
+    if key == "classes_per_client" and cfg.partition != "classes":
+        return "it configures --partition classes"
+    if key in ("synthetic_alpha", "synthetic_beta") and cfg.dataset != "synthetic":
+        return "it configures --dataset synthetic"
+    if key == "perfedavg_variant" and cfg.algorithm != "perfedavg":
+        return "it configures --algorithm perfedavg"
+    if key == "pfedme_k" and cfg.algorithm != "pfedme":
+        return "it configures --algorithm pfedme"
+    if key == "poc_d" and cfg.selector != "poc":
+        return "it configures --selector poc"
+    if key in ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
+               "distance_budget_mb", "greedy_epsilon", "selector_objective") and \
+            cfg.selector not in _SUBMODULAR:
+        return f"it configures the selectors {', '.join(_SUBMODULAR)}"
+    if key in ("union_window", "union_base") and cfg.selector != "unionfl":
+        return "it configures --selector unionfl"
+    if key == "subtrunc_phi" and not (cfg.selector == "subtrunc" or (
+            cfg.selector == "unionfl" and cfg.union_base == "subtrunc")):
+        return "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
+    if key == "flip_ratio" and cfg.label_flip_fraction == 0:
+        return "it configures label flipping (--label-flip-fraction > 0)"
+    return None
+
+
+def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") -> None:
+    """Refuse an option the user gave that the combination `cfg` ignores (names it)."""
+    for key in sorted(given):
+        why = _ignored_reason(key, cfg)
+        if why is not None:
+            raise ConfigError(f"--{key.replace('_', '-')} has no effect here{where}: {why}; "
+                              "drop it or change the combination")
+
+
+# Files and label arrays whose lengths give a source's number of rows (see data/sources.py).
+_NPZ_ROWS = {"mnist": ("mnist.npz", ("y_train", "y_test")),
+             "usps": ("usps.npz", ("y_train", "y_test")),
+             "mnistm": ("mnistm_subset.npz", ("y_train", "y_test")),
+             "cifar10": ("cifar10_jpeg.npz", ("y_train", "y_test")),
+             "femnist": ("femnist_partial.npz", ("y",)),
+             "sent140": ("sent140_subset.npz", ("label",))}
+_IDX_ROWS = {"fmnist": ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte")}
+
+
+def _npy_rows(zf, member: str) -> int:
+    """Leading dimension of `member`.npy inside an open zip, from its header only."""
+    import numpy as np
+
+    with zf.open(member + ".npy") as f:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, _ = read(f)
+    return int(shape[0])
+
+
+def _idx_rows(directory, name: str) -> int:
+    import gzip
+    from pathlib import Path
+
+    for p, opener in ((Path(directory, name + ".gz"), gzip.open), (Path(directory, name), open)):
+        if p.is_file():
+            with opener(p, "rb") as f:
+                head = f.read(8)
+            return int.from_bytes(head[4:8], "big")
+    raise FileNotFoundError(name)
+
+
+def _check_npz(path: str) -> None:
+    """The file of --dataset npz:PATH exists and names its arrays as expected (headers only)."""
+    import zipfile
+    from pathlib import Path
+
+    from ..data.sources import npz_members
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"dataset file {p} does not exist: pass --dataset npz:PATH")
+    try:
+        npz_members(p)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"cannot read {p} as an npz file ({e}): write it with numpy.savez"
+                          ) from None
+
+
+def source_rows(cfg: RunConfig) -> int | None:
+    """Rows of the dataset of `cfg`, read from file headers only (nothing decoded).
+
+    None when unknown (generated data, tfds, a missing or unreadable file: the loader then
+    reports that problem itself).
+    """
+    import os
+    import zipfile
+    from pathlib import Path
+
+    from ..data.sources import DATA_ENV
+
+    if cfg.imbalance_ratios or cfg.dataset == "digits":
+        return None
+    try:
+        if cfg.dataset in _IDX_ROWS:
+            return sum(_idx_rows(cfg.fmnist_dir, n) for n in _IDX_ROWS[cfg.dataset])
+        if cfg.dataset.startswith("npz:"):
+            from ..data.sources import npz_members
+
+            path = Path(cfg.dataset[4:]).expanduser()
+            with zipfile.ZipFile(path) as zf:
+                return sum(_npy_rows(zf, m) for m in npz_members(path)[1])
+        if cfg.dataset in _NPZ_ROWS:
+            fname, members = _NPZ_ROWS[cfg.dataset]
+            d = cfg.data_dir or os.environ.get(DATA_ENV, "")
+            if not d:
+                return None
+            with zipfile.ZipFile(Path(d).expanduser() / fname) as zf:
+                return sum(_npy_rows(zf, m) for m in members)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return None
+
+
+def check_source_size(cfg: RunConfig) -> None:
+    """Refuse client counts the source cannot fill, before anything is decoded.
+
+    Every client (seen and unseen) needs at least max(--min-samples, 2) rows (a train and
+    a test row); `--max-samples` caps the rows used.
+    """
+    n = source_rows(cfg)
+    if n is None:
+        return
+    rows = min(n, cfg.max_samples) if cfg.max_samples else n
+    per = max(cfg.min_samples, 2)
+    total = cfg.clients + cfg.unseen_clients
+    if total * per > rows:
+        cap = f" (--max-samples {cfg.max_samples})" if cfg.max_samples and cfg.max_samples < n \
+            else ""
+        raise ConfigError(f"--clients {cfg.clients} + --unseen-clients {cfg.unseen_clients} need "
+                          f"at least {total * per} rows ({per} per client) but {cfg.dataset} has "
+                          f"{rows}{cap}: use at most {rows // per} clients in all, or lower "
+                          "--min-samples")
+
+
+# Files by which a folder is recognised as holding a run (`run`) or a sweep (`sweep`).
+RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz", "model.msgpack",
+             "model.json", "tensorboard", "wandb")
+SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint",
+               "tensorboard", "wandb")
+
+
+def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),
+              reuse: bool = False) -> None:
+    """Refuse an output folder that cannot take the results, before any work is done.
+
+    `out` must not be a file, must be creatable (its nearest existing ancestor is a folder
+    we may write into: tested by creating and removing an empty temporary folder there),
+    and, unless `reuse` (--overwrite / --resume), must not already hold another run's
+    files (`holds`). Nothing is left on disk.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    p = Path(out).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{flag} {out} is a file, not a folder: give a folder (it is created "
+                          "if missing)")
+    a = p
+    while not a.exists() and a != a.parent:
+        a = a.parent
+    if not a.is_dir():
+        raise ConfigError(f"{flag} {out} cannot be created: {a} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fedjax-appeal-check-", dir=a))
+    except OSError as e:
+        raise ConfigError(f"{flag} {out} cannot be written ({a}: {e.strerror or e}): choose "
+                          "another folder") from None
+    if p.is_dir() and not reuse:
+        held = [n for n in holds if (p / n).exists()]
+        if held:
+            raise ConfigError(f"{flag} {out} already holds another run ({', '.join(held)}): "
+                              f"pass --overwrite to replace it, --resume {out} to continue it, "
+                              "or choose another folder")
