@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -87,3 +88,21 @@ def shared_data_dir() -> str:
                     "data files> (see README, Data), or leave the data tests out with "
                     "-m 'not data'", pytrace=False)
     return d
+
+
+def lsq_rows_data(rows):
+    """One client per (x, y, n): n identical rows, so every minibatch gradient is exact."""
+    xs = [np.full((n, 1), x, np.float32) for x, _, n in rows]
+    ys = [np.full(n, y, np.float32) for _, y, n in rows]
+    tr = arrays_from_clients(xs, ys)
+    return FederatedData(train=tr, test=tr, num_classes=1, name="lsq")
+
+
+def set_w(state, w):
+    """`state` with every parameter set to the scalar `w` (one-parameter models)."""
+    return state.replace(params=jax.tree.map(lambda a: jnp.full_like(a, w), state.params))
+
+
+def scalar_w(state) -> float:
+    """The one scalar parameter of `state`."""
+    return float(jax.tree.leaves(state.params)[0].reshape(()))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,23 +9,23 @@ import pytest
 from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.cli.commands import main
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
 from fedjax_appeal.data import FederatedData, load_federated
-from fedjax_appeal.local.solo import solo_stats
-from fedjax_appeal.protocols.appeal.appeal import appeal_stats, personalize, with_appeal
-
-
-def test_appeal_stats_by_hand():
-    loss = jnp.array([1.0, 2.0, 3.0, 1.5])
-    req = jnp.array([1.5, 1.5, 4.0, 1.5])  # client 3 ties: not appealed (strict)
-    acc = jnp.array([0.9, 0.8, 0.7, 0.6])
-    solo = jnp.array([0.5, 0.95, 0.6, 0.65])
-    appeal, gm, pref = appeal_stats(loss, acc, req, solo)
-    assert np.asarray(appeal).tolist() == [True, False, True, False]
-    assert float(gm) == pytest.approx(0.5)
-    assert float(pref) == pytest.approx((0.9 + 0.95 + 0.7 + 0.65) / 4)
+from fedjax_appeal.evaluate.evaluation import ClientEval  # noqa: E402
+from fedjax_appeal.local.solo import (
+    SoloStats,  # noqa: E402
+    solo_stats,
+)
+from fedjax_appeal.protocols.appeal.appeal import (  # noqa: E402
+    APPEAL_DEFS,
+    appeal_metrics,
+    appeal_pool,
+    appeal_requirement,
+    appeal_stats,
+    personalize,
+    with_appeal,
+)
 
 
 def _per_client_numpy(model, params, st, arrays):
@@ -39,6 +37,39 @@ def _per_client_numpy(model, params, st, arrays):
         loss.append(-np.mean(lp[np.arange(len(y)), y]))
         acc.append(np.mean(np.argmax(lp, -1) == y))
     return np.array(loss), np.array(acc)
+
+
+def _lsq_two_clients():
+    # F_0(w) = 0.5 (w - 2)^2, F_1(w) = 0.5 (2w + 1)^2 (identical rows: exact losses)
+    tr = arrays_from_clients([np.array([[1.0]], np.float32), np.full((3, 1), 2.0, np.float32)],
+                             [np.array([2.0]), np.full(3, -1.0)])
+    return FederatedData(train=tr, test=tr, num_classes=1, name="lsq")
+
+
+_SOLO = SoloStats(train_loss=jnp.array([0.5, 1.0, 2.0]), train_acc=jnp.array([1.0, 1.0, 1.0]),
+                  test_loss=jnp.array([0.8, 1.2, 1.0]), test_acc=jnp.array([0.9, 0.8, 0.7]),
+                  minibatch_loss=jnp.array([0.7, 0.9, 2.5]))
+
+
+# by hand: (appeal per client, GM-Appeal, preferred accuracy) for global train losses
+# (0.6, 0.9, 1.5), test losses (0.7, 1.3, 2.2) and test accuracies (0.6, 0.5, 0.4)
+_BY_HAND = {
+    "test-vs-solo-test": ([1, 0, 0], 1 / 3, (0.6 + 0.8 + 0.7) / 3),
+    "test-vs-solo-train": ([0, 0, 0], 0.0, (0.9 + 0.8 + 0.7) / 3),
+    "train-vs-solo-train": ([0, 1, 1], 2 / 3, (0.9 + 0.5 + 0.4) / 3),
+    "train-vs-solo-minibatch": ([1, 0, 1], 2 / 3, (0.6 + 0.8 + 0.4) / 3),
+}
+
+
+def test_appeal_stats_by_hand():
+    loss = jnp.array([1.0, 2.0, 3.0, 1.5])
+    req = jnp.array([1.5, 1.5, 4.0, 1.5])  # client 3 ties: not appealed (strict)
+    acc = jnp.array([0.9, 0.8, 0.7, 0.6])
+    solo = jnp.array([0.5, 0.95, 0.6, 0.65])
+    appeal, gm, pref = appeal_stats(loss, acc, req, solo)
+    assert np.asarray(appeal).tolist() == [True, False, True, False]
+    assert float(gm) == pytest.approx(0.5)
+    assert float(pref) == pytest.approx((0.9 + 0.95 + 0.7 + 0.65) / 4)
 
 
 @pytest.mark.parametrize("appeal_def", ["test-vs-solo-test", "test-vs-solo-train",
@@ -78,13 +109,6 @@ def test_metrics_equal_numpy_by_hand(appeal_def):
                                    rtol=1e-5)
     # the solo models of the unseen clients are trained on the unseen clients' data
     assert info["solo_unseen"].test_acc.shape == (4,)
-
-
-def _lsq_two_clients():
-    # F_0(w) = 0.5 (w - 2)^2, F_1(w) = 0.5 (2w + 1)^2 (identical rows: exact losses)
-    tr = arrays_from_clients([np.array([[1.0]], np.float32), np.full((3, 1), 2.0, np.float32)],
-                             [np.array([2.0]), np.full(3, -1.0)])
-    return FederatedData(train=tr, test=tr, num_classes=1, name="lsq")
 
 
 def test_flexible_participation_leave_and_return():
@@ -175,78 +199,6 @@ def test_flipped_and_byzantine_fractions_as_configured():
     assert "byzantine" not in data.unseen_info
 
 
-TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "4", "--cohort", "3",
-        "--rounds", "4", "--local-steps", "2", "--batch-size", "8", "--eval-every", "2",
-        "--min-samples", "4", "--partition", "natural", "--rho-steps", "3"]
-
-
-@pytest.mark.slow
-def test_cli_maxfl_writes_appeal_keys_in_every_history_entry(tmp_path, capsys):
-    out = tmp_path / "r"
-    assert main(["run", *TINY, "--algorithm", "maxfl", "--opt-out-after", "2",
-                 "--label-flip-fraction", "0.25", "--byzantine-fraction", "0.25",
-                 "--out", str(out)]) == 0
-    err = capsys.readouterr().err
-    res = json.loads((out / "results.json").read_text())
-    assert [h["round"] for h in res["history"]] == [0, 2, 4]
-    for h in res["history"]:
-        for k in ("gm_appeal_seen", "gm_appeal_unseen", "preferred_acc_seen",
-                  "preferred_acc_unseen"):
-            assert 0.0 <= h[k] <= 1.0
-    last = res["history"][-1]
-    for k in ("gm_appeal_ft_seen", "gm_appeal_ft_unseen", "preferred_acc_ft_seen",
-              "preferred_acc_ft_unseen"):
-        assert 0.0 <= last[k] <= 1.0 and res["personalized"][k] == last[k]
-    assert len(res["final_clients"]["appeal_seen"]) == 8
-    assert len(res["personalized"]["appeal_ft_unseen"]) == 4
-    assert len(res["round_metrics"]["appealed"]) == 4
-    # rounds >= 2 draw only from the appealed clients
-    av, ap = res["round_metrics"]["available"], res["round_metrics"]["appealed"]
-    assert av[:2] == [8, 8] and av[2:] == ap[2:]
-    empty = sum(a == 0 for a in av)  # rounds whose pool was empty are reported
-    assert (f"warning: {empty} of 4 rounds had no available client" in err) == (empty > 0)
-
-
-@pytest.mark.slow
-def test_everyone_available_by_default(tmp_path):
-    out = tmp_path / "r"
-    assert main(["run", *TINY, "--rounds", "3", "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
-    assert res["round_metrics"]["available"] == [8, 8, 8]
-    assert "appealed" not in res["round_metrics"]
-
-
-def test_cli_no_appeal_flag(tmp_path):
-    out = tmp_path / "r"
-    assert main(["run", *TINY, "--no-appeal", "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
-    assert "gm_appeal_seen" not in res["history"][0] and "personalized" not in res
-
-
-# --- one appeal definition (`--appeal-def`) for metrics, pool and opt-out ------------------
-
-from fedjax_appeal.evaluate.evaluation import ClientEval  # noqa: E402
-from fedjax_appeal.local.solo import SoloStats  # noqa: E402
-from fedjax_appeal.protocols.appeal.appeal import (  # noqa: E402
-    APPEAL_DEFS,
-    appeal_metrics,
-    appeal_pool,
-    appeal_requirement,
-)
-
-_SOLO = SoloStats(train_loss=jnp.array([0.5, 1.0, 2.0]), train_acc=jnp.array([1.0, 1.0, 1.0]),
-                  test_loss=jnp.array([0.8, 1.2, 1.0]), test_acc=jnp.array([0.9, 0.8, 0.7]),
-                  minibatch_loss=jnp.array([0.7, 0.9, 2.5]))
-# by hand: (appeal per client, GM-Appeal, preferred accuracy) for global train losses
-# (0.6, 0.9, 1.5), test losses (0.7, 1.3, 2.2) and test accuracies (0.6, 0.5, 0.4)
-_BY_HAND = {
-    "test-vs-solo-test": ([1, 0, 0], 1 / 3, (0.6 + 0.8 + 0.7) / 3),
-    "test-vs-solo-train": ([0, 0, 0], 0.0, (0.9 + 0.8 + 0.7) / 3),
-    "train-vs-solo-train": ([0, 1, 1], 2 / 3, (0.9 + 0.5 + 0.4) / 3),
-    "train-vs-solo-minibatch": ([1, 0, 1], 2 / 3, (0.6 + 0.8 + 0.4) / 3),
-}
-
-
 @pytest.mark.parametrize("appeal_def", sorted(_BY_HAND))
 def test_each_appeal_def_on_three_clients_by_hand(appeal_def):
     assert set(_BY_HAND) == set(APPEAL_DEFS)
@@ -290,96 +242,3 @@ def test_opt_out_pool_uses_the_same_definition(appeal_def):
     assert np.asarray(appealed).tolist() == want and np.asarray(pool).tolist() == want
     pool, _ = appeal_pool(model, state.replace(round=jnp.int32(2)), data, req, 3, appeal_def)
     assert np.asarray(pool).tolist() == [True] * 3  # everyone before the opt-out round
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("appeal_def", ["test-vs-solo-test", "train-vs-solo-minibatch"])
-def test_pool_after_opt_out_equals_appealing_seen_clients(tmp_path, appeal_def):
-    out = tmp_path / "r"
-    assert main(["run", *TINY, "--rounds", "5", "--eval-every", "1", "--opt-out-after", "2",
-                 "--appeal-def", appeal_def, "--finetune-steps", "0", "--out", str(out)]) == 0
-    res = json.loads((out / "results.json").read_text())
-    assert res["config"]["appeal_def"] == appeal_def
-    gm = {h["round"]: h["gm_appeal_seen"] for h in res["history"]}
-    av, ap = res["round_metrics"]["available"], res["round_metrics"]["appealed"]
-    for r in range(5):  # round r decides on the model evaluated at history round r
-        assert ap[r] == round(8 * gm[r])
-        assert av[r] == (8 if r < 2 else round(8 * gm[r]))
-
-
-def test_appeal_def_and_solo_lr_flags(tmp_path, capsys):
-    from fedjax_appeal.cli.commands import _hp_float
-
-    assert _hp_float("same") == 0.0 and _hp_float("0.05") == pytest.approx(0.05)
-    out = tmp_path / "bad"
-    assert main(["run", *TINY, "--appeal-def", "test-vs-train", "--out", str(out)]) == 2
-    assert not out.exists()
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("fedjax-appeal: error:") and "test-vs-solo-test" in err[-1]
-
-
-# --- clusters: pairs labels, cluster ids, per-cluster diagnostics ------------------------
-
-def _six_class_partition(order):
-    from fedjax_appeal.data import partition
-
-    labels = np.repeat(np.arange(6), 30)
-    parts = partition.clusters(labels, 9, 3, 2, np.random.default_rng(3), 4, order)
-    return labels, parts, partition.client_clusters(labels, parts)
-
-
-def test_pairs_cluster_labels():
-    labels, parts, ids = _six_class_partition("pairs")
-    for k, idx in enumerate(parts):
-        held = sorted(set(labels[idx].tolist()))
-        assert held in ([0, 1], [2, 3], [4, 5])
-        assert ids[k] == held[0] // 2
-    assert sorted(np.bincount(ids).tolist()) == [3, 3, 3]
-    labels, parts, ids = _six_class_partition("random")
-    sets = {tuple(sorted(set(labels[idx].tolist()))) for idx in parts}
-    assert len(sets) == 3 and sorted(x for s in sets for x in s) == list(range(6))
-    for k, idx in enumerate(parts):  # same id <=> same label pair
-        for j, jdx in enumerate(parts):
-            assert (ids[k] == ids[j]) == (set(labels[idx]) == set(labels[jdx]))
-
-
-def test_per_cluster_equals_numpy():
-    from fedjax_appeal.experiments.reproduce.appeal import cluster_diagnostics
-    from fedjax_appeal.protocols.appeal.appeal import per_cluster
-
-    labels, parts, ids = _six_class_partition("pairs")
-    rng = np.random.default_rng(0)
-    v = {k: rng.random(9) for k in ("test_loss", "test_acc", "solo_test_loss_seen",
-                                    "solo_test_acc_seen", "requirement_seen")}
-    v["appeal_seen"] = (rng.random(9) < 0.5).astype(float)
-    part = rng.integers(0, 20, 9)
-    got = per_cluster(ids, {"acc": v["test_acc"], "appeal": v["appeal_seen"]})
-    assert got["cluster"] == [0, 1, 2] and got["clients"] == [3, 3, 3]
-    for c in range(3):
-        members = [k for k, idx in enumerate(parts) if labels[idx].min() == 2 * c]
-        assert got["acc"][c] == pytest.approx(sum(v["test_acc"][k] for k in members) / 3)
-        assert got["appeal"][c] == pytest.approx(sum(v["appeal_seen"][k] for k in members) / 3)
-    res = {"final_clients": {k: a.tolist() for k, a in v.items()}, "participation": part.tolist()}
-    data = FederatedData(train=None, test=None, info={"cluster": jnp.asarray(ids)},
-                         num_classes=6, name="toy")
-    d = cluster_diagnostics(res, data)["seen"]
-    for c in range(3):
-        m = ids == c
-        assert d["participation"][c] == pytest.approx(part[m].mean())
-        assert d["solo_test_loss"][c] == pytest.approx(v["solo_test_loss_seen"][m].mean())
-        assert d["global_test_acc"][c] == pytest.approx(v["test_acc"][m].mean())
-
-
-def test_paired_differences_by_hand():
-    from fedjax_appeal.experiments.reproduce.appeal import Column, paired
-
-    def rec(vals):
-        return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}
-                                         for s, v in zip((0, 1, 2), vals, strict=True)]}
-
-    grid = {"c": {"FedAvg": rec([0.1, 0.2, 0.3]), "MW-Fed": rec([0.3, 0.0, 0.0]),
-                  "MaxFL": rec([0.15, 0.1, 0.5])}}
-    (row,) = paired(grid, [Column("c", {})], ["gm_appeal_unseen"])
-    assert row["best_baseline"] == "FedAvg"  # mean 0.2 > 0.1
-    np.testing.assert_allclose(row["diff"], [0.05, -0.1, 0.2], atol=1e-12)
-    assert row["signs"] == "+ − +" and not row["held"]

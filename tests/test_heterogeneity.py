@@ -50,3 +50,38 @@ def test_apply_heterogeneity_flips_configured_clients():
     # the same seed gives the same tags; the partition stream is untouched
     labels2, info2, _ = apply_heterogeneity(ds, seen, unseen, cfg)
     np.testing.assert_array_equal(labels, labels2)
+
+
+def test_imbalance_recipe_ldam_numbers():
+    from fedjax_appeal.data.heterogeneity import imbalance_counts
+
+    assert imbalance_counts(5000, 0.01, 10).tolist() == [5000, 2997, 1796, 1077, 645, 387,
+                                                          232, 139, 83, 50]
+    assert imbalance_counts(100, 1.0, 10).tolist() == [100] * 10
+
+
+@pytest.mark.parametrize("flip_ratio,changed", [(1.0, 10), (0.5, 5), (0.2, 2)])
+def test_flip_fraction_and_ratio(flip_ratio, changed):
+    from fedjax_appeal.data.heterogeneity import choose_fraction, flip_labels
+
+    rng = np.random.default_rng(0)
+    mask = choose_fraction(30, 1 / 3, rng)
+    assert mask.sum() == 10
+    labels = np.tile(np.arange(10), 30 * 5)  # 30 clients x 50 rows, every class 5 times
+    clients = [np.arange(k * 50, (k + 1) * 50) for k in range(30)]
+    new, maps = flip_labels(labels, clients, mask, 10, flip_ratio, rng)
+    for k in range(30):
+        wrong = np.mean(new[clients[k]] != labels[clients[k]])
+        assert wrong == pytest.approx(changed / 10 if mask[k] else 0.0)
+        assert int(np.sum(maps[k] != np.arange(10))) == (changed if mask[k] else 0)
+
+
+def test_equal_size_counts_by_hand():
+    from fedjax_appeal.data.heterogeneity import equal_size_counts
+
+    # shares 1, 0.1^(1/3), 0.1^(2/3), 0.1 = [.5619, .2608, .1211, .0562] of 40 rows:
+    # 22.48, 10.43, 4.84, 2.25 -> floors 22, 10, 4, 2 (38) + the two largest remainders
+    assert equal_size_counts(40, 0.1, 4).tolist() == [23, 10, 5, 2]
+    assert equal_size_counts(40, 1.0, 4).tolist() == [10, 10, 10, 10]
+    # the class order puts the shares on other classes (order[0] is the largest class)
+    assert equal_size_counts(40, 0.1, 4, np.array([2, 0, 3, 1])).tolist() == [10, 2, 23, 5]

@@ -1,0 +1,72 @@
+"""Tests of `aggregate/aggregation.py`: weight rules (Exp-alpha, masked softmax)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_appeal.aggregate.aggregation import exp_alpha, masked_softmax, weight_rule
+from fedjax_appeal.core.config import HParams, RunConfig
+
+
+def test_exp_alpha_hand_numbers():
+    before = jnp.array([2.0, 1.0, 3.0])
+    after = jnp.array([1.0, 0.8, 0.5])
+    valid = jnp.array([True, True, True])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(0.5)))
+    # gaps -1.0, -0.2, -2.5 / 0.5 -> exp(-2), exp(-0.4), exp(-5)
+    raw = np.exp([-2.0, -0.4, -5.0])
+    np.testing.assert_allclose(w, raw / raw.sum(), rtol=1e-6)
+    np.testing.assert_allclose(w, [0.166588, 0.825118, 0.008294], atol=1e-5)
+
+
+def test_exp_alpha_n_scaled_and_masked():
+    before = jnp.array([2.0, 1.0, 3.0, 9.0])
+    after = jnp.array([1.0, 0.8, 0.5, 0.0])
+    valid = jnp.array([True, True, True, False])
+    n = jnp.array([10, 30, 60, 1000])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(1.0), n))
+    raw = np.array([10, 30, 60]) * np.exp([-1.0, -0.2, -2.5])
+    np.testing.assert_allclose(w[:3], raw / raw.sum(), rtol=1e-6)
+    assert w[3] == 0.0
+
+
+def test_exp_alpha_extreme_gaps_no_overflow():
+    valid = jnp.array([True, True, True, False])
+    before = jnp.zeros(4)
+    # gaps of 1e4 / alpha 0.2 = 5e4 in the exponent, both signs, and an invalid huge slot
+    after = jnp.array([1e4, 0.0, -1e4, 1e6])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(0.2)))
+    assert np.all(np.isfinite(w))
+    np.testing.assert_allclose(w, [1.0, 0.0, 0.0, 0.0], atol=0)
+    after = jnp.array([1e4, 1e4 - 0.2 * np.log(3.0), -1e4, 0.0])
+    w = np.asarray(exp_alpha(before, after, valid, jnp.float32(0.2)))
+    # float32 spacing at 1e4 is ~1e-3, i.e. ~5e-3 in the exponent: compare to 1e-3
+    np.testing.assert_allclose(w, [0.75, 0.25, 0.0, 0.0], atol=1e-3)
+    w = np.asarray(exp_alpha(before, -after, valid, jnp.float32(0.2)))
+    np.testing.assert_allclose(w, [0.0, 0.0, 1.0, 0.0], atol=0)
+
+
+def test_masked_softmax_nothing_valid_and_large_alpha():
+    w = masked_softmax(jnp.array([1.0, 2.0]), jnp.array([False, False]))
+    assert np.asarray(w).tolist() == [0.0, 0.0]
+    # alpha -> inf: uniform over valid slots
+    w = exp_alpha(jnp.array([5.0, 1.0, 2.0]), jnp.array([0.0, 1.0, 0.1]),
+                  jnp.array([True, False, True]), jnp.float32(1e9))
+    np.testing.assert_allclose(np.asarray(w), [0.5, 0.0, 0.5], rtol=1e-6)
+
+
+def test_weight_rule_exp_alpha_reads_losses():
+    from fedjax_appeal.core.round import ClientUpdate
+
+    for name, scaled in (("exp-alpha", False), ("exp-alpha-n", True)):
+        rule = weight_rule(RunConfig(aggregation=name))
+        assert rule.needs == {"loss_before", "loss_after"}
+        upd = ClientUpdate(delta=None, model_state={}, num_samples=jnp.array([1, 3]),
+                           loss=jnp.zeros(2),
+                           extra={"loss_before": jnp.array([1.0, 1.0]),
+                                  "loss_after": jnp.array([0.0, 1.0])})
+        hp = HParams(exp_alpha=1.0).as_arrays()
+        w = np.asarray(rule.fn(upd, jnp.array([0, 1]), jnp.array([True, True]), None, hp))
+        raw = np.exp([-1.0, 0.0]) * (np.array([1, 3]) if scaled else 1)
+        np.testing.assert_allclose(w, raw / raw.sum(), rtol=1e-6)

@@ -1,0 +1,75 @@
+"""Tests of `experiments/reproduce/appeal.py` (and `appeal.per_cluster`): per-cluster
+diagnostics, paired differences."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_appeal.data import FederatedData
+
+
+def _six_class_partition(order):
+    from fedjax_appeal.data import partition
+
+    labels = np.repeat(np.arange(6), 30)
+    parts = partition.clusters(labels, 9, 3, 2, np.random.default_rng(3), 4, order)
+    return labels, parts, partition.client_clusters(labels, parts)
+
+
+def test_pairs_cluster_labels():
+    labels, parts, ids = _six_class_partition("pairs")
+    for k, idx in enumerate(parts):
+        held = sorted(set(labels[idx].tolist()))
+        assert held in ([0, 1], [2, 3], [4, 5])
+        assert ids[k] == held[0] // 2
+    assert sorted(np.bincount(ids).tolist()) == [3, 3, 3]
+    labels, parts, ids = _six_class_partition("random")
+    sets = {tuple(sorted(set(labels[idx].tolist()))) for idx in parts}
+    assert len(sets) == 3 and sorted(x for s in sets for x in s) == list(range(6))
+    for k, idx in enumerate(parts):  # same id <=> same label pair
+        for j, jdx in enumerate(parts):
+            assert (ids[k] == ids[j]) == (set(labels[idx]) == set(labels[jdx]))
+
+
+def test_per_cluster_equals_numpy():
+    from fedjax_appeal.experiments.reproduce.appeal import cluster_diagnostics
+    from fedjax_appeal.protocols.appeal.appeal import per_cluster
+
+    labels, parts, ids = _six_class_partition("pairs")
+    rng = np.random.default_rng(0)
+    v = {k: rng.random(9) for k in ("test_loss", "test_acc", "solo_test_loss_seen",
+                                    "solo_test_acc_seen", "requirement_seen")}
+    v["appeal_seen"] = (rng.random(9) < 0.5).astype(float)
+    part = rng.integers(0, 20, 9)
+    got = per_cluster(ids, {"acc": v["test_acc"], "appeal": v["appeal_seen"]})
+    assert got["cluster"] == [0, 1, 2] and got["clients"] == [3, 3, 3]
+    for c in range(3):
+        members = [k for k, idx in enumerate(parts) if labels[idx].min() == 2 * c]
+        assert got["acc"][c] == pytest.approx(sum(v["test_acc"][k] for k in members) / 3)
+        assert got["appeal"][c] == pytest.approx(sum(v["appeal_seen"][k] for k in members) / 3)
+    res = {"final_clients": {k: a.tolist() for k, a in v.items()}, "participation": part.tolist()}
+    data = FederatedData(train=None, test=None, info={"cluster": jnp.asarray(ids)},
+                         num_classes=6, name="toy")
+    d = cluster_diagnostics(res, data)["seen"]
+    for c in range(3):
+        m = ids == c
+        assert d["participation"][c] == pytest.approx(part[m].mean())
+        assert d["solo_test_loss"][c] == pytest.approx(v["solo_test_loss_seen"][m].mean())
+        assert d["global_test_acc"][c] == pytest.approx(v["test_acc"][m].mean())
+
+
+def test_paired_differences_by_hand():
+    from fedjax_appeal.experiments.reproduce.appeal import Column, paired
+
+    def rec(vals):
+        return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}
+                                         for s, v in zip((0, 1, 2), vals, strict=True)]}
+
+    grid = {"c": {"FedAvg": rec([0.1, 0.2, 0.3]), "MW-Fed": rec([0.3, 0.0, 0.0]),
+                  "MaxFL": rec([0.15, 0.1, 0.5])}}
+    (row,) = paired(grid, [Column("c", {})], ["gm_appeal_unseen"])
+    assert row["best_baseline"] == "FedAvg"  # mean 0.2 > 0.1
+    np.testing.assert_allclose(row["diff"], [0.05, -0.1, 0.2], atol=1e-12)
+    assert row["signs"] == "+ − +" and not row["held"]
