@@ -10,7 +10,7 @@ Reddi et al.'s Algorithm 2 with Delta = -g: m = b1 m + (1-b1) g, v = b2 v + (1-b
 (Adam) or v = v - (1-b2) g^2 sign(v - g^2) (Yogi), w = w - eta m / (sqrt(v) + tau). optax
 adds the usual bias correction m/(1-b1^t), v/(1-b2^t) (Reddi et al. omit it; the two agree
 once b^t ~ 0, and the first step of optax is the sign-like eta g/(|g| + tau) step), and
-optax's Yogi starts both moments at 1e-6 instead of 0. `tests/test_expalpha.py` checks one
+optax's Yogi starts both moments at 1e-6 instead of 0. `tests/test_server.py` checks one
 and two steps against these formulas.
 """
 

@@ -200,7 +200,7 @@ class RunConfig:
     data_seed: int = _data(-1, "seed of the data: partition, train/test split, label flips, "
                                "generated clients (-1 = --seed)")
     out: str = _f("", "output directory (results.json, history.csv, accuracy.png)")
-    # --- appeal protocol (fedjax_appeal/appeal.py, requirement.py) ---
+    # --- appeal protocol (fedjax_appeal/protocols/appeal/appeal.py, requirement.py) ---
     appeal: bool = _f(True, "apply the appeal protocol: solo models, GM-Appeal and preferred-"
                             "model metrics, opt-out participation, fine-tuning evaluation")
     requirement: str = _f("solo", "client requirement rho_k: 'solo' (train loss of the solo "
