@@ -25,7 +25,7 @@ def proportional(num_samples: jax.Array, valid: jax.Array) -> jax.Array:
     return masked_normalize(num_samples.astype(jnp.float32), valid)
 
 
-def uniform(valid: jax.Array) -> jax.Array:
+def uniform_weights(valid: jax.Array) -> jax.Array:
     """1/m' for each of the m' valid cohort slots."""
     return masked_normalize(jnp.ones(valid.shape, jnp.float32), valid)
 
@@ -85,7 +85,7 @@ def _exp_alpha_rule(scaled: bool) -> WeightRule:
 AGGREGATIONS = Registry("aggregation", {
     "proportional": WeightRule(
         lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid)),
-    "uniform": WeightRule(lambda upd, idx, valid, state, hp: uniform(valid)),
+    "uniform": WeightRule(lambda upd, idx, valid, state, hp: uniform_weights(valid)),
     "exp-alpha": _exp_alpha_rule(False),
     "exp-alpha-n": _exp_alpha_rule(True),
 })
