@@ -23,7 +23,7 @@ from conftest import arrays_from_clients, linear_model, make_tiny_data
 from fedjax_appeal.config import HParams, RunConfig
 from fedjax_appeal.data import FederatedData
 from fedjax_appeal.round import init_state
-from fedjax_appeal.selection import make_selector
+from fedjax_appeal.selectors import make_selector
 from fedjax_appeal.server import server_optimizer
 
 N, M = 8, 3
