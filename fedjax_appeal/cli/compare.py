@@ -1,183 +1,22 @@
-"""`fedjax-appeal compare`: several runs and seeds in one figure and one table.
-
-Reads the results of `fedjax-appeal run` (a folder with `results.json`) and of
-`fedjax-appeal sweep` (a folder with `sweep.json`, one run per row), or any folder below
-which such files lie. Runs are grouped by the values of `--group-by` keys (config or hparams
-names; by default every key whose value differs between the runs, the seed excepted), the
-seeds of a group are aligned round by round, and each group is drawn as its mean with a band:
-± one standard deviation (`std`), a 95% Student-t confidence interval of the mean (`ci95`),
-or the range over seeds (`minmax`). Written (all-or-nothing): `compare.{png,pdf,svg}`,
-`compare.md` (final values: mean ± std, n, per-seed values), `compare.csv` (the aligned
-curves) and `compare.json`.
-"""
+"""`fedjax-appeal compare`: the command's flags and its run (see `run.compare`)."""
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import math
-from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from ..core.config import ConfigError
-
-BANDS = ("std", "ci95", "minmax")
-FORMATS = ("png", "pdf", "svg")
-# Keys that name where a run was written, not what it ran.
-_NOT_A_SETTING = {"out", "resume", "overwrite", "cache_dir", "data_dir", "fmnist_dir", "config",
-                  "checkpoint_every", "eval_every", "devices", "seed"}
-
-
-def _runs_in(path: Path) -> list[dict[str, Any]]:
-    """Every run (settings, seed, history, source) in a results.json / sweep.json / folder."""
-    files = ([path] if path.is_file() else
-             sorted([*path.rglob("results.json"), *path.rglob("sweep.json")]))
-    runs = []
-    for f in files:
-        try:
-            res = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"cannot read {f}: {e}; pass run or sweep folders") from None
-        if f.name == "sweep.json" or "rows" in res:
-            for row in res.get("rows", []):
-                settings = {**res.get("config", {}), **row.get("static", {}),
-                            **{k: v for k, v in res.get("hparams", {}).items()},
-                            **row.get("hparams", {})}
-                runs.append({"settings": settings, "seed": row.get("seed", 0),
-                             "history": row.get("history", []), "source": f"{f}#{row['id']}"})
-        elif "history" in res:
-            runs.append({"settings": {**res.get("config", {}), **res.get("hparams", {})},
-                         "seed": res.get("config", {}).get("seed", 0),
-                         "history": res["history"], "source": str(f)})
-    return runs
-
-
-def load_runs(paths: list[str]) -> list[dict[str, Any]]:
-    """The runs below `paths`; a path without any run is an error."""
-    runs = []
-    for p in paths:
-        path = Path(p)
-        if not path.exists():
-            raise ConfigError(f"{p} does not exist: pass folders written by `run` or `sweep`")
-        found = _runs_in(path)
-        if not found:
-            raise ConfigError(f"no results.json or sweep.json under {p}: pass folders written "
-                              "by `run` or `sweep`")
-        runs += found
-    return runs
-
-
-def default_group_keys(runs: list[dict[str, Any]]) -> list[str]:
-    """Settings whose value differs between runs (the seed and output paths excepted)."""
-    keys = sorted({k for r in runs for k in r["settings"]} - _NOT_A_SETTING)
-    return [k for k in keys
-            if len({json.dumps(r["settings"].get(k), sort_keys=True) for r in runs}) > 1]
-
-
-def group_runs(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """label -> runs; the label is `k=v, ...` over `keys` (or 'all runs')."""
-    known = {k for r in runs for k in r["settings"]}
-    bad = [k for k in keys if k not in known]
-    if bad:
-        raise ConfigError(f"--group-by {','.join(bad)}: not a setting of these runs; choose "
-                          f"from {', '.join(sorted(known - _NOT_A_SETTING))}")
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in runs:
-        label = ", ".join(f"{k}={r['settings'].get(k)}" for k in keys) or "all runs"
-        groups.setdefault(label, []).append(r)
-    return groups
-
-
-def t975(dof: int) -> float:
-    """The 0.975 quantile of Student's t with `dof` degrees of freedom."""
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, dof))
-
-
-def curves(group: list[dict[str, Any]], metric: str, x_key: str = "round"
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """(x [T], values [n_runs, T]) on the x values every run of the group evaluated."""
-    per_run = [{h[x_key]: h[metric] for h in r["history"]
-                if h.get(metric) is not None and x_key in h} for r in group]
-    xs = sorted(set.intersection(*(set(d) for d in per_run))) if per_run else []
-    return np.asarray(xs, float), np.asarray([[d[x] for x in xs] for d in per_run], float)
-
-
-def band(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, low, high) over axis 0 of values [n, T]."""
-    mean = values.mean(0)
-    n = values.shape[0]
-    if kind == "minmax":
-        return mean, values.min(0), values.max(0)
-    sd = values.std(0, ddof=1) if n > 1 else np.zeros_like(mean)
-    half = sd if kind == "std" else (t975(n - 1) * sd / math.sqrt(n) if n > 1 else sd)
-    return mean, mean - half, mean + half
-
-
-def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
-              x_key: str = "round") -> list[dict[str, Any]]:
-    """Per group: the aligned curve with its band, and the final value per seed."""
-    out = []
-    for label, rs in groups.items():
-        xs, vals = curves(rs, metric, x_key)
-        if xs.size == 0:
-            raise ConfigError(f"group {label!r} has no common {x_key} with {metric!r}: "
-                              "compare runs evaluated at the same rounds")
-        mean, lo, hi = band(vals, kind)
-        final = vals[:, -1]
-        out.append({"label": label, "n": len(rs), "seeds": [r["seed"] for r in rs],
-                    "x": xs.tolist(), "mean": mean.tolist(), "low": lo.tolist(),
-                    "high": hi.tolist(), "final": final.tolist(),
-                    "final_mean": float(final.mean()),
-                    "final_std": float(final.std(ddof=1)) if len(final) > 1 else 0.0,
-                    "sources": [r["source"] for r in rs]})
-    return out
-
-
-def _figure(stem: Path, rows: list[dict[str, Any]], metric: str, kind: str, x_key: str,
-            title: str, formats: list[str]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for r in rows:
-        line, = ax.plot(r["x"], r["mean"], marker="o", ms=3, label=f"{r['label']} (n={r['n']})")
-        ax.fill_between(r["x"], r["low"], r["high"], color=line.get_color(), alpha=0.2, lw=0)
-    ax.set_xlabel(x_key)
-    ax.set_ylabel(f"{metric} (mean, band: {kind})")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    for fmt in formats:
-        fig.savefig(stem.with_suffix("." + fmt), dpi=150)
-    plt.close(fig)
-
-
-def _table(rows: list[dict[str, Any]], metric: str) -> str:
-    lines = [f"| group | n | final {metric} (mean ± std) | per seed |", "|---|---|---|---|"]
-    for r in rows:
-        per = ", ".join(f"{s}: {v:.4f}" for s, v in zip(r["seeds"], r["final"], strict=True))
-        lines.append(f"| {r['label']} | {r['n']} | {r['final_mean']:.4f} ± "
-                     f"{r['final_std']:.4f} | {per} |")
-    return "\n".join(lines) + "\n"
-
-
-def _csv(rows: list[dict[str, Any]], x_key: str) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["group", x_key, "mean", "low", "high"])
-    for r in rows:
-        for x, m, lo, hi in zip(r["x"], r["mean"], r["low"], r["high"], strict=True):
-            w.writerow([r["label"], x, m, lo, hi])
-    return buf.getvalue()
+from ..run.compare import (
+    BANDS,
+    FORMATS,
+    csv_text,
+    default_group_keys,
+    group_runs,
+    load_runs,
+    markdown_table,
+    summarise,
+    write_figure,
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -213,16 +52,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     title = args.title or f"{args.metric} by {', '.join(keys) or 'run'}"
     result = {"metric": args.metric, "band": args.band, "group_by": keys, "x": args.x,
               "groups": rows}
+
     def figure(fmt: str):
-        return lambda p: _figure(p.with_suffix(""), rows, args.metric, args.band, args.x, title,
-                                 [fmt])
+        return lambda p: write_figure(p.with_suffix(""), rows, args.metric, args.band, args.x,
+                                      title, [fmt])
 
     writers = {f"compare.{fmt}": figure(fmt) for fmt in formats}
-    writers["compare.md"] = lambda p: p.write_text(f"# {title}\n\n" + _table(rows, args.metric))
-    writers["compare.csv"] = lambda p: p.write_text(_csv(rows, args.x))
+    writers["compare.md"] = lambda p: p.write_text(f"# {title}\n\n"
+                                                   + markdown_table(rows, args.metric))
+    writers["compare.csv"] = lambda p: p.write_text(csv_text(rows, args.x))
     writers["compare.json"] = lambda p: p.write_text(json.dumps(to_jsonable(result), indent=1,
                                                                 allow_nan=False))
     out = write_outputs(args.out, writers)
-    print(_table(rows, args.metric) + f"wrote {out}/compare.{{{','.join(formats)}}}, "
+    print(markdown_table(rows, args.metric) + f"wrote {out}/compare.{{{','.join(formats)}}}, "
           "compare.md, compare.csv, compare.json")
     return 0

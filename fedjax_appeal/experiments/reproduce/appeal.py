@@ -895,8 +895,9 @@ def mean_estimation(ctx: Context) -> None:
                 for h in show])
     text = (f"# Mean estimation: GM-Appeal vs heterogeneity (MaxFL Figure 2)\n\nCommand: "
             f"`{ctx.command}`\n\nSeeds {ctx.seeds}, {draws} draws per point and seed "
-            "(mean ± std over seeds). Setup (`fedjax_appeal/experiments/mean_estimation.py`): gamma^2 = 1, "
-            "theta_k = sqrt(gamma_G^2) u_k, theta_hat_k ~ N(theta_k, 1), f_k(w) = (w - "
+            "(mean ± std over seeds). Setup (`fedjax_appeal/experiments/mean_estimation.py`): "
+            "gamma^2 = 1, theta_k = sqrt(gamma_G^2) u_k, theta_hat_k ~ N(theta_k, 1), "
+            "f_k(w) = (w - "
             "theta_hat_k)^2, rho_k = 2; appeal iff |w - theta_k| < |theta_hat_k - theta_k|.\n\n"
             + markdown_table(header, trows) +
             "\n## Notes\n\n- The paper gives this as a figure (no numbers): FedAvg's appeal "
