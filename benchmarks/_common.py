@@ -73,7 +73,9 @@ def append_results(title: str, table_md: str, notes: str = "") -> None:
     today = _dt.date.today().isoformat()
     head = "" if RESULTS_MD.exists() else "# Benchmark results\n\nEach section is appended by " \
                                           "the script named in its command line.\n"
-    section = (f"\n## {title} — {today}\n\n- machine: {machine()}\n- command: `{command()}`\n\n"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    section = (f"\n## {title} — {today}\n\n- machine: {machine()}\n- load average at the end "
+               f"(1, 5, 15 min): {load}\n- command: `{command()}`\n\n"
                f"{table_md}\n")
     if notes:
         section += f"\n{notes}\n"
