@@ -287,7 +287,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} is not valid {p.suffix[1:] or 'TOML'}: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {p} must hold a table/object of keys")
-    known = set(field_names(RunConfig)) | set(field_names(HParams))
+    known = set(field_names(RunConfig)) | set(field_names(HParams)) | {"plugin"}
     out = {}
     for k, v in raw.items():
         key = k.replace("-", "_")
