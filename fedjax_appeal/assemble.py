@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from .algorithms import FederatedAlgorithm, build
 from .appeal import with_appeal
-from .config import RunConfig
+from .config import RunConfig, appeal_on
 from .data import Dataset, FederatedData, load_federated
 from .models import Model, model_for
 from .round import Executor
@@ -45,6 +45,6 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     load_s = time.perf_counter() - t0
     model = model_for(cfg.model, data, dataset)
     alg = build(cfg.algorithm, model, cfg, executor=Executor(cfg.client_chunk, mesh))
-    if cfg.appeal:  # the appeal protocol around every algorithm
+    if appeal_on(cfg):  # the appeal protocol around the algorithm
         alg = with_appeal(alg, model, cfg)
     return Assembled(alg, model, data, dataset, load_s)

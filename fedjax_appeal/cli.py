@@ -86,6 +86,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             kw["type"] = t
             kw["metavar"] = f.name.upper()
         g.add_argument(_flag(f.name), **kw)
+    g.add_argument("--no-appeal", dest="appeal", action="store_const", const="off",
+                   default=argparse.SUPPRESS, help="same as --appeal off")
     h = p.add_argument_group("hyperparameters (vmappable)")
     for f in dataclasses.fields(HParams):
         h.add_argument(_flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
@@ -215,6 +217,7 @@ def _peer_advice(folder: str, checkpoint_every: int) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .checkpoint import check_compatible, read_meta, resume_base
+    from .config import appeal_reason
     from .data import load_federated
     from .distributed import check_processes, is_main
     from .experiment import run_config
@@ -244,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if main:
         print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
-              f"{cfg.rounds} rounds -> {cfg.out}", file=sys.stderr)
+              f"{cfg.rounds} rounds, {appeal_reason(cfg)} -> {cfg.out}", file=sys.stderr)
     tracker = None
     if main and cfg.log:
         from .tracking import LOG_DIR, Tracker, parse_kinds
