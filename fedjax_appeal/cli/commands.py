@@ -54,12 +54,31 @@ def _hp_float(v: Any) -> float:
     return float(v)
 
 
+def registries() -> dict[str, Any]:
+    """RunConfig field -> the Registry of its allowed names (built-ins and plugins)."""
+    from ..aggregate.aggregation import AGGREGATIONS
+    from ..aggregate.server import SERVER_OPTS
+    from ..algorithms import ALGORITHMS
+    from ..core.config import DATASETS, PARTITIONS
+    from ..core.models import MODELS
+    from ..select.selectors import SELECTORS
+
+    return {"algorithm": ALGORITHMS, "dataset": DATASETS, "partition": PARTITIONS,
+            "model": MODELS, "server_opt": SERVER_OPTS, "selector": SELECTORS,
+            "aggregation": AGGREGATIONS}
+
+
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """One flag per RunConfig/HParams field, defaulting to 'not given'."""
     g = p.add_argument_group("run configuration")
+    named = registries()
     for f in dataclasses.fields(RunConfig):
+        allowed = (named[f.name].choices() if f.name in named
+                   else f.metadata.get("choices") or ())
+        one_of = f"; one of: {', '.join(map(str, allowed))}" if allowed else ""
         kw: dict[str, Any] = dict(default=argparse.SUPPRESS, dest=f.name,
-                                  help=f"{f.metadata.get('help', '')} (default: {f.default!r})")
+                                  help=f"{f.metadata.get('help', '')} (default: {f.default!r}"
+                                       f"{one_of})")
         t = _type_of(f)
         if f.type in ("bool", bool):
             kw["action"] = argparse.BooleanOptionalAction
@@ -67,6 +86,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             kw["type"] = t
             kw["metavar"] = f.name.upper()
         g.add_argument(_flag(f.name), **kw)
+    g.add_argument("--no-appeal", dest="appeal", action="store_const", const="off",
+                   default=argparse.SUPPRESS, help="same as --appeal off")
     h = p.add_argument_group("hyperparameters (vmappable)")
     for f in dataclasses.fields(HParams):
         h.add_argument(_flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
@@ -195,6 +216,7 @@ def _peer_advice(folder: str, checkpoint_every: int) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from ..core.config import appeal_reason
     from ..core.models import model_for
     from ..data import load_federated
     from ..execute.distributed import check_processes, is_main
@@ -225,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if main:
         print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
-              f"{cfg.rounds} rounds -> {cfg.out}", file=sys.stderr)
+              f"{cfg.rounds} rounds, {appeal_reason(cfg)} -> {cfg.out}", file=sys.stderr)
     tracker = None
     if main and cfg.log:
         from ..run.tracking import LOG_DIR, Tracker, parse_kinds
@@ -270,18 +292,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..aggregate.aggregation import AGGREGATIONS
-    from ..aggregate.server import SERVER_OPTS
-    from ..algorithms import ALGORITHMS
-    from ..core.config import DATASETS, PARTITIONS
-    from ..core.models import MODELS
-    from ..select.selectors import SELECTORS
+    from ..core.config import APPEAL_DEFS
+    from ..run.tracking import KINDS
 
-    for label, registry in (("algorithms", ALGORITHMS), ("datasets", DATASETS),
-                            ("partitions", PARTITIONS), ("models", MODELS),
-                            ("server opts", SERVER_OPTS), ("selectors", SELECTORS),
-                            ("aggregations", AGGREGATIONS)):
-        print(f"{label + ':':<12} " + ", ".join(registry.choices()))
+    reg = registries()
+    for label, key in (("algorithms", "algorithm"), ("datasets", "dataset"),
+                       ("partitions", "partition"), ("models", "model"),
+                       ("server opts", "server_opt"), ("selectors", "selector"),
+                       ("aggregations", "aggregation")):
+        print(f"{label + ':':<13} " + ", ".join(reg[key].choices()))
+    print(f"{'appeal defs:':<13} " + ", ".join(APPEAL_DEFS))
+    print(f"{'trackers:':<13} " + ", ".join(KINDS))
+    for label, names in LISTINGS.items():  # lists of the command modules (experiments)
+        print(f"{label + ':':<13} " + ", ".join(names()))
     return 0
 
 
@@ -314,6 +337,9 @@ def cmd_install_data(args: argparse.Namespace) -> int:
 
 
 # name -> (configure parser, handler, help); other modules add their subcommands here.
+# `list` label -> names; command modules add theirs (e.g. reproduce: "experiments").
+LISTINGS: dict[str, Callable[[], list[str]]] = {}
+
 SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                              Callable[[argparse.Namespace], int], str]] = {
     "run": (lambda p: (add_config_flags(p), add_process_flags(p)), cmd_run,
@@ -351,11 +377,73 @@ def make_parser() -> argparse.ArgumentParser:
     for name, (configure, handler, help_) in SUBCOMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         configure(sp)
+        sp.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="import MODULE (a module name, or a .py file) first, so that "
+                             "the components it registers can be named (repeatable; also "
+                             "`plugin = [...]` in a config file); see docs/extending.md")
         sp.set_defaults(func=handler)
     return p
 
 
+def plugin_names(argv: list[str]) -> list[str]:
+    """Modules named by --plugin flags and by the `plugin` key of a --config file."""
+    names, it = [], iter(argv)
+    config = None
+    for a in it:
+        if a in ("--plugin", "--config"):
+            v = next(it, None)
+            if v is not None:
+                names, config = ((names + [v], config) if a == "--plugin" else (names, v))
+        elif a.startswith("--plugin="):
+            names.append(a.split("=", 1)[1])
+        elif a.startswith("--config="):
+            config = a.split("=", 1)[1]
+    if config:
+        from ..core.config import load_config_file
+
+        try:
+            from_file = load_config_file(config).get("plugin", [])
+        except ConfigError:
+            from_file = []  # the config file's own error is reported when it is read again
+        names = ([from_file] if isinstance(from_file, str) else list(from_file)) + names
+    return names
+
+
+def load_plugins(names: list[str]) -> None:
+    """Import each plugin module (a module name on the path or in the working folder, or a
+    .py file), so that its registrations reach the parser, validation and `list`."""
+    import importlib
+    import importlib.util
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            if name.endswith(".py") or os.sep in name:
+                path = Path(name)
+                if not path.is_file():
+                    raise ConfigError(f"--plugin {name}: no such file")
+                spec = importlib.util.spec_from_file_location(f"fedjax_plugin_{path.stem}",
+                                                              path)
+                mod = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = mod
+                spec.loader.exec_module(mod)
+            else:
+                importlib.import_module(name)
+        except ConfigError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure of user code is one line
+            raise ConfigError(f"--plugin {name}: importing it failed ({type(e).__name__}: "
+                              f"{e}); pass an importable module name or a .py file") from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        load_plugins(plugin_names(argv))
+    except ConfigError as e:
+        print(f"fedjax-appeal: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     args = make_parser().parse_args(argv)
     try:
         start_processes(args)

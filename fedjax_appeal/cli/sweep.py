@@ -142,6 +142,7 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
 def cmd_sweep(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from ..core.config import appeal_on, appeal_reason
     from ..execute.distributed import check_processes, is_main, make_mesh
     from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
     from ..run.report import to_jsonable, write_outputs
@@ -164,6 +165,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if spec:
         base["out"] = args.resume
     cfg, hp = resolve(args, base=base)
+    if cfg.appeal == "auto" and metric.startswith(APPEAL_METRICS):  # ranked by its metrics
+        cfg = cfg.replace(appeal="on")
     grid: dict[str, list[str]] = {}
     for g in grid_args:
         k, vals = parse_grid_arg(g)
@@ -213,6 +216,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     title = sweep_title(cfg, checked)
     results = {"command": "fedjax-appeal " + " ".join(sys.argv[1:]),
                "config": dataclasses.asdict(cfg), "hparams": dataclasses.asdict(hp),
+               "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
                "grid": grid, "seeds": seeds, "metric": metric, "best": res.best,
                "summary": res.summary, "rows": res.rows, "timing": res.timing}
     writers = {
@@ -237,6 +241,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
           "sweep.png")
     return 0
+
+
+# History metrics that only the appeal protocol computes.
+APPEAL_METRICS = ("gm_appeal", "preferred_acc", "appeal_", "solo_")
 
 
 def sweep_title(cfg, grid: dict[str, list]) -> str:

@@ -111,6 +111,34 @@ APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
                "train-vs-solo-minibatch")
 
 
+# Algorithms whose rule needs the clients' requirements rho_k (solo models).
+NEEDS_REQUIREMENTS = ("maxfl", "incfl", "mwfed")
+# Options that belong to the appeal protocol; giving one (non-default) turns `auto` on.
+APPEAL_OPTIONS = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
+
+
+def appeal_on(cfg: RunConfig) -> bool:
+    """Whether a run applies the appeal protocol (`--appeal on|off|auto`, see RunConfig)."""
+    if isinstance(cfg.appeal, bool):  # RunConfig(appeal=True/False) from Python code
+        return cfg.appeal
+    if cfg.appeal != "auto":
+        return cfg.appeal == "on"
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    return cfg.algorithm in NEEDS_REQUIREMENTS or any(
+        getattr(cfg, k) != defaults[k] for k in APPEAL_OPTIONS)
+
+
+def appeal_reason(cfg: RunConfig) -> str:
+    """One phrase: whether the appeal protocol is on, and why (for the run header)."""
+    on = appeal_on(cfg)
+    if cfg.appeal in ("on", "off") or isinstance(cfg.appeal, bool):
+        return f"appeal protocol {'on' if on else 'off'} (--appeal)"
+    if cfg.algorithm in NEEDS_REQUIREMENTS:
+        return f"appeal protocol on (auto: {cfg.algorithm} uses requirements)"
+    return ("appeal protocol on (auto: an appeal option was given)" if on else
+            "appeal protocol off (auto; --appeal on adds GM-Appeal metrics)")
+
+
 def data_seed(cfg: RunConfig) -> int:
     """The seed of a run's data (`--data-seed`, or `--seed` when that is -1)."""
     return cfg.seed if cfg.data_seed < 0 else cfg.data_seed
@@ -201,8 +229,11 @@ class RunConfig:
                                "generated clients (-1 = --seed)")
     out: str = _f("", "output directory (results.json, history.csv, accuracy.png)")
     # --- appeal protocol (fedjax_appeal/protocols/appeal/appeal.py, requirement.py) ---
-    appeal: bool = _f(True, "apply the appeal protocol: solo models, GM-Appeal and preferred-"
-                            "model metrics, opt-out participation, fine-tuning evaluation")
+    appeal: str = _f("auto", "the appeal protocol (solo models, GM-Appeal and preferred-model "
+                             "metrics, opt-out participation, fine-tuning evaluation): on, off, "
+                             "or auto = on for algorithms that need requirements (maxfl, incfl, "
+                             "mwfed) or when one of its options is given, else off",
+                     ("auto", "on", "off"))
     requirement: str = _f("solo", "client requirement rho_k: 'solo' (train loss of the solo "
                                   "model), a constant, or a .npy/.txt file of M (or M+U) values")
     appeal_def: str = _f("test-vs-solo-test", "appeal definition (global-model loss vs "
@@ -287,7 +318,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} is not valid {p.suffix[1:] or 'TOML'}: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {p} must hold a table/object of keys")
-    known = set(field_names(RunConfig)) | set(field_names(HParams))
+    known = set(field_names(RunConfig)) | set(field_names(HParams)) | {"plugin"}
     out = {}
     for k, v in raw.items():
         key = k.replace("-", "_")
@@ -318,6 +349,8 @@ def check_types(values: dict[str, Any], source: str = "configuration") -> dict[s
                 v = 0.0  # the client lr of the run (see HParams.solo_lr)
         elif k in run_keys:
             kind = _field_kind(RunConfig, k)
+            if k == "appeal" and isinstance(v, bool):  # appeal = true / false
+                v = "on" if v else "off"
         else:
             out[k] = v
             continue

@@ -6,16 +6,42 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..core.config import ConfigError, RunConfig, data_seed
+from ..core.config import DATASETS, PARTITIONS, ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
 from .arrays import ClientArrays, FederatedData
 from .sources import Dataset
+
+
+def register_dataset(name: str):
+    """Decorator: `fn(cfg, rng) -> Dataset` becomes `--dataset NAME` (run, sweep, reproduce).
+
+    `rng` is the run's data generator (seeded by `--data-seed`); draw any randomness from
+    it, so the same data seed gives the same data.
+    """
+    def deco(fn):
+        DATASETS[name] = fn
+        return fn
+
+    return deco
+
+
+def register_partition(name: str):
+    """Decorator: `fn(ds, total, cfg, rng) -> list of index arrays` (one per client, seen
+    and unseen together) becomes `--partition NAME`."""
+    def deco(fn):
+        PARTITIONS[name] = fn
+        return fn
+
+    return deco
 
 
 def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Dataset:
     """The pooled `Dataset` named by `cfg.dataset`."""
     name = cfg.dataset
     d = cfg.data_dir or None
+    if callable(DATASETS.get(name) if name in DATASETS else None):  # registered by user code
+        rng = rng if rng is not None else np.random.default_rng(data_seed(cfg))
+        return DATASETS[name](cfg, rng)
     if name == "fmnist":
         return sources.load_fmnist(cfg.fmnist_dir)
     if name == "mnist":
@@ -50,7 +76,12 @@ def partition_clients(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
                       ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Index arrays of the seen and the unseen clients (disjoint, same distribution)."""
     total = cfg.clients + cfg.unseen_clients
-    if cfg.partition == "dirichlet":
+    if callable(PARTITIONS[cfg.partition] if cfg.partition in PARTITIONS else None):
+        parts = [np.asarray(p) for p in PARTITIONS[cfg.partition](ds, total, cfg, rng)]
+        if len(parts) != total:
+            raise ConfigError(f"partition '{cfg.partition}' returned {len(parts)} clients, "
+                              f"not --clients + --unseen-clients = {total}")
+    elif cfg.partition == "dirichlet":
         parts = partition.dirichlet(ds.y, total, cfg.alpha, rng, cfg.min_samples)
     elif cfg.partition == "clusters":
         parts = partition.clusters(ds.y, total, cfg.num_clusters, cfg.labels_per_cluster, rng,

@@ -13,7 +13,7 @@ import time
 from typing import NamedTuple
 
 from ..algorithms import FederatedAlgorithm, build
-from ..core.config import RunConfig
+from ..core.config import RunConfig, appeal_on
 from ..core.models import Model, model_for
 from ..core.round import Executor
 from ..data import Dataset, FederatedData, load_federated
@@ -45,6 +45,6 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     load_s = time.perf_counter() - t0
     model = model_for(cfg.model, data, dataset)
     alg = build(cfg.algorithm, model, cfg, executor=Executor(cfg.client_chunk, mesh))
-    if cfg.appeal:  # the appeal protocol around every algorithm
+    if appeal_on(cfg):  # the appeal protocol around the algorithm
         alg = with_appeal(alg, model, cfg)
     return Assembled(alg, model, data, dataset, load_s)

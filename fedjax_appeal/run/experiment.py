@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from .. import __version__
-from ..core.config import HParams, RunConfig
+from ..core.config import HParams, RunConfig, appeal_on, appeal_reason
 from ..data import Dataset, FederatedData
 from ..execute.distributed import fetch
 from ..protocols.appeal.appeal import personalize
@@ -54,9 +54,10 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
                    resume=bool(cfg.resume), mesh=mesh)
-    personalized = finetune_report(model, cfg, sim, data, hp) if cfg.appeal else None
+    personalized = finetune_report(model, cfg, sim, data, hp) if appeal_on(cfg) else None
     results = {
         "config": {**dataclasses.asdict(cfg), "model": model.name},
+        "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
         "hparams": {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
         "data": {"clients": data.num_clients, "unseen_clients": data.num_unseen,
                  "train_samples": data.train.num_samples, "test_samples": data.test.num_samples,

@@ -7,7 +7,7 @@ import dataclasses
 from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS
 from ..algorithms import ALGORITHMS
-from ..core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
+from ..core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig, appeal_on
 from ..core.models import MODELS
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
 
@@ -97,7 +97,7 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     from ..protocols.appeal.requirement import parse_requirement
 
     solo_rho = parse_requirement(cfg.requirement) is None
-    if cfg.rho_steps < 1 and (cfg.appeal or (solo_rho and cfg.algorithm in ("maxfl", "incfl"))):
+    if cfg.rho_steps < 1 and (appeal_on(cfg) or (solo_rho and cfg.algorithm in ("maxfl", "incfl"))):
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
     if float(hp.maxfl_eps) < 0:
         raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")
@@ -156,8 +156,8 @@ _SUBMODULAR = ("divfl", "subtrunc", "unionfl")
 def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
     """Why option `key` has no effect in `cfg`, or None if it has one."""
     appeal_keys = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
-    if key in appeal_keys and not cfg.appeal:
-        return "it belongs to the appeal protocol, which --no-appeal turns off"
+    if key in appeal_keys and not appeal_on(cfg):
+        return "it belongs to the appeal protocol, which --appeal off turns off"
     if key == "aggregation" and cfg.algorithm in _NO_AGGREGATION:
         return f"{cfg.algorithm} computes its own aggregation weights"
     if key == "alpha" and (cfg.partition != "dirichlet" or cfg.imbalance_ratios):

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cli.commands import SUBCOMMANDS
+from ...cli.commands import LISTINGS, SUBCOMMANDS
 from ...core.config import ConfigError, HParams, RunConfig
 from ...run.report import to_jsonable, write_outputs
 
@@ -216,4 +216,5 @@ def _cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+LISTINGS["experiments"] = lambda: (_load_modules(), sorted(EXPERIMENTS))[1]
 SUBCOMMANDS["reproduce"] = (_configure, _cmd, "run a named paper experiment and write its report")

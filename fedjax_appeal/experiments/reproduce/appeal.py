@@ -107,8 +107,8 @@ def run_grid(ctx: Context, columns: list[Column], variants: list[Variant],
                 if rec["status"] != "ok":
                     continue
                 t_cfg, t_hp = tuned_values(col.tuned, v.algorithm)
-                cfg = ctx.base(**{**spec, **t_cfg, **v.cfg, "algorithm": v.algorithm,
-                                  "seed": seed})
+                cfg = ctx.base(**{"appeal": "on", **spec, **t_cfg, **v.cfg,
+                                  "algorithm": v.algorithm, "seed": seed})
                 hp = _hparams(base_hp, col.hp, t_hp, v.hp)
                 dkey = tuple(getattr(cfg, f) for f in data_fields())
                 try:

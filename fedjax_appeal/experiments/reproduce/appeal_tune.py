@@ -62,8 +62,9 @@ def appeal_tune(ctx: Context) -> None:
     for name, (_title, setting) in SETTINGS.items():
         if name not in TUNE_ALGORITHMS:
             continue
-        cfg = ctx.base(**{**base, **setting, "seed": TUNE_SEED, "eval_every": base["rounds"],
-                          "finetune_steps": 0, "unseen_clients": 0})
+        cfg = ctx.base(**{"appeal": "on", **base, **setting, "seed": TUNE_SEED,
+                          "eval_every": base["rounds"], "finetune_steps": 0,
+                          "unseen_clients": 0})
         data, ds = load_federated(cfg)
         out[name] = {}
         for v in BASELINES:

@@ -237,7 +237,7 @@ def make_cfg(ctx: Context, setting: str, seed: int, b: Backbone, aggregation: st
              grid: tuple[int, int] | None = None) -> RunConfig:
     return ctx.base(**schedule(setting, ctx.quick, grid), algorithm=b.algorithm,
                     server_opt=b.server_opt, aggregation=aggregation,
-                    model=model_for_backbone(b, setting), unseen_clients=0, appeal=False,
+                    model=model_for_backbone(b, setting), unseen_clients=0, appeal="off",
                     seed=seed)
 
 

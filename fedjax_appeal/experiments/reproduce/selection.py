@@ -100,7 +100,7 @@ def _setting(ctx: Context, dataset: str, seed: int, **kw):
                 clients=100, unseen_clients=0, cohort=10, greedy_candidates=10,
                 subtrunc_phi="log", union_window=5, union_base="divfl",
                 selector_features="grad", feature_refresh=1, selector_objective="raw",
-                aggregation="uniform", seed=seed, appeal=False, **_SCHEDULE[ctx.quick])
+                aggregation="uniform", seed=seed, appeal="off", **_SCHEDULE[ctx.quick])
     base.update(kw)
     return ctx.base(**base)
 

@@ -1,0 +1,45 @@
+"""What user code needs to add a component: the registries and the types they hold.
+
+A plugin module (`fedjax-appeal run --plugin MODULE`, or `plugin = [...]` in a config file)
+imports from here and registers its parts; the CLI then accepts their names everywhere
+(run, sweep, reproduce, validation, `list`, `--help`). See docs/extending.md.
+
+Registries (name -> value):
+
+  * `AGGREGATIONS`: `--aggregation` -> `WeightRule(fn(updates, idx, valid, state, hp), needs)`.
+  * `SELECTORS`: `--selector` -> `builder(model, cfg) -> Selector(init, select, update)`.
+  * `SERVER_OPTS`: `--server-opt` -> `fn(hp) -> optax.GradientTransformation`.
+  * `ALGORITHMS`: `--algorithm` -> `builder(model, cfg, executor=None) -> FederatedAlgorithm`
+    (usually `compose(...)`; register with `@register("name")`).
+  * `MODELS`: `--model` -> `fn(num_classes, norm) -> flax module`.
+  * `DATASETS`: `--dataset` -> `fn(cfg, rng) -> Dataset` (`@register_dataset("name")`).
+  * `PARTITIONS`: `--partition` -> `fn(ds, total, cfg, rng) -> [index array per client]`
+    (`@register_partition("name")`).
+
+Rule, selector and server-optimizer values are pure functions of arrays and `hp` (the
+vmappable `HParams`), so a sweep vmaps over them like over the built-in ones.
+"""
+
+from __future__ import annotations
+
+from .aggregate.aggregation import AGGREGATIONS, masked_softmax, proportional, uniform_weights
+from .aggregate.server import SERVER_OPTS
+from .algorithms import ALGORITHMS
+from .algorithms.base import compose, register
+from .algorithms.fedavg import sgd_local
+from .core.config import DATASETS, PARTITIONS, HParams, RunConfig
+from .core.models import MODELS, Normalize
+from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
+from .data.pool import register_dataset, register_partition
+from .data.sources import Dataset
+from .local.client import Trained, local_sgd, proximal
+from .select.selection import uniform as uniform_cohort
+from .select.selection import weighted as weighted_cohort
+from .select.selectors import SELECTORS
+
+__all__ = ["AGGREGATIONS", "ALGORITHMS", "DATASETS", "MODELS", "PARTITIONS", "SELECTORS",
+           "SERVER_OPTS", "ClientUpdate", "Dataset", "HParams", "Normalize", "RunConfig",
+           "Selector", "ServerState", "Trained", "WeightRule", "compose", "local_sgd",
+           "masked_softmax", "proportional", "proximal", "register", "register_dataset",
+           "register_partition", "sgd_local", "uniform_cohort", "uniform_weights",
+           "weighted_cohort"]
