@@ -158,7 +158,7 @@ def test_ignored_option_from_config_file_is_named(tmp_path, capsys, no_data_load
     ("rounds = 4.0\n", "key 'rounds' must be an integer"),  # no silent float -> int
     ('rounds = "ten"\n', "key 'rounds' must be an integer"),
     ('client_lr = "fast"\n', "key 'client_lr' must be a number"),
-    ("appeal = 1\n", "key 'appeal' must be true or false"),
+    ("appeal = 1\n", "key 'appeal' must be on, off or auto"),
     ("algorithm = 3\n", "key 'algorithm' must be a string"),
     ("clients = true\n", "key 'clients' must be an integer"),
 ])

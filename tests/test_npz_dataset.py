@@ -36,7 +36,7 @@ def test_run_with_appeal_and_sweep_under_its_own_name(tmp_path):
     f = tmp_path / "mine.npz"
     image_npz(f)
     out = tmp_path / "r"
-    assert main(["run", "--dataset", f"npz:{f}", *RUN, "--out", str(out)]) == 0
+    assert main(["run", "--dataset", f"npz:{f}", *RUN, "--appeal", "on", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["model"] == "mlp"
     assert res["data"]["clients"] == 8 and res["data"]["unseen_clients"] == 4

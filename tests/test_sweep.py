@@ -19,7 +19,7 @@ from fedjax_appeal.run.sweep import check_grid, summarize_sweep, sweep
 
 CFG = RunConfig(algorithm="fedprox", dataset="synthetic", partition="natural", clients=6,
                 unseen_clients=2, cohort=3, rounds=4, local_steps=2, batch_size=4,
-                eval_every=2, min_samples=4)
+                eval_every=2, min_samples=4, appeal="on")
 TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort", "3",
         "--rounds", "2", "--local-steps", "2", "--batch-size", "4", "--eval-every", "1",
         "--min-samples", "4", "--partition", "natural"]

@@ -351,6 +351,9 @@ def check_types(values: dict[str, Any], source: str = "configuration") -> dict[s
             kind = _field_kind(RunConfig, k)
             if k == "appeal" and isinstance(v, bool):  # appeal = true / false
                 v = "on" if v else "off"
+            if k == "appeal" and v not in ("auto", "on", "off"):
+                raise ConfigError(f"{source}: key 'appeal' must be on, off or auto (or true / "
+                                  f"false), got {v!r}")
         else:
             out[k] = v
             continue
