@@ -13,17 +13,25 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.cli import main
+from fedjax_appeal.cli.commands import registries as registries_of_cli
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
 
 
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory):
+    """The guide's plugin as a file; the names it registers are removed afterwards, so that
+    later tests (e.g. the golden check over every registered algorithm) see only built-ins."""
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
     assert len(blocks) == 1
     path = tmp_path_factory.mktemp("plugin") / "my_fl.py"
     path.write_text(blocks[0])
-    return path
+    registries = list(registries_of_cli().values())
+    before = [set(r) for r in registries]
+    yield path
+    for reg, names in zip(registries, before, strict=True):
+        for name in set(reg) - names:
+            del reg[name]
 
 
 RUN = ["--dataset", "blobs", "--partition", "natural", "--model", "logistic", "--clients", "12",

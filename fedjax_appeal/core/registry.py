@@ -39,6 +39,9 @@ class Registry(Mapping):
     def __setitem__(self, name: str, value: Any) -> None:
         self._items[name] = value
 
+    def __delitem__(self, name: str) -> None:
+        del self._items[name]
+
     def __repr__(self) -> str:
         return f"Registry({self.what!r}, {list(self)})"
 

@@ -49,7 +49,7 @@ from .simulate import eval_rounds, make_chunk, split_key
 from .validate import validate
 
 # Keys a grid may not sweep (they name the sweep itself or its output).
-FORBIDDEN = {"seed": "give training seeds with --seeds (the partition seed is --seed)",
+FORBIDDEN = {"seed": "give training seeds with --seeds (the data seed is --data-seed)",
              "out": "the sweep writes one output folder (--out)",
              "resume": "continue a sweep with --resume OUT",
              "checkpoint_every": "all runs of a sweep share --checkpoint-every",
