@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedjax_appeal.core.config import appeal_on
 from fedjax_appeal.experiments.reproduce import EXPERIMENTS, Context, _load_modules
 from fedjax_appeal.experiments.reproduce import expalpha as E
 
@@ -99,7 +100,7 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
                     validate(cfg, E.make_hp(b))
                 except ConfigError as e:  # pragma: no cover - the message is the point
                     raise AssertionError(f"{setting}/{b.label}/{agg}: {e}") from None
-                assert not cfg.appeal and cfg.unseen_clients == 0 and cfg.seed == 1
+                assert not appeal_on(cfg) and cfg.unseen_clients == 0 and cfg.seed == 1
                 assert cfg.model == ("cnn_bn" if setting == "domain" else "mlp")
                 if setting != "domain":  # the paper's equal-size clients, a pool >= 100
                     assert cfg.imbalance_size > 0 and cfg.clients >= 100
