@@ -178,14 +178,15 @@ def _first_divergence(a: dict, b: dict) -> int:
     return -1
 
 
-def _header_note(ctx: Context, dataset: str = "mnist") -> str:
+def _header_note(ctx: Context, datasets: tuple[str, ...] = ("mnist",)) -> str:
     s = _SCHEDULE[ctx.quick]
+    dataset = " and ".join(f"{d} (λ = {LAMBDA[d]})" for d in datasets)
     return (f"Command: `{ctx.command}`\n\n"
             f"Setting (paper-literal): {dataset}, 100 clients x 3 classes, cohort κ = 10, "
             f"stochastic greedy r = 10, LeNet-5, raw objective (sum over clients of "
             f"||∇f_i − ∇f_j||, full-data gradients), every client's loss and gradient "
             f"refreshed at the current model every round, 1/κ aggregation, b = 1.10, μ = 1, "
-            f"φ = ln(1+x), λ = {LAMBDA[dataset]} unless varied; {s['rounds']} rounds of "
+            f"φ = ln(1+x), λ as named unless varied; {s['rounds']} rounds of "
             f"{s['local_steps']} local SGD steps (batch {s['batch_size']}, lr 0.05), "
             f"{s['max_samples']} samples (60:40 train/test per client); seeds {_seeds(ctx)} "
             "(mean ± std over seeds; the same seed gives every method the same partition, "
@@ -327,14 +328,14 @@ def selection_compare(ctx: Context) -> None:
                                       for s in SELECTORS}, f"{ds}: selectors")
     cifar = ("" if "cifar10" in data else
              f"CIFAR-10 was not run (CPU budget; set {_CIFAR_ENV}=1 to add it, λ = 0.5). ")
-    table = ("# selection-compare (Table I)\n\n" + _header_note(ctx) + "\n" + cifar
+    table = ("# selection-compare (Table I)\n\n" + _header_note(ctx, _datasets(ctx)) + "\n" + cifar
              + "Seconds per round include, for DivFL/SubTrunc/UnionFL, the all-client "
                "gradient refresh (Random and Power-of-Choice have none).\n\n"
              + _SATURATION + "\n\n" + "".join(parts))
     _write(ctx, table, data, plots)
 
 
-@experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal, MNIST)")
+@experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal)")
 def selection_lambda(ctx: Context) -> None:
     lams = (0.01, 0.5, 0.95) if ctx.quick else (0.01, 0.1, 0.25, 0.5, 0.75, 0.95)
     if os.environ.get(_LAMBDA_ENV):  # a subset of the paper's lambdas (CPU budget)
@@ -344,42 +345,54 @@ def selection_lambda(ctx: Context) -> None:
                               f"{', '.join(map(str, PAPER_T2['mnist']))}")
     variants = {str(lam): ({"selector": "subtrunc"}, {"subtrunc_lambda": lam}) for lam in lams}
     variants["0"] = ({"selector": "divfl"}, {})  # lambda = 0 is DivFL (Table I's DivFL runs)
-    runs = _run_all(ctx, "mnist", variants)
-    rows = [["0 (DivFL)", _cell(runs["0"], "test_acc", 100), "—",
-             _cell(runs["0"], "dissimilarity"), "—"]]
-    for lam in lams:
-        p = PAPER_T2["mnist"][lam]
-        rows.append([lam, _cell(runs[str(lam)], "test_acc", 100), p[0],
-                     _cell(runs[str(lam)], "dissimilarity"), p[1]])
     hi = str(lams[-1])
     lo = str(lams[0]) if len(lams) > 1 else "0"
-    pd = paired(runs[hi], runs[lo], "dissimilarity")
-    pa = paired(runs[hi], runs[lo], "test_acc", 100)
-    same = [a["cohorts"] == b["cohorts"] for a, b in zip(runs[hi], runs["0"], strict=True)]
-    data = {**runs, "paired_hi_minus_lo": {"dissimilarity": pd, "test_acc": pa},
-            "largest_lambda_equals_divfl_per_seed": same}
     lo_name = f"λ = {lo}" if lo != "0" else "DivFL (λ = 0)"
-    table = ("# selection-lambda (Table II, SubTrunc on MNIST)\n\n" + _header_note(ctx) + "\n"
-             + markdown_table(["lambda", "test acc % (ours)", "test acc % (paper)",
-                               "dissimilarity (ours)", "dissimilarity (paper)"], rows)
-             + f"\nPaired λ = {hi} − {lo_name} (paper: dissimilarity 7.96 − 8.90 = −0.94 "
-               f"from λ = 0.01 to 0.95): dissimilarity {_pair_cell(pd)} — "
-               f"{_verdict(pd, '-')}; test acc pp {_pair_cell(pa)}.\n\n"
-               f"Diagnostic: per seed {[r['seed'] for r in runs[hi]]}, is the whole cohort "
-               f"sequence (every pick, in order) of λ = {hi} DivFL's? {same}. Each SubTrunc "
-               "pick maximises g_j + λ·h_j over its candidates (g: facility-location gain, "
-               "h_j = min(b, Φ + φ_j) − min(b, Φ)), linear in λ: where the run at the largest "
-               "λ makes DivFL's (λ = 0) pick at every step, that pick also wins at every λ in "
-               "between (ties aside), so that seed has the same cohort sequence, hence the "
-               "same run, for every λ ∈ [0, " + hi + "]: the paper's other rows would repeat "
-               "the measured DivFL row (a consequence of the argument, not separate runs)."
+    data, parts, plots = {}, [], {}
+    for ds in _datasets(ctx):
+        runs = _run_all(ctx, ds, variants)
+        rows = [["0 (DivFL)", _cell(runs["0"], "test_acc", 100), "—",
+                 _cell(runs["0"], "dissimilarity"), "—"]]
+        for lam in lams:
+            p = PAPER_T2[ds][lam]
+            rows.append([lam, _cell(runs[str(lam)], "test_acc", 100), p[0],
+                         _cell(runs[str(lam)], "dissimilarity"), p[1]])
+        pd = paired(runs[hi], runs[lo], "dissimilarity")
+        pa = paired(runs[hi], runs[lo], "test_acc", 100)
+        same = [a["cohorts"] == b["cohorts"] for a, b in zip(runs[hi], runs["0"], strict=True)]
+        paper_lo = PAPER_T2[ds][0.01][1].split()[0]
+        paper_hi = PAPER_T2[ds][0.95][1].split()[0]
+        data[ds] = {**runs, "paired_hi_minus_lo": {"dissimilarity": pd, "test_acc": pa},
+                    "largest_lambda_equals_divfl_per_seed": same}
+        parts.append(
+            f"## {ds}\n\n" + markdown_table(
+                ["lambda", "test acc % (ours)", "test acc % (paper)", "dissimilarity (ours)",
+                 "dissimilarity (paper)"], rows)
+            + f"\nPaired λ = {hi} − {lo_name} (paper: dissimilarity {paper_hi} − {paper_lo} = "
+              f"{float(paper_hi) - float(paper_lo):+.2f} from λ = 0.01 to 0.95): dissimilarity "
+              f"{_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp {_pair_cell(pa)}.\n\n"
+              f"Diagnostic: per seed {[r['seed'] for r in runs[hi]]}, is the whole cohort "
+              f"sequence (every pick, in order) of λ = {hi} DivFL's? {same}.\n\n"
+              "Dissimilarity along training:\n\n"
+            + _by_round({f"λ={k}": v for k, v in runs.items()}) + "\n")
+        plots[f"curves_{ds}.png"] = ({f"lambda={k}": [r["history"] for r in v]
+                                      for k, v in runs.items()}, f"{ds}: SubTrunc lambda")
+    cifar = ("" if "cifar10" in data else
+             f"CIFAR-10 was not run (CPU budget; set {_CIFAR_ENV}=1 to add it). ")
+    table = ("# selection-lambda (Table II, SubTrunc)\n\n" + _header_note(ctx, _datasets(ctx))
+             + "\n" + cifar
+             + "Each SubTrunc pick maximises g_j + λ·h_j over its candidates (g: "
+               "facility-location gain, h_j = min(b, Φ + φ_j) − min(b, Φ)), linear in λ: where "
+               "the run at the largest λ makes DivFL's (λ = 0) pick at every step, that pick "
+               "also wins at every λ in between (ties aside), so that seed has the same cohort "
+               "sequence, hence the same run, for every λ ∈ [0, " + hi + "]: the paper's other "
+               "rows would repeat the measured DivFL row (a consequence of the argument, not "
+               "separate runs)."
              + (f" Rows run: λ ∈ {list(lams)} ({_LAMBDA_ENV}) and DivFL." if
                 os.environ.get(_LAMBDA_ENV) else "")
              + " See `selection-gains` for the size of g's gaps against λ·b.\n\n"
-               "Dissimilarity along training:\n\n"
-             + _by_round({f"λ={k}": v for k, v in runs.items()}))
-    _write(ctx, table, data, {"curves.png": ({f"lambda={k}": [r["history"] for r in v]
-                                              for k, v in runs.items()}, "SubTrunc lambda")})
+             + "".join(parts))
+    _write(ctx, table, data, plots)
 
 
 @experiment("selection-window", "Table III: UnionFL window 2/5/10 (paper-literal, MNIST)")
