@@ -15,9 +15,12 @@ Registries (name -> value):
   * `DATASETS`: `--dataset` -> `fn(cfg, rng) -> Dataset` (`@register_dataset("name")`).
   * `PARTITIONS`: `--partition` -> `fn(ds, total, cfg, rng) -> [index array per client]`
     (`@register_partition("name")`).
+  * `TUNABLES`: a user hyperparameter -> `Tunable(default, help)`
+    (`register_tunable("name", default, help)`); read it as `hp.get("name")`.
 
 Rule, selector and server-optimizer values are pure functions of arrays and `hp` (the
-vmappable `HParams`), so a sweep vmaps over them like over the built-in ones.
+vmappable `HParams`, whose `extra` dict holds the registered tunables), so a sweep vmaps
+over them like over the built-in ones.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .algorithms.fedavg import sgd_local
 from .core.config import DATASETS, PARTITIONS, HParams, RunConfig
 from .core.models import MODELS, Normalize
 from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
+from .core.tunables import TUNABLES, Tunable, register_tunable
 from .data.pool import register_dataset, register_partition
 from .data.sources import Dataset
 from .local.client import Trained, local_sgd, proximal
@@ -38,8 +42,8 @@ from .select.selection import weighted as weighted_cohort
 from .select.selectors import SELECTORS
 
 __all__ = ["AGGREGATIONS", "ALGORITHMS", "DATASETS", "MODELS", "PARTITIONS", "SELECTORS",
-           "SERVER_OPTS", "ClientUpdate", "Dataset", "HParams", "Normalize", "RunConfig",
-           "Selector", "ServerState", "Trained", "WeightRule", "compose", "local_sgd",
-           "masked_softmax", "proportional", "proximal", "register", "register_dataset",
-           "register_partition", "sgd_local", "uniform_cohort", "uniform_weights",
-           "weighted_cohort"]
+           "SERVER_OPTS", "TUNABLES", "ClientUpdate", "Dataset", "HParams", "Normalize",
+           "RunConfig", "Selector", "ServerState", "Trained", "Tunable", "WeightRule", "compose",
+           "local_sgd", "masked_softmax", "proportional", "proximal", "register",
+           "register_dataset", "register_partition", "register_tunable", "sgd_local",
+           "uniform_cohort", "uniform_weights", "weighted_cohort"]

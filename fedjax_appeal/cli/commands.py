@@ -90,10 +90,46 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
                    default=argparse.SUPPRESS, help="same as --appeal off")
     h = p.add_argument_group("hyperparameters (vmappable)")
     for f in dataclasses.fields(HParams):
+        if f.name == "extra":  # the user tunables, below
+            continue
         h.add_argument(_flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
                        metavar="X", help=f"{f.metadata.get('help', '')} (default: {f.default})")
+    add_tunable_flags(h)
     p.add_argument("--config", default=None, metavar="FILE",
                    help="TOML or JSON file with the same keys as the flags")
+
+
+def add_tunable_flags(h: argparse._ArgumentGroup) -> None:
+    """`--NAME X` per registered user tunable, and `--hp NAME=X` for any hyperparameter."""
+    from ..core.tunables import TUNABLES
+
+    for name, t in TUNABLES.items():
+        h.add_argument(_flag(name), type=_hp_float, default=argparse.SUPPRESS, dest=name,
+                       metavar="X", help=f"{t.help} (plugin tunable; default: {t.default})")
+    h.add_argument("--hp", action="append", default=argparse.SUPPRESS, metavar="NAME=X",
+                   dest="hp", help="set a hyperparameter by name, a built-in one or a tunable "
+                                   "a plugin registered (repeatable)")
+
+
+def parse_hp_args(items: list[str]) -> dict[str, float]:
+    """`--hp NAME=X` values -> {name: float}; one-line error for a bad item or name."""
+    from ..core.config import field_names
+
+    out: dict[str, float] = {}
+    for item in items:
+        name, eq, raw = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not eq or not name or not raw.strip():
+            raise ConfigError(f"--hp {item!r}: write NAME=VALUE (e.g. --hp client_lr=0.1)")
+        if name not in field_names(HParams):
+            from ..core.tunables import check_tunable
+
+            check_tunable(name)
+        try:
+            out[name] = _hp_float(raw)
+        except ValueError:
+            raise ConfigError(f"--hp {item!r}: {raw.strip()!r} is not a number") from None
+    return out
 
 
 # Flags of the process, not of the simulation (never part of a RunConfig).
@@ -138,9 +174,10 @@ def resolve(args: argparse.Namespace, base: dict[str, Any] | None = None
     if getattr(args, "config", None):
         values.update(load_config_file(args.config))
     values.update({k: v for k, v in vars(args).items()
-                   if k not in ("config", "command", "func", *PROCESS_KEYS)})
+                   if k not in ("config", "command", "func", "hp", *PROCESS_KEYS)})
+    values.update(parse_hp_args(getattr(args, "hp", None) or []))
     run_kw, hp_kw = split_overrides(check_types(values))
-    return RunConfig(**run_kw), HParams(**hp_kw)
+    return RunConfig(**run_kw), HParams.make(**hp_kw)
 
 
 def default_out(cfg: RunConfig) -> str:
@@ -151,9 +188,11 @@ def default_out(cfg: RunConfig) -> str:
 def given_keys(args: argparse.Namespace) -> set[str]:
     """Configuration keys the user gave (config file or flag), not defaults or --resume's."""
     keys = set(load_config_file(args.config)) if getattr(args, "config", None) else set()
-    known = {f.name for f in dataclasses.fields(RunConfig)} | {
-        f.name for f in dataclasses.fields(HParams)}
-    return keys | {k for k in vars(args) if k in known}
+    from ..core.config import field_names
+
+    known = set(field_names(RunConfig)) | set(field_names(HParams))
+    return (keys | {k for k in vars(args) if k in known}
+            | set(parse_hp_args(getattr(args, "hp", None) or [])))
 
 
 def agree_or_raise(error: ConfigError | None) -> None:
@@ -233,7 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     validate(cfg, hp)
     if cfg.resume:  # the checkpoint's configuration must be this one (before any loading)
         check_compatible(read_meta(cfg.resume), dataclasses.asdict(cfg),
-                         {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+                         hp.to_dict(),
                          cfg.resume)
     check_ignored(cfg, given_keys(args))
     check_source_size(cfg)
@@ -253,7 +292,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..run.tracking import LOG_DIR, Tracker, parse_kinds
 
         tracker = Tracker(parse_kinds(cfg.log), Path(cfg.out) / LOG_DIR,
-                          Path(cfg.out).name, dataclasses.asdict(cfg), dataclasses.asdict(hp))
+                          Path(cfg.out).name, dataclasses.asdict(cfg), hp.to_dict())
     printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
     try:
         results, sim = run_config(cfg, hp, data=data, dataset=dataset,
@@ -301,6 +340,10 @@ def cmd_list(args: argparse.Namespace) -> int:
                        ("server opts", "server_opt"), ("selectors", "selector"),
                        ("aggregations", "aggregation")):
         print(f"{label + ':':<13} " + ", ".join(reg[key].choices()))
+    from ..core.tunables import TUNABLES
+
+    print(f"{'tunables:':<13} " + (", ".join(f"{k} (default {t.default:g})"
+                                           for k, t in TUNABLES.items()) or "none registered"))
     print(f"{'appeal defs:':<13} " + ", ".join(APPEAL_DEFS))
     print(f"{'trackers:':<13} " + ", ".join(KINDS))
     for label, names in LISTINGS.items():  # lists of the command modules (experiments)

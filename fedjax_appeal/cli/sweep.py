@@ -185,7 +185,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_ignored(cfg_g, given | set(checked))
         check_source_size(cfg_g)
     now = {"config": dataclasses.asdict(cfg),
-           "hparams": {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+           "hparams": hp.to_dict(),
            "grid": {k: [to_jsonable(v) for v in vs] for k, vs in checked.items()},
            "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}
     if spec:
@@ -215,7 +215,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     title = sweep_title(cfg, checked)
     results = {"command": "fedjax-appeal " + " ".join(sys.argv[1:]),
-               "config": dataclasses.asdict(cfg), "hparams": dataclasses.asdict(hp),
+               "config": dataclasses.asdict(cfg), "hparams": hp.to_dict(),
                "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
                "grid": grid, "seeds": seeds, "metric": metric, "best": res.best,
                "summary": res.summary, "rows": res.rows, "timing": res.timing}
@@ -234,7 +234,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             name = f"{row['label']}/seed-{row['seed']}"
             log_finished_run(parse_kinds(cfg.log), Path(out) / LOG_DIR / name, name,
                              {**dataclasses.asdict(cfg), **row["static"], "seed": row["seed"]},
-                             {**dataclasses.asdict(hp), **row["hparams"]}, row["history"])
+                             {**hp.to_dict(), **row["hparams"]}, row["history"])
     b = res.best
     print(f"best ({metric}, mean over {len(seeds)} seed(s)): {b['label']}  "
           f"{b[f'{metric}_mean']:.4f} ± {b[f'{metric}_std']:.4f}; {len(res.rows)} runs in "

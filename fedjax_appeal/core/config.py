@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from flax import struct
 
 from .errors import ConfigError
 from .registry import Registry
+from .tunables import TUNABLES, check_tunable
 
 
 def _f(default: Any, help: str, choices: tuple | None = None, *, data: bool = False, **kw):
@@ -93,12 +95,57 @@ class HParams:
                                     "lambda <g, w - w_t>, g = the last global update over "
                                     "(local steps x client lr)")
 
+    # User tunables (`extend.register_tunable`): name -> scalar, part of the pytree.
+    extra: Mapping[str, Any] = struct.field(
+        default_factory=dict, metadata={"help": "user tunables registered by plugins"})
+
+    @classmethod
+    def make(cls, **values: Any) -> HParams:
+        """HParams from built-in fields and registered tunables by name (one-line error
+        for an unknown name)."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        extra = dict(values.pop("extra", None) or {})
+        for k in values:
+            if k not in own:
+                check_tunable(k)
+        extra.update({k: v for k, v in values.items() if k not in own})
+        return cls(**{k: v for k, v in values.items() if k in own}, extra=extra)
+
+    def with_values(self, **values: Any) -> HParams:
+        """A copy with some built-in fields or tunables changed (`replace` that also
+        takes tunable names)."""
+        return HParams.make(**{**self.to_dict(fill=False), **values})
+
+    def get(self, name: str) -> Any:
+        """A hyperparameter by name: a built-in field, or a registered tunable (its value
+        in `extra`, else its registered default). Works on traced and stacked HParams."""
+        if name != "extra" and name in _HP_OWN:
+            return getattr(self, name)
+        if name in self.extra:
+            return self.extra[name]
+        check_tunable(name)
+        return TUNABLES[name].default
+
+    def to_dict(self, fill: bool = True) -> dict[str, float]:
+        """Every hyperparameter by name as a float: the built-in fields, then the tunables
+        (every registered one, at its default unless set, when `fill`)."""
+        out = {name: float(getattr(self, name)) for name in _HP_OWN}
+        tun = {k: t.default for k, t in TUNABLES.items()} if fill else {}
+        tun.update({k: float(v) for k, v in self.extra.items()})
+        return {**out, **tun}
+
     def as_arrays(self) -> HParams:
-        """Every leaf as a float32 array, so that the pytree can be traced and stacked."""
+        """Every leaf as a float32 array, so that the pytree can be traced and stacked;
+        `extra` holds every registered tunable (defaults filled in), so that HParams made
+        with different tunables set still stack."""
+        extra = {k: t.default for k, t in TUNABLES.items()}
+        extra.update(self.extra)
         return HParams(**{
-            f.name: jnp.asarray(getattr(self, f.name), jnp.float32)
-            for f in dataclasses.fields(self)
-        })
+            name: jnp.asarray(getattr(self, name), jnp.float32) for name in _HP_OWN
+        }, extra={k: jnp.asarray(extra[k], jnp.float32) for k in sorted(extra)})
+
+
+_HP_OWN = tuple(f.name for f in dataclasses.fields(HParams) if f.name != "extra")
 
 
 DATASETS = Registry("dataset", dict.fromkeys((
@@ -299,6 +346,10 @@ def data_fields() -> tuple[str, ...]:
 
 
 def field_names(cls) -> list[str]:
+    """The configuration keys of `RunConfig` or `HParams` (for HParams: the built-in fields
+    and every registered tunable, see `core/tunables.py`)."""
+    if cls is HParams:
+        return [*_HP_OWN, *TUNABLES]
     return [f.name for f in dataclasses.fields(cls)]
 
 

@@ -58,7 +58,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     results = {
         "config": {**dataclasses.asdict(cfg), "model": model.name},
         "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
-        "hparams": {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)},
+        "hparams": hp.to_dict(),
         "data": {"clients": data.num_clients, "unseen_clients": data.num_unseen,
                  "train_samples": data.train.num_samples, "test_samples": data.test.num_samples,
                  "num_classes": data.num_classes, "input_shape": list(data.input_shape)},
@@ -81,7 +81,7 @@ def _scale_options(cfg: RunConfig, hp: HParams):
     from .checkpoint import Checkpointer, check_compatible, read_meta
 
     config = dataclasses.asdict(cfg)
-    hparams = {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)}
+    hparams = hp.to_dict()
     if cfg.resume:
         check_compatible(read_meta(cfg.resume), config, hparams, cfg.resume)
     directory = cfg.resume or cfg.out

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..core.config import ConfigError, HParams, RunConfig, data_fields, field_names
 from ..core.memory import memory_budget
+from ..core.tunables import TUNABLES
 from ..data import Dataset, FederatedData, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble
@@ -103,7 +104,9 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
             close = [n for n in sorted(known_hp | known_run) if k in n or n in k][:3]
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"unknown grid key '{key}'{hint}; use a field of HParams "
-                              "(e.g. client_lr) or RunConfig (e.g. local_steps)")
+                              "(e.g. client_lr), a registered tunable "
+                              f"({', '.join(TUNABLES) or 'none'}) or RunConfig (e.g. "
+                              "local_steps)")
         if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
             raise ConfigError(f"grid {key}: give a non-empty list of values")
         vals = [_convert(k, v) for v in values]
@@ -369,7 +372,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     groups = []
     for st in statics:
         cfg_g = cfg.replace(**st)
-        hps = [hp.replace(**pt) for pt in points]
+        hps = [hp.with_values(**pt) for pt in points]
         for h in hps:
             validate(cfg_g, h)
         groups.append((st, cfg_g, hps))

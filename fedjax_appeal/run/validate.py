@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS
 from ..algorithms import ALGORITHMS
 from ..core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig, appeal_on
 from ..core.models import MODELS
+from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
 
 
@@ -56,10 +55,11 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1] "
                               f"(got {getattr(cfg, name)})")
-    for f in dataclasses.fields(hp):
-        v = float(getattr(hp, f.name))
+    for name in hp.extra:  # user tunables: registered names only
+        check_tunable(name)
+    for name, v in hp.to_dict().items():
         if v != v or v in (float("inf"), float("-inf")):
-            raise ConfigError(f"--{f.name.replace('_', '-')} must be finite (got {v})")
+            raise ConfigError(f"--{name.replace('_', '-')} must be finite (got {v})")
     if float(hp.client_lr) <= 0:
         raise ConfigError(f"--client-lr must be > 0 (got {float(hp.client_lr)})")
     if float(hp.solo_lr) < 0:

@@ -120,7 +120,7 @@ def run_key(cfg: RunConfig, hp: HParams) -> str:
     the package's source hash."""
     c = {k: v for k, v in dataclasses.asdict(cfg).items()
          if k not in ("data_dir", "fmnist_dir", "cache_dir", "out")}
-    h = {f.name: float(getattr(hp, f.name)) for f in dataclasses.fields(hp)}
+    h = hp.to_dict()
     blob = json.dumps({"config": c, "hparams": h, "code": source_hash()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

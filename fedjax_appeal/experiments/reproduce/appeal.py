@@ -72,7 +72,7 @@ def _hparams(*dicts: dict) -> HParams | None:
         kw.update(d)
     if any(k not in field_names(HParams) for k in kw):
         return None
-    return HParams(**kw)
+    return HParams.make(**kw)
 
 
 def run_grid(ctx: Context, columns: list[Column], variants: list[Variant],
