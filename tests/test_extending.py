@@ -1,5 +1,6 @@
-"""docs/extending.md: its worked plugin (weight rule, selector, algorithm, dataset) runs through
-run, sweep, `list` and `--help`; plugins from a config file; a broken plugin is one line."""
+"""docs/extending.md: its worked plugin (weight rule with its own tunable, selector, algorithm,
+dataset) runs through run, sweep, `list` and `--help`; plugins from a config file; a broken
+plugin is one line."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from fedjax_appeal.cli import main
 from fedjax_appeal.cli.commands import registries as registries_of_cli
+from fedjax_appeal.core.tunables import TUNABLES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
 
@@ -26,7 +28,7 @@ def plugin(tmp_path_factory):
     assert len(blocks) == 1
     path = tmp_path_factory.mktemp("plugin") / "my_fl.py"
     path.write_text(blocks[0])
-    registries = list(registries_of_cli().values())
+    registries = [*registries_of_cli().values(), TUNABLES]
     before = [set(r) for r in registries]
     yield path
     for reg, names in zip(registries, before, strict=True):
@@ -79,9 +81,16 @@ def test_plugin_from_a_config_file_and_in_a_sweep(plugin, tmp_path):
     cfg = tmp_path / "run.toml"
     cfg.write_text(f'plugin = ["{plugin}"]\naggregation = "loss-weighted"\n')
     out = tmp_path / "sw"
-    assert main(["sweep", "--config", str(cfg), *RUN, "--grid", "client_lr=0.1,0.03",
+    assert main(["sweep", "--config", str(cfg), *RUN, "--grid", "loss_temp=0.2,5",
                  "--seeds", "0,1", "--out", str(out)]) == 0
-    assert len(json.loads((out / "sweep.json").read_text())["rows"]) == 4
+    res = json.loads((out / "sweep.json").read_text())
+    assert len(res["rows"]) == 4 and res["timing"]["groups"][0]["batches"] == 1  # one vmap
+    assert sorted(r["hparams"]["loss_temp"] for r in res["rows"]) == [0.2, 0.2, 5, 5]
+    assert res["hparams"]["loss_temp"] == 1.0  # the registered default, beside the grid
+    # the guide's tunable acts: the two temperatures train differently
+    final = {r["hparams"]["loss_temp"]: r["final"]["train_loss"] for r in res["rows"]
+             if r["seed"] == 0}
+    assert final[0.2] != final[5]
 
 
 @pytest.mark.parametrize("name, msg", [("no_such_plugin_module", "importing it failed"),
