@@ -112,7 +112,7 @@ def test_nan_guard_names_round_and_keeps_last_good_checkpoint(tmp_path):
     assert [h["round"] for h in meta["history"]] == [0, 3]
     # every stored leaf is finite
     with np.load(tmp_path / "checkpoint.npz") as z:
-        assert all(np.isfinite(z[k]).all() for k in z.files if k.startswith("leaf_")
+        assert all(np.isfinite(z[k]).all() for k in z.files if k.startswith("state/")
                    and z[k].dtype.kind == "f")
 
 
@@ -143,3 +143,71 @@ def test_last_round_is_checkpointed_and_a_finished_run_extends(tmp_path, capsys)
     assert [h["round"] for h in a["history"]] == [0, 2, 4, 6]
     assert a["history"] == b["history"] and a["round_metrics"] == b["round_metrics"]
     assert read_meta(out)["round"] == 6
+
+
+# --- named arrays: leaves under their pytree paths; format-1 files still load ----------------
+def _write_format1(src: Path, dst: Path) -> None:
+    """A format-1 checkpoint (leaf_00000, ... in flattening order, as the first release wrote
+    it) holding the state of the named checkpoint in `src`, made by hand."""
+    meta = read_meta(src)
+    with np.load(src / "checkpoint.npz") as z:
+        named = {k: z[k] for k in z.files}
+    arrays = {f"leaf_{i:05d}": named[f"state/{n}"] for i, n in enumerate(meta["leaf_names"])}
+    arrays.update({k: v for k, v in named.items() if k.startswith("rm_")})
+    old = {k: v for k, v in meta.items() if k not in ("leaf_names", "key_impls")}
+    old.update(format=1, key_impls={f"leaf_{i:05d}": meta["key_impls"][n]
+                                    for i, n in enumerate(meta["leaf_names"])
+                                    if n in meta["key_impls"]})
+    arrays["meta"] = np.frombuffer(json.dumps(old).encode(), np.uint8)
+    dst.mkdir()
+    np.savez(dst / "checkpoint.npz", **arrays)
+
+
+@pytest.mark.slow
+def test_leaves_are_named_by_pytree_path_and_old_files_resume(tmp_path):
+    data, alg = _alg()
+    key = jax.random.key(2)
+    full = simulate(alg, data, HParams(), key, rounds=4, eval_every=2)
+    half = simulate(alg, data, HParams(), key, rounds=2, eval_every=2,
+                    checkpoint=Checkpointer(tmp_path / "new", every=2))
+    with np.load(tmp_path / "new" / "checkpoint.npz") as z:
+        files = set(z.files)
+        np.testing.assert_array_equal(z["state/params/Dense_0/kernel"],
+                                      half.final_state.params["Dense_0"]["kernel"])
+        assert int(z["state/round"]) == 2
+    assert not any(f.startswith("leaf_") for f in files)
+    names = read_meta(tmp_path / "new")["leaf_names"]
+    assert {"params/Dense_2/bias", "round", "participation"} <= set(names)
+    assert {f"state/{n}" for n in names} <= files
+    _write_format1(tmp_path / "new", tmp_path / "old")
+    for d in ("new", "old"):  # both formats continue to the uninterrupted run
+        rest = simulate(alg, data, HParams(), key, rounds=4, eval_every=2, resume=True,
+                        checkpoint=Checkpointer(tmp_path / d, every=0))
+        assert rest.history == full.history, d
+        for k in full.round_metrics:
+            np.testing.assert_array_equal(rest.round_metrics[k], full.round_metrics[k])
+        same = jax.tree.map(np.array_equal, rest.final_state.params, full.final_state.params)
+        assert all(jax.tree.leaves(same)), d
+
+
+def test_named_checkpoint_of_any_pytree_and_structure_errors(tmp_path):
+    from fedjax_appeal.core.config import ConfigError
+    from fedjax_appeal.run.checkpoint import leaf_names, load
+
+    state = {"params": {"dense": {"kernel": jnp.ones((2, 3)), "bias": jnp.zeros(3)}},
+             "opt": (jnp.array(1, jnp.int32), {"mu": jnp.full(3, 0.5)}),
+             "key": jax.random.key(7)}
+    names, _, _ = leaf_names(state)
+    assert names == ["key", "opt/0", "opt/1/mu", "params/dense/bias", "params/dense/kernel"]
+    Checkpointer(tmp_path, every=1).save(state, 3, [{"round": 0}], {})
+    back = load(tmp_path, jax.tree.map(jnp.zeros_like, state))
+    assert back.round == 3
+    np.testing.assert_array_equal(back.state["params"]["dense"]["kernel"], np.ones((2, 3)))
+    np.testing.assert_array_equal(jax.random.key_data(back.state["key"]),
+                                  jax.random.key_data(state["key"]))
+    other = {**state, "params": {"dense": {"kernel": jnp.ones((2, 3)), "b": jnp.zeros(3)}}}
+    with pytest.raises(ConfigError, match="lacks params/dense/b;"):
+        load(tmp_path, other)
+    wrong = {**state, "params": {"dense": {"kernel": jnp.ones((3, 3)), "bias": jnp.zeros(3)}}}
+    with pytest.raises(ConfigError, match=r"params/dense/kernel has shape \(2, 3\)"):
+        load(tmp_path, wrong)

@@ -95,6 +95,7 @@ def test_unknown_tunable_is_one_line(plugin, tmp_path, capsys):
         register_tunable("other_temp", float("nan"))
 
 
+@pytest.mark.slow
 def test_sweep_over_a_tunable_equals_runs_one_by_one(plugin):
     temps = [0.05, 1.0, 20.0]
     res = sweep(CFG, {TEMP: temps}, [0], max_parallel=3)  # one vmapped batch of 3
@@ -115,6 +116,7 @@ def test_sweep_over_a_tunable_equals_runs_one_by_one(plugin):
     assert len({f[0] for f in finals}) == 3
 
 
+@pytest.mark.slow
 def test_cli_hp_flag_config_file_and_results_round_trip(plugin, tmp_path, capsys):
     from fedjax_appeal.cli.commands import make_parser, resolve
 

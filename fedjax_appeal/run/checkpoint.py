@@ -8,8 +8,11 @@ A checkpoint holds everything a run needs to continue exactly where it stopped:
   * the run's configuration, hyperparameters and seed (the training key of round r is
     `fold_in(train_key(seed), r)`, so nothing else about the random stream is needed).
 
-Format: a plain `.npz` (numpy arrays `leaf_00000`, ..., per-round metrics `rm_<name>` and a
-JSON document `meta` stored as uint8 bytes), readable without pickle on any jax version. It
+Format: a plain `.npz` (one array per state leaf, named by its pytree path under `state/`,
+e.g. `state/params/Dense_0/kernel` or `state/opt_state/0/mu/Dense_0/bias`; per-round metrics
+`rm_<name>` and a JSON document `meta` stored as uint8 bytes), readable without pickle on
+any jax version (`np.load(path)["state/params/Dense_0/kernel"]`). Checkpoints of format 1,
+whose leaves are `leaf_00000`, ... in flattening order, still load. It
 is written to a temporary file in the same folder, fsynced and moved into place with
 `os.replace`, so a run killed at any moment (SIGKILL included) leaves either the previous
 or the new checkpoint, never a torn one. We chose this over orbax-checkpoint because the
@@ -34,7 +37,8 @@ import numpy as np
 from ..core.config import ConfigError
 
 FILE = "checkpoint.npz"
-FORMAT = 1
+FORMAT = 2  # 2: leaves named by pytree path; 1: leaf_00000, ... (still read)
+PREFIX = "state/"
 # RunConfig fields that may differ between a run and its resumption.
 RESUMABLE_CHANGES = ("rounds", "out", "resume", "checkpoint_every", "devices", "client_chunk",
                      "data_dir", "fmnist_dir", "cache_dir", "log")
@@ -42,6 +46,88 @@ RESUMABLE_CHANGES = ("rounds", "out", "resume", "checkpoint_every", "devices", "
 
 def _is_key(a) -> bool:
     return hasattr(a, "dtype") and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key)
+
+
+def path_name(path) -> str:
+    """A pytree path as a '/'-joined name: `.params['Dense_0']['kernel']` ->
+    `params/Dense_0/kernel`, `.opt_state[0].mu[...]` -> `opt_state/0/mu/...`."""
+    tu = jax.tree_util
+    parts = []
+    for k in path:
+        if isinstance(k, tu.DictKey):
+            parts.append(str(k.key))
+        elif isinstance(k, tu.GetAttrKey):
+            parts.append(k.name)
+        elif isinstance(k, tu.SequenceKey):
+            parts.append(str(k.idx))
+        elif isinstance(k, tu.FlattenedIndexKey):
+            parts.append(str(k.key))
+        else:
+            parts.append(str(k))
+    return "/".join(parts) or "leaf"
+
+
+def leaf_names(tree) -> tuple[list[str], list[Any], Any]:
+    """(unique names by pytree path, leaves, treedef) of `tree`, in flattening order; a
+    name that two paths share (dict keys holding '/') gets a `#i` suffix."""
+    with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    names, seen = [], set()
+    for i, (path, _) in enumerate(with_path):
+        n = path_name(path)
+        if n in seen:
+            n = f"{n}#{i}"
+        seen.add(n)
+        names.append(n)
+    return names, [leaf for _, leaf in with_path], treedef
+
+
+def _state_arrays(state) -> tuple[dict[str, np.ndarray], dict[str, str], list[str]]:
+    """(npz arrays `state/<path>`, key implementation per PRNG-key leaf, names) of a state
+    already fetched to the host."""
+    names, leaves, _ = leaf_names(state)
+    arrays: dict[str, np.ndarray] = {}
+    key_impls: dict[str, str] = {}
+    for name, leaf in zip(names, leaves, strict=True):
+        if _is_key(leaf):
+            key_impls[name] = str(jax.random.key_impl(leaf))
+            leaf = jax.random.key_data(leaf)
+        arrays[PREFIX + name] = np.asarray(leaf)
+    return arrays, key_impls, names
+
+
+def _restore_leaves(z, meta: dict[str, Any], template, where: str, *, check_shapes: bool = True):
+    """The leaves of `template` read from the open npz `z` (named, or format-1 `leaf_NNNNN`)."""
+    names, leaves, treedef = leaf_names(template)
+    stored = meta.get("leaf_names")
+    if stored is None:  # format 1: leaf_00000, ... in flattening order
+        if meta["num_leaves"] != len(leaves) or ("treedef" in meta
+                                                 and meta["treedef"] != str(treedef)):
+            raise ConfigError(f"{where} holds a different state structure (other algorithm or "
+                              "model); resume with the same configuration")
+        keys = [f"leaf_{i:05d}" for i in range(len(leaves))]
+    else:
+        missing = [n for n in names if n not in stored][:1]
+        extra = [n for n in stored if n not in names][:1]
+        if missing or extra:  # read by name: the order of the stored leaves does not matter
+            what = (f"it lacks {missing[0]}" if missing else
+                    f"it holds {extra[0]}, which the run does not have")
+            raise ConfigError(f"{where} holds a different state structure ({what}; other "
+                              "algorithm or model); resume with the same configuration")
+        keys = [PREFIX + n for n in names]
+    impls = meta.get("key_impls", {})
+    out = []
+    for key, name, t in zip(keys, names, leaves, strict=True):
+        a = z[key]
+        impl = impls.get(key if stored is None else name)
+        if impl is not None:
+            out.append(jax.random.wrap_key_data(jnp.asarray(a), impl=impl))
+            continue
+        if check_shapes and (a.shape != np.shape(t) or a.dtype != np.asarray(t).dtype):
+            raise ConfigError(f"{where}: {name} has shape {a.shape} {a.dtype}, the run "
+                              f"expects {np.shape(t)} {np.asarray(t).dtype}; resume with the "
+                              "same configuration")
+        out.append(jnp.asarray(a))
+    return jax.tree.unflatten(treedef, out)
 
 
 @dataclasses.dataclass
@@ -82,19 +168,11 @@ class Checkpointer:
              ) -> Path:
         from ..execute.distributed import fetch, is_main
 
-        leaves, treedef = jax.tree.flatten(fetch(state))  # every process takes part
-        arrays: dict[str, np.ndarray] = {}
-        key_impls: dict[str, str] = {}
-        for i, leaf in enumerate(leaves):
-            name = f"leaf_{i:05d}"
-            if _is_key(leaf):
-                key_impls[name] = str(jax.random.key_impl(leaf))
-                leaf = jax.random.key_data(leaf)
-            arrays[name] = np.asarray(leaf)
+        arrays, key_impls, names = _state_arrays(fetch(state))  # every process takes part
         for k, v in round_metrics.items():
             arrays[f"rm_{k}"] = np.asarray(v)
         meta = {"format": FORMAT, "round": int(rnd), "history": history,
-                "treedef": str(treedef), "num_leaves": len(leaves), "key_impls": key_impls,
+                "num_leaves": len(names), "leaf_names": names, "key_impls": key_impls,
                 "round_metrics": sorted(round_metrics), "time": time.time(), **self.meta}
         arrays["meta"] = np.frombuffer(json.dumps(_jsonable(meta)).encode(), np.uint8)
         if not is_main():  # one writer: process 0 (the others hold the same values)
@@ -141,28 +219,12 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
 def load(directory: str | Path, template) -> Restored:
     """Restore the checkpoint in `directory` into the structure of `template` (a state)."""
     meta = read_meta(directory)
-    leaves, treedef = jax.tree.flatten(template)
-    if meta["num_leaves"] != len(leaves) or meta["treedef"] != str(treedef):
-        raise ConfigError(f"checkpoint in {directory} holds a different state structure "
-                          "(other algorithm or model); resume with the same configuration")
-    out = []
     with np.load(Path(directory) / FILE, allow_pickle=False) as z:
-        for i, t in enumerate(leaves):
-            name = f"leaf_{i:05d}"
-            a = z[name]
-            if name in meta["key_impls"]:
-                out.append(jax.random.wrap_key_data(jnp.asarray(a),
-                                                    impl=meta["key_impls"][name]))
-                continue
-            if a.shape != np.shape(t) or a.dtype != np.asarray(t).dtype:
-                raise ConfigError(f"checkpoint in {directory}: leaf {i} has shape {a.shape} "
-                                  f"{a.dtype}, the run expects {np.shape(t)} "
-                                  f"{np.asarray(t).dtype}; resume with the same configuration")
-            out.append(jnp.asarray(a))
+        state = _restore_leaves(z, meta, template, f"checkpoint in {directory}")
         rm = {k: z[f"rm_{k}"] for k in meta["round_metrics"]}
     history = [{k: (float("nan") if v is None else v) for k, v in h.items()}
                for h in meta["history"]]
-    return Restored(jax.tree.unflatten(treedef, out), int(meta["round"]), history, rm, meta)
+    return Restored(state, int(meta["round"]), history, rm, meta)
 
 
 def check_compatible(meta: dict[str, Any], config: dict[str, Any], hparams: dict[str, Any],
@@ -273,21 +335,16 @@ class SweepCheckpoint:
         """The running batch after round `rnd` (every process takes part in the fetch)."""
         from ..execute.distributed import fetch
 
-        leaves = jax.tree.leaves(fetch(state))
+        host = fetch(state)
         if not self._main():
             return
-        arrays = {}
-        impls = {}
-        for i, leaf in enumerate(leaves):
-            if _is_key(leaf):
-                impls[f"leaf_{i:05d}"] = str(jax.random.key_impl(leaf))
-                leaf = jax.random.key_data(leaf)
-            arrays[f"leaf_{i:05d}"] = np.asarray(leaf)
+        arrays, impls, names = _state_arrays(host)
         for j, m in enumerate(per_round):
             for k, v in m.items():
                 arrays[f"rm_{j:04d}_{k}"] = np.asarray(v)
         meta = {"batch": key, "round": int(rnd), "histories": histories,
-                "num_leaves": len(leaves), "key_impls": impls, "chunks": len(per_round)}
+                "num_leaves": len(names), "leaf_names": names, "key_impls": impls,
+                "chunks": len(per_round)}
         arrays["meta"] = np.frombuffer(json.dumps(_jsonable(meta)).encode(), np.uint8)
         _atomic_write(Path(self.directory) / "batch.npz", lambda f: np.savez(f, **arrays))
 
@@ -300,22 +357,17 @@ class SweepCheckpoint:
             meta = json.loads(z["meta"].tobytes().decode())
             if meta["batch"] != key:
                 return None
-            leaves, treedef = jax.tree.flatten(template)
-            if meta["num_leaves"] != len(leaves):
+            try:
+                state = _restore_leaves(z, meta, template, f"sweep checkpoint {p}",
+                                        check_shapes=False)
+            except ConfigError:
                 raise ConfigError(f"sweep checkpoint {p} holds a different state structure; "
-                                  "start the sweep again with --overwrite")
-            out = []
-            for i in range(len(leaves)):
-                a = z[f"leaf_{i:05d}"]
-                name = f"leaf_{i:05d}"
-                out.append(jax.random.wrap_key_data(jnp.asarray(a), impl=meta["key_impls"][name])
-                           if name in meta["key_impls"] else jnp.asarray(a))
+                                  "start the sweep again with --overwrite") from None
             per_round = []
             for j in range(meta["chunks"]):
                 pre = f"rm_{j:04d}_"
                 per_round.append({k[len(pre):]: z[k] for k in z.files if k.startswith(pre)})
-        return (jax.tree.unflatten(treedef, out), int(meta["round"]),
-                _none_to_nan(meta["histories"]), per_round)
+        return (state, int(meta["round"]), _none_to_nan(meta["histories"]), per_round)
 
     def clear_batch(self) -> None:
         if self._main():
