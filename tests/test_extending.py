@@ -79,14 +79,14 @@ def test_plugin_names_reach_list_help_and_validation(plugin, capsys, tmp_path):
 
 def test_plugin_from_a_config_file_and_in_a_sweep(plugin, tmp_path):
     cfg = tmp_path / "run.toml"
-    cfg.write_text(f'plugin = ["{plugin}"]\naggregation = "loss-weighted"\n')
+    cfg.write_text(f'plugin = ["{plugin}"]\naggregation = "loss-weighted"\nloss_temp = 2.5\n')
     out = tmp_path / "sw"
     assert main(["sweep", "--config", str(cfg), *RUN, "--grid", "loss_temp=0.2,5",
                  "--seeds", "0,1", "--out", str(out)]) == 0
     res = json.loads((out / "sweep.json").read_text())
     assert len(res["rows"]) == 4 and res["timing"]["groups"][0]["batches"] == 1  # one vmap
     assert sorted(r["hparams"]["loss_temp"] for r in res["rows"]) == [0.2, 0.2, 5, 5]
-    assert res["hparams"]["loss_temp"] == 1.0  # the registered default, beside the grid
+    assert res["hparams"]["loss_temp"] == 2.5  # the config file's value (the grid's win)
     # the guide's tunable acts: the two temperatures train differently
     final = {r["hparams"]["loss_temp"]: r["final"]["train_loss"] for r in res["rows"]
              if r["seed"] == 0}

@@ -442,10 +442,10 @@ def plugin_names(argv: list[str]) -> list[str]:
         elif a.startswith("--config="):
             config = a.split("=", 1)[1]
     if config:
-        from ..core.config import load_config_file
+        from ..core.config import read_config_raw
 
-        try:
-            from_file = load_config_file(config).get("plugin", [])
+        try:  # keys unchecked: the plugins register some of them (tunables)
+            from_file = read_config_raw(config).get("plugin", [])
         except ConfigError:
             from_file = []  # the config file's own error is reported when it is read again
         names = ([from_file] if isinstance(from_file, str) else list(from_file)) + names

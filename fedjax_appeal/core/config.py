@@ -356,6 +356,21 @@ def field_names(cls) -> list[str]:
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a TOML or JSON file of `RunConfig`/`HParams` keys (dashes or underscores)."""
     p = Path(path)
+    raw = read_config_raw(p)
+    known = set(field_names(RunConfig)) | set(field_names(HParams)) | {"plugin"}
+    out = {}
+    for k, v in raw.items():
+        key = k.replace("-", "_")
+        if key not in known:
+            raise ConfigError(f"config file {p}: unknown key '{k}'")
+        out[key] = v
+    return check_types(out, f"config file {p}")
+
+
+def read_config_raw(path: str | Path) -> dict[str, Any]:
+    """The table of a TOML or JSON config file, keys unchecked (the `plugin` key is read
+    from it before the plugins' tunables are registered)."""
+    p = Path(path)
     try:
         text = p.read_text()
     except OSError as e:
@@ -369,14 +384,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} is not valid {p.suffix[1:] or 'TOML'}: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {p} must hold a table/object of keys")
-    known = set(field_names(RunConfig)) | set(field_names(HParams)) | {"plugin"}
-    out = {}
-    for k, v in raw.items():
-        key = k.replace("-", "_")
-        if key not in known:
-            raise ConfigError(f"config file {p}: unknown key '{k}'")
-        out[key] = v
-    return check_types(out, f"config file {p}")
+    return raw
 
 
 def _field_kind(cls, name: str) -> str:
