@@ -1,7 +1,8 @@
 """Command-line interface: `fedjax-appeal run|list|install-data ...`.
 
 The flags of `run` are generated from the fields of `RunConfig` and `HParams`
-(`client_lr` -> `--client-lr`); `--config FILE` (TOML or JSON) takes the same keys.
+(`client_lr` -> `--client-lr`), plus one flag per tunable a plugin registered and
+`--hp NAME=X` for any hyperparameter; `--config FILE` (TOML or JSON) takes the same keys.
 Precedence: defaults < config file < flags given on the command line. Bad input prints
 one line `fedjax-appeal: error: ...` and exits with code 2 before anything is written.
 """
