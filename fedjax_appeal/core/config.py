@@ -25,7 +25,7 @@ from flax import struct
 
 from .errors import ConfigError
 from .registry import Registry
-from .tunables import TUNABLES, check_tunable
+from .tunables import TUNABLES, check_tunable, reserve
 
 
 def _f(default: Any, help: str, choices: tuple | None = None, *, data: bool = False, **kw):
@@ -338,6 +338,9 @@ class RunConfig:
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)
+
+
+reserve([*(f.name for f in dataclasses.fields(RunConfig)), *_HP_OWN])
 
 
 def data_fields() -> tuple[str, ...]:

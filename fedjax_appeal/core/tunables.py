@@ -28,11 +28,16 @@ class Tunable(NamedTuple):
 
 TUNABLES = Registry("tunable")
 
-# Names a tunable may not take: keys of the command line and config files that are not
-# configuration fields.
-RESERVED = frozenset({"extra", "plugin", "config", "hp", "grid", "seeds", "metric",
-                      "metric_mode", "max_parallel", "overwrite", "coordinator_address",
-                      "num_processes", "process_id", "heartbeat_timeout", "command", "func"})
+# Names a tunable may not take: keys of the command line and config files; config.py adds
+# the fields of RunConfig and HParams (`reserve`).
+RESERVED = {"extra", "plugin", "config", "hp", "grid", "seeds", "metric", "metric_mode",
+            "max_parallel", "overwrite", "coordinator_address", "num_processes", "process_id",
+            "heartbeat_timeout", "command", "func"}
+
+
+def reserve(names) -> None:
+    """Forbid `names` as tunable names (the built-in configuration fields)."""
+    RESERVED.update(names)
 
 
 def register_tunable(name: str, default: float, help: str = "") -> str:
@@ -51,16 +56,10 @@ def register_tunable(name: str, default: float, help: str = "") -> str:
     Raises:
       ConfigError: the name is taken or not an identifier, or the default is not finite.
     """
-    import dataclasses
-
-    from .config import HParams, RunConfig
-
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(f"register_tunable: name {name!r} must be a Python identifier "
                           "(letters, digits, _), e.g. 'my_temperature'")
-    taken = {f.name for f in dataclasses.fields(RunConfig)} | {
-        f.name for f in dataclasses.fields(HParams)} | RESERVED
-    if name in taken:
+    if name in RESERVED:
         raise ConfigError(f"register_tunable: '{name}' is already a configuration key; "
                           "choose another name")
     if isinstance(default, bool) or not isinstance(default, int | float) or not math.isfinite(
