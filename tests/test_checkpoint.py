@@ -211,3 +211,27 @@ def test_named_checkpoint_of_any_pytree_and_structure_errors(tmp_path):
     wrong = {**state, "params": {"dense": {"kernel": jnp.ones((3, 3)), "bias": jnp.zeros(3)}}}
     with pytest.raises(ConfigError, match=r"params/dense/kernel has shape \(2, 3\)"):
         load(tmp_path, wrong)
+
+
+def test_sweep_batch_named_and_old_format(tmp_path):
+    from fedjax_appeal.run.checkpoint import SweepCheckpoint
+
+    state = {"params": {"w": jnp.arange(6.0).reshape(2, 3)}, "round": jnp.array([3, 3])}
+    ck = SweepCheckpoint(tmp_path, every=1)
+    ck.save_batch("0/1", state, 3, [[{"round": 0}]], [{"loss": np.ones((2, 3))}])
+    with np.load(tmp_path / "batch.npz") as z:
+        assert {"state/params/w", "state/round"} <= set(z.files)
+    got, rnd, hist, per_round = ck.load_batch("0/1", state)
+    np.testing.assert_array_equal(got["params"]["w"], state["params"]["w"])
+    assert rnd == 3 and hist == [[{"round": 0}]]
+    np.testing.assert_array_equal(per_round[0]["loss"], np.ones((2, 3)))
+    assert ck.load_batch("0/2", state) is None  # another batch's file
+    # a batch file of the first format: leaf_NNNNN in flattening order (params/w, round)
+    meta = {"batch": "0/1", "round": 2, "histories": [], "num_leaves": 2, "key_impls": {},
+            "chunks": 0}
+    np.savez(tmp_path / "batch.npz", leaf_00000=np.full((2, 3), 7.0),
+             leaf_00001=np.array([2, 2], np.int32),
+             meta=np.frombuffer(json.dumps(meta).encode(), np.uint8))
+    got, rnd, _, _ = ck.load_batch("0/1", state)
+    assert rnd == 2 and float(got["params"]["w"][1, 2]) == 7.0
+    np.testing.assert_array_equal(got["round"], [2, 2])
