@@ -49,7 +49,11 @@ def _hp(default: float, help: str):
 class HParams:
     """Tunable scalars of every algorithm, one pytree; vmap over it to sweep.
 
-    All leaves are float32 scalars once passed through `HParams.as_arrays`.
+    All leaves are float32 scalars once passed through `HParams.as_arrays`. The fields are
+    the built-in hyperparameters; `extra` maps the names of tunables that plugins
+    registered (`extend.register_tunable`) to their values, and is part of the pytree, so a
+    vmapped sweep batches them too. Read either kind by name with `hp.get(name)`; build
+    with `HParams.make(**values)` / `hp.with_values(**values)`, which take both kinds.
     """
 
     client_lr: float = _hp(0.05, "client (local) SGD learning rate")
