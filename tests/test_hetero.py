@@ -217,6 +217,8 @@ def test_deadline_drops_stragglers_like_a_python_loop():
         keep = on[idx] & (t <= 4.0)
         assert int(m["dropped"]) == int(np.sum(on[idx] & (t > 4.0)))
         assert int(m["available"]) == on.sum()
+        wait = 4.0 if np.any(on[idx] & (t > 4.0)) else np.max(np.where(keep, t, 0.0))
+        np.testing.assert_allclose(m["round_time"], wait, rtol=1e-5)
         dropped_any |= int(m["dropped"]) > 0
         w = flat(st.params)
         p = np.where(keep, n[idx], 0.0)

@@ -17,8 +17,11 @@
   spent) but its slot is marked invalid, so it gets aggregation weight 0 and does not count
   as participating.
 
-Round metrics: `available` (clients available this round, pool included) and `dropped`
-(selected, valid clients cut by the deadline).
+Round metrics: `available` (clients available this round, pool included), `dropped`
+(selected, valid clients cut by the deadline) and `round_time` (simulated seconds the server
+waits: its slowest on-time client, or the deadline when it cut one). The wrapper is active
+whenever any heterogeneity option is (`local.hetero.hetero_on`), so `--local-steps-dist`
+alone also reports `round_time`.
 """
 
 from __future__ import annotations
@@ -62,18 +65,22 @@ def available(kind: str, root: jax.Array, rnd, prev_on: jax.Array, hp) -> jax.Ar
     raise ValueError(f"unknown availability {kind!r}")
 
 
+def times(cfg, root: jax.Array, rnd, idx: jax.Array, hp) -> jax.Array:
+    """[m] simulated compute times tau_k x s_k of the cohort clients."""
+    return jax.vmap(lambda k: hetero.compute_time(cfg, root, rnd, k, hp))(idx)
+
+
 def late(cfg, root: jax.Array, rnd, idx: jax.Array, hp) -> jax.Array:
     """[m] bool: cohort clients whose compute time passes `cfg.deadline` (none if 0)."""
     if cfg.deadline <= 0:
         return jnp.zeros(idx.shape, bool)
-    t = jax.vmap(lambda k: hetero.compute_time(cfg, root, rnd, k, hp))(idx)
-    return t > cfg.deadline
+    return times(cfg, root, rnd, idx, hp) > cfg.deadline
 
 
 def with_availability(selector: Selector, cfg) -> Selector:
     """`selector` restricted to the available clients, with the deadline's drops (see the
-    module docstring); `selector` itself when `cfg` asks for neither."""
-    if cfg.availability == "always" and cfg.deadline <= 0:
+    module docstring); `selector` itself when `cfg` asks for no heterogeneity at all."""
+    if not hetero.hetero_on(cfg):
         return selector
 
     def pool_now(state, hp):
@@ -97,8 +104,13 @@ def with_availability(selector: Selector, cfg) -> Selector:
 
     def metrics(state, idx, valid, data, hp):
         pool, _ = pool_now(state, hp)
-        cut = late(cfg, hetero.root_key(state), state.round, idx, hp)
+        t = times(cfg, hetero.root_key(state), state.round, idx, hp)
+        cut = t > cfg.deadline if cfg.deadline > 0 else jnp.zeros(idx.shape, bool)
+        # the server waits for its slowest on-time client, or until the deadline if it cut one
+        slowest = jnp.max(jnp.where(valid, t, 0.0))
+        wait = jnp.where(jnp.any(pool[idx] & cut), cfg.deadline, slowest)
         return {"available": jnp.sum(pool).astype(jnp.int32),
-                "dropped": jnp.sum(pool[idx] & cut).astype(jnp.int32)}
+                "dropped": jnp.sum(pool[idx] & cut).astype(jnp.int32),
+                "round_time": wait}
 
     return Selector(init=selector.init, select=select, update=update, metrics=metrics)
