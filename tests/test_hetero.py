@@ -68,14 +68,23 @@ def run(cfg: RunConfig, hp: HParams, rounds: int):
 
 def steps_of(cfg, state, hp, rnd, ks) -> np.ndarray:
     root = hetero.root_key(state)
-    return np.array([int(hetero.client_steps(cfg, root, rnd, k, hp)) for k in ks])
+    return np.array([int(hetero.client_steps(cfg, root, rnd, k, hp, SIZES[k])) for k in ks])
 
 
 BASE = dict(clients=6, unseen_clients=0, cohort=6, local_steps=6, local_steps_min=1,
             batch_size=2, selector="random")
 
 
-@pytest.mark.parametrize("dist", ["uniform", "lognormal"])
+def test_epochs_steps_by_hand():
+    """tau_k = floor(E n_k / B) clipped to [min, max]: E = 1.5, B = 2, n = SIZES."""
+    cfg = RunConfig(local_steps_dist="epochs", local_epochs=1.5, **{**BASE, "local_steps_min": 2})
+    got = [int(hetero.client_steps(cfg, jax.random.key(0), 3, k, HParams(), n))
+           for k, n in enumerate(SIZES)]
+    # floor(1.5 n / 2) for n = 2, 5, 3, 8, 4, 6 -> 1, 3, 2, 6, 3, 4; clip to [2, 6]
+    assert got == [2, 3, 2, 6, 3, 4]
+
+
+@pytest.mark.parametrize("dist", ["uniform", "lognormal", "epochs"])
 def test_per_client_steps_match_a_python_loop(dist):
     """FedAvg with tau_k drawn per client and round equals tau_k plain SGD steps each."""
     cfg = RunConfig(algorithm="fedavg", local_steps_dist=dist, **BASE)
@@ -214,6 +223,9 @@ def test_deadline_drops_stragglers_like_a_python_loop():
         idx = m["cohort_idx"]
         tau = steps_of(cfg, st, hp, r, idx)
         t = np.array([float(hetero.step_time(root, r, k, hp)) for k in idx]) * tau
+        np.testing.assert_allclose(  # the library's own compute time agrees
+            [float(hetero.compute_time(cfg, root, r, k, hp, SIZES[k])) for k in idx], t,
+            rtol=1e-6)
         keep = on[idx] & (t <= 4.0)
         assert int(m["dropped"]) == int(np.sum(on[idx] & (t > 4.0)))
         assert int(m["available"]) == on.sum()

@@ -31,8 +31,8 @@ def sgd_local(model: Model, cfg: RunConfig, prox: bool = False):
 
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
-        tau = (hetero.client_steps(cfg, hetero.root_key(state), state.round, k, hp) if varied
-               else None)
+        tau = (hetero.client_steps(cfg, hetero.root_key(state), state.round, k, hp,
+                                   data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg,
                         num_steps=tau)

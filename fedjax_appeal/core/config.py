@@ -310,8 +310,12 @@ class RunConfig:
                                         "round: fixed (= --local-steps), uniform on "
                                         "[--local-steps-min, --local-steps], or lognormal "
                                         "(--steps-sigma) clipped to those bounds; the scan "
-                                        "runs --local-steps, steps past tau_k are no-ops",
-                               ("fixed", "uniform", "lognormal"))
+                                        "runs --local-steps, steps past tau_k are no-ops; "
+                                        "epochs = floor(--local-epochs x n_k / batch size), "
+                                        "fixed per client, clipped to the same bounds",
+                               ("fixed", "uniform", "lognormal", "epochs"))
+    local_epochs: float = _f(1.0, "--local-steps-dist epochs: local epochs E over the "
+                                  "client's train rows (tau_k = floor(E n_k / B))")
     local_steps_min: int = _f(1, "smallest tau_k of --local-steps-dist uniform|lognormal")
     availability: str = _f("always", "client availability per round, applied before "
                                      "selection: always, bernoulli (--avail-p, "

@@ -8,7 +8,10 @@ deadline, a sequential reference), whatever cohort slot it sits in.
 
 * tau_k (`--local-steps-dist`): fixed = `--local-steps`; uniform on
   [`--local-steps-min`, `--local-steps`]; lognormal round(median exp(sigma z)), median
-  sqrt(min x max), clipped to the same bounds. The local `lax.scan` always runs
+  sqrt(min x max), clipped to the same bounds; epochs = floor(E n_k / B) (`--local-epochs`
+  E over the client's n_k train rows in minibatches of B, FedAvg's E local epochs, the
+  FedNova paper's main source of heterogeneity: fixed per client, not redrawn), clipped
+  likewise. The local `lax.scan` always runs
   `--local-steps` iterations and masks those past tau_k (`client.local_sgd(num_steps=)`),
   so the cohort stays one vmap.
 * simulated time (`--step-time-sigma`): seconds per step s_k = exp(sigma z) (median 1),
@@ -51,12 +54,16 @@ def draw_key(root: jax.Array, stream: int, rnd, k) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(root, stream), rnd), k)
 
 
-def client_steps(cfg, root: jax.Array, rnd, k, hp) -> jax.Array:
-    """tau_k [] int32 of client k in round `rnd` (see the module docstring)."""
+def client_steps(cfg, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
+    """tau_k [] int32 of client k in round `rnd` (see the module docstring); `count` = n_k,
+    the client's train rows (needed by `epochs`)."""
     hi, lo = cfg.local_steps, min(cfg.local_steps_min, cfg.local_steps)
     key = draw_key(root, STEPS, rnd, k)
     if cfg.local_steps_dist == "fixed":
         return jnp.asarray(hi, jnp.int32)
+    if cfg.local_steps_dist == "epochs":
+        tau = jnp.floor(cfg.local_epochs * jnp.asarray(count, jnp.float32) / cfg.batch_size)
+        return jnp.clip(tau, lo, hi).astype(jnp.int32)
     if cfg.local_steps_dist == "uniform":
         return jax.random.randint(key, (), lo, hi + 1, jnp.int32)
     if cfg.local_steps_dist == "lognormal":
@@ -71,6 +78,7 @@ def step_time(root: jax.Array, rnd, k, hp) -> jax.Array:
     return jnp.exp(hp.step_time_sigma * jax.random.normal(draw_key(root, TIME, rnd, k)))
 
 
-def compute_time(cfg, root: jax.Array, rnd, k, hp) -> jax.Array:
+def compute_time(cfg, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
     """tau_k x step time of client k in round `rnd` (simulated seconds)."""
-    return client_steps(cfg, root, rnd, k, hp).astype(jnp.float32) * step_time(root, rnd, k, hp)
+    tau = client_steps(cfg, root, rnd, k, hp, count).astype(jnp.float32)
+    return tau * step_time(root, rnd, k, hp)

@@ -11,9 +11,11 @@ VARIED_STEPS = ("fedavg", "fedprox", "fednova", "qffl", "afl", "mwfed", "maxfl",
 
 def validate_hetero(cfg: RunConfig, hp: HParams) -> None:
     """Raise `ConfigError` for the first problem of the heterogeneity options."""
-    if cfg.local_steps_dist not in ("fixed", "uniform", "lognormal"):
-        raise ConfigError(f"--local-steps-dist must be fixed, uniform or lognormal (got "
-                          f"{cfg.local_steps_dist!r})")
+    if cfg.local_steps_dist not in ("fixed", "uniform", "lognormal", "epochs"):
+        raise ConfigError(f"--local-steps-dist must be fixed, uniform, lognormal or epochs "
+                          f"(got {cfg.local_steps_dist!r})")
+    if not cfg.local_epochs > 0:
+        raise ConfigError(f"--local-epochs must be > 0 (got {cfg.local_epochs})")
     if not 1 <= cfg.local_steps_min <= cfg.local_steps:
         raise ConfigError(f"--local-steps-min {cfg.local_steps_min} must lie between 1 and "
                           f"--local-steps {cfg.local_steps} (the largest tau_k)")
@@ -57,6 +59,8 @@ def ignored_reason(key: str, cfg: RunConfig) -> str | None:
     """Why a heterogeneity option has no effect in `cfg`, or None."""
     if key == "local_steps_min" and cfg.local_steps_dist == "fixed":
         return "it bounds --local-steps-dist uniform|lognormal"
+    if key == "local_epochs" and cfg.local_steps_dist != "epochs":
+        return "it configures --local-steps-dist epochs"
     if key == "steps_sigma" and cfg.local_steps_dist != "lognormal":
         return "it configures --local-steps-dist lognormal"
     if key in ("avail_p", "avail_spread") and cfg.availability != "bernoulli":

@@ -65,16 +65,16 @@ def available(kind: str, root: jax.Array, rnd, prev_on: jax.Array, hp) -> jax.Ar
     raise ValueError(f"unknown availability {kind!r}")
 
 
-def times(cfg, root: jax.Array, rnd, idx: jax.Array, hp) -> jax.Array:
-    """[m] simulated compute times tau_k x s_k of the cohort clients."""
-    return jax.vmap(lambda k: hetero.compute_time(cfg, root, rnd, k, hp))(idx)
+def times(cfg, root: jax.Array, rnd, idx: jax.Array, hp, counts: jax.Array) -> jax.Array:
+    """[m] simulated compute times tau_k x s_k of the cohort clients (`counts` = n_k)."""
+    return jax.vmap(lambda k, n: hetero.compute_time(cfg, root, rnd, k, hp, n))(idx, counts)
 
 
-def late(cfg, root: jax.Array, rnd, idx: jax.Array, hp) -> jax.Array:
+def late(cfg, root: jax.Array, rnd, idx: jax.Array, hp, counts: jax.Array) -> jax.Array:
     """[m] bool: cohort clients whose compute time passes `cfg.deadline` (none if 0)."""
     if cfg.deadline <= 0:
         return jnp.zeros(idx.shape, bool)
-    return times(cfg, root, rnd, idx, hp) > cfg.deadline
+    return times(cfg, root, rnd, idx, hp, counts) > cfg.deadline
 
 
 def with_availability(selector: Selector, cfg) -> Selector:
@@ -91,7 +91,8 @@ def with_availability(selector: Selector, cfg) -> Selector:
     def select(key, state, data, hp):
         pool, _ = pool_now(state, hp)
         idx, valid = selector.select(key, state.replace(pool=pool), data, hp)
-        return idx, valid & ~late(cfg, hetero.root_key(state), state.round, idx, hp)
+        return idx, valid & ~late(cfg, hetero.root_key(state), state.round, idx, hp,
+                                  data.train.count[idx])
 
     def update(new, upd, idx, valid, data, hp):
         if selector.update is not None:
@@ -104,7 +105,7 @@ def with_availability(selector: Selector, cfg) -> Selector:
 
     def metrics(state, idx, valid, data, hp):
         pool, _ = pool_now(state, hp)
-        t = times(cfg, hetero.root_key(state), state.round, idx, hp)
+        t = times(cfg, hetero.root_key(state), state.round, idx, hp, data.train.count[idx])
         cut = t > cfg.deadline if cfg.deadline > 0 else jnp.zeros(idx.shape, bool)
         # the server waits for its slowest on-time client, or until the deadline if it cut one
         slowest = jnp.max(jnp.where(valid, t, 0.0))
