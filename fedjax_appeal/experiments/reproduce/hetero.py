@@ -32,27 +32,32 @@ from .selection import _pair_cell, _verdict, paired
 _NOVA = {False: dict(rounds=100, eval_every=10), True: dict(rounds=20, eval_every=10)}
 
 
-def _nova_cfg(ctx: Context, alg: str, seed: int):
-    return ctx.base(dataset="fmnist", partition="dirichlet", alpha=0.3, clients=50,
+NOVA_ALPHAS = (0.3, 0.1)  # Dirichlet concentrations: the default setting, then a harsher one
+
+
+def _nova_cfg(ctx: Context, alg: str, seed: int, alpha: float):
+    return ctx.base(dataset="fmnist", partition="dirichlet", alpha=alpha, clients=50,
                     unseen_clients=0, cohort=10, local_steps=60, local_steps_min=1,
                     local_steps_dist="epochs", local_epochs=1.0, batch_size=32,
                     algorithm=alg, seed=seed, appeal="off", **_NOVA[ctx.quick])
 
 
-def _nova_run(ctx: Context, alg: str, seed: int) -> dict:
-    res, _ = ctx.run(_nova_cfg(ctx, alg, seed), HParams(client_lr=0.05), label=alg)
+def _nova_run(ctx: Context, alg: str, seed: int, alpha: float) -> dict:
+    res, _ = ctx.run(_nova_cfg(ctx, alg, seed, alpha), HParams(client_lr=0.05),
+                     label=f"{alg} alpha {alpha}")
     last = res["history"][-1]
     return {"seed": seed, "train_loss": last["train_loss"], "test_acc": last["test_acc_seen"],
             "test_acc_pooled": last["test_acc_seen_pooled"],
+            "client_test_acc": list(res["final_clients"]["test_acc"]),
             "history": [{k: h[k] for k in ("round", "train_loss", "test_acc_seen")}
                         for h in res["history"]]}
 
 
-def _tau_summary(ctx: Context, seed: int) -> dict:
+def _tau_summary(ctx: Context, seed: int, alpha: float) -> dict:
     """tau_k = clip(floor(n_k / B), 1, 60) of the seed's clients (what the runs used)."""
     from ...data import load_federated
 
-    cfg = _nova_cfg(ctx, "fedavg", seed)
+    cfg = _nova_cfg(ctx, "fedavg", seed, alpha)
     data, _ = load_federated(cfg)
     n = np.asarray(data.train.count)
     tau = np.clip(np.floor(cfg.local_epochs * n / cfg.batch_size), 1, cfg.local_steps)
@@ -62,7 +67,66 @@ def _tau_summary(ctx: Context, seed: int) -> dict:
             "tau_max": int(tau.max()), "clipped": int(np.sum(n / cfg.batch_size > 60)),
             # FedAvg's effective weight of the largest clients vs their data share
             "share_top5_p": float(np.sort(p)[-5:].sum()),
-            "share_top5_ptau": float(np.sort(p * tau / np.sum(p * tau))[-5:].sum())}
+            "share_top5_ptau": float(np.sort(p * tau / np.sum(p * tau))[-5:].sum()),
+            "tau": tau.astype(int).tolist()}
+
+
+def _by_tau_third(runs: list[dict], taus: dict, third: int) -> list[dict]:
+    """Per seed: mean final test accuracy of the clients in the given tau_k third
+    (0 = least local work, 2 = most; ties broken by client id)."""
+    out = []
+    for r in runs:
+        tau = np.asarray(taus[r["seed"]]["tau"])
+        order = np.argsort(tau, kind="stable")
+        part = np.array_split(order, 3)[third]
+        out.append({"seed": r["seed"], "v": float(np.mean(np.asarray(r["client_test_acc"])[part]))})
+    return out
+
+
+def _nova_block(ctx: Context, alpha: float) -> tuple[str, dict]:
+    runs = {a: [_nova_run(ctx, a, s, alpha) for s in ctx.seeds] for a in ("fedavg", "fednova")}
+    taus = {s: _tau_summary(ctx, s, alpha) for s in ctx.seeds}
+    pl = paired(runs["fednova"], runs["fedavg"], "train_loss")
+    pa = paired(runs["fednova"], runs["fedavg"], "test_acc", 100)
+    pp = paired(runs["fednova"], runs["fedavg"], "test_acc_pooled", 100)
+    rows = [
+        ["global objective sum_k p_k F_k (train loss)", "FedNova lower (Thm 1)",
+         mean_std([r["train_loss"] for r in runs["fedavg"]], digits=4),
+         mean_std([r["train_loss"] for r in runs["fednova"]], digits=4),
+         f"{pl['mean']:+.4f} ± {pl['std']:.4f} ({pl['signs']})", _verdict(pl, "-")],
+        ["test accuracy, mean over clients (%)", "FedNova higher (Table 1)",
+         mean_std([r["test_acc"] for r in runs["fedavg"]], 100),
+         mean_std([r["test_acc"] for r in runs["fednova"]], 100), _pair_cell(pa),
+         _verdict(pa, "+")],
+        ["test accuracy, pooled over rows (%)", "FedNova higher (Table 1)",
+         mean_std([r["test_acc_pooled"] for r in runs["fedavg"]], 100),
+         mean_std([r["test_acc_pooled"] for r in runs["fednova"]], 100), _pair_cell(pp),
+         _verdict(pp, "+")],
+    ]
+    groups = {}
+    for third, name in ((0, "least local work (smallest tau_k third)"),
+                        (2, "most local work (largest tau_k third)")):
+        a = _by_tau_third(runs["fedavg"], taus, third)
+        b = _by_tau_third(runs["fednova"], taus, third)
+        pg = paired(b, a, "v", 100)
+        groups[name] = {"fedavg": a, "fednova": b, "paired": pg}
+        rows.append([f"diagnostic: test accuracy of the clients with the {name} (%)",
+                     "FedNova higher for small tau_k (FedAvg under-weighs them)"
+                     if third == 0 else "(FedAvg over-weighs them)",
+                     mean_std([x["v"] for x in a], 100), mean_std([x["v"] for x in b], 100),
+                     _pair_cell(pg), _verdict(pg, "+") if third == 0 else "-"])
+    t0 = taus[ctx.seeds[0]]
+    text = (f"## Dirichlet({alpha})\n\n"
+            + markdown_table(["metric (final round)", "paper's direction", "FedAvg", "FedNova",
+                              "FedNova − FedAvg (signs)", "held"], rows)
+            + f"\nClient work (seed {ctx.seeds[0]}): n_k from {t0['n_min']} to {t0['n_max']} "
+            f"(median {t0['n_median']:.0f}), tau_k from {t0['tau_min']} to {t0['tau_max']} "
+            f"(median {t0['tau_median']:.0f}; {t0['clipped']} clients clipped at 60). The 5 "
+            f"largest clients hold {100 * t0['share_top5_p']:.1f}% of the data but "
+            f"{100 * t0['share_top5_ptau']:.1f}% of FedAvg's effective weight p_k tau_k.\n\n")
+    data = {"runs": runs, "tau": taus, "groups": groups,
+            "paired": {"train_loss": pl, "test_acc": pa, "test_acc_pooled": pp}}
+    return text, data
 
 
 def toy_fixed_points(lrs: tuple[float, ...] = (0.05, 0.005), rounds: int = 1500) -> dict:
@@ -164,51 +228,26 @@ def _plot_curves(path: Path, curves: dict[str, list[tuple[np.ndarray, np.ndarray
 @experiment("hetero-fednova", "FedNova vs FedAvg with tau_k = one local epoch (FMNIST, "
                               "Dirichlet 0.3) + the least-squares fixed-point diagnostic")
 def hetero_fednova(ctx: Context) -> None:
-    runs = {a: [_nova_run(ctx, a, s) for s in ctx.seeds] for a in ("fedavg", "fednova")}
-    taus = {s: _tau_summary(ctx, s) for s in ctx.seeds}
+    blocks = {alpha: _nova_block(ctx, alpha) for alpha in NOVA_ALPHAS}
     toy = toy_fixed_points()
-    pl = paired(runs["fednova"], runs["fedavg"], "train_loss")
-    pa = paired(runs["fednova"], runs["fedavg"], "test_acc", 100)
-    pp = paired(runs["fednova"], runs["fedavg"], "test_acc_pooled", 100)
     sched = _NOVA[ctx.quick]
-    rows = [
-        ["global objective sum_k p_k F_k (train loss)", "FedNova lower (Thm 1)",
-         mean_std([r["train_loss"] for r in runs["fedavg"]], digits=4),
-         mean_std([r["train_loss"] for r in runs["fednova"]], digits=4),
-         f"{pl['mean']:+.4f} ± {pl['std']:.4f} ({pl['signs']})",
-         _verdict(pl, "-")],
-        ["test accuracy, mean over clients (%)", "FedNova higher (Table 1)",
-         mean_std([r["test_acc"] for r in runs["fedavg"]], 100),
-         mean_std([r["test_acc"] for r in runs["fednova"]], 100), _pair_cell(pa),
-         _verdict(pa, "+")],
-        ["test accuracy, pooled over rows (%)", "FedNova higher (Table 1)",
-         mean_std([r["test_acc_pooled"] for r in runs["fedavg"]], 100),
-         mean_std([r["test_acc_pooled"] for r in runs["fednova"]], 100), _pair_cell(pp),
-         _verdict(pp, "+")],
-    ]
-    t0 = taus[ctx.seeds[0]]
     table = (
         "# FedNova vs FedAvg under heterogeneous local steps\n\n"
-        f"Schedule: FMNIST, Dirichlet(0.3) over 50 clients (60% train per client), cohort 10 "
-        f"uniform, {sched['rounds']} rounds, default MLP, client lr 0.05, batch 32, "
-        "tau_k = floor(1 epoch x n_k / 32) clipped to [1, 60] (`--local-steps-dist epochs`), "
-        "proportional p_k = n_k / n, server SGD lr 1. Seeds "
-        f"{', '.join(map(str, ctx.seeds))} (data and training). Paired difference = FedNova "
-        "− FedAvg per seed; 'held' needs the paper's sign in every seed.\n\n"
+        f"Schedule: FMNIST, Dirichlet(alpha) label split over 50 clients (60% train per "
+        f"client), cohort 10 uniform, {sched['rounds']} rounds, default MLP, client lr 0.05, "
+        "batch 32, tau_k = floor(1 epoch x n_k / 32) clipped to [1, 60] (`--local-steps-dist "
+        "epochs`), proportional p_k = n_k / n, server SGD lr 1; alpha = "
+        f"{' and '.join(map(str, NOVA_ALPHAS))}. Seeds {', '.join(map(str, ctx.seeds))} (data "
+        "and training). Paired difference = FedNova − FedAvg per seed; 'held' needs the "
+        "paper's sign in every seed.\n\n"
         "Paper (Wang et al. 2020): FedAvg with heterogeneous tau_k converges to a stationary "
         "point of the surrogate objective sum_k (p_k tau_k / sum_j p_j tau_j) F_k (Theorem 1); "
         "FedNova's normalised averaging removes this inconsistency and improves test accuracy "
         "over FedAvg on non-IID CIFAR-10 with varying local work (Table 1). The paper's text "
         "is not part of this repository's library, so its numbers are not quoted here; the "
         "rows compare directions only.\n\n"
-        + markdown_table(["metric (final round)", "paper's direction", "FedAvg", "FedNova",
-                          "FedNova − FedAvg (signs)", "held"], rows)
-        + f"\nClient work (seed {ctx.seeds[0]}): n_k from {t0['n_min']} to {t0['n_max']} "
-        f"(median {t0['n_median']:.0f}), tau_k from {t0['tau_min']} to {t0['tau_max']} "
-        f"(median {t0['tau_median']:.0f}; {t0['clipped']} clients clipped at 60). The 5 "
-        f"largest clients hold {100 * t0['share_top5_p']:.1f}% of the data but "
-        f"{100 * t0['share_top5_ptau']:.1f}% of FedAvg's effective weight p_k tau_k.\n\n"
-        "## Diagnostic: fixed points on a least-squares toy\n\n"
+        + "".join(text for text, _ in blocks.values())
+        + "## Diagnostic: fixed points on a least-squares toy\n\n"
         "6 clients, client k holds n_k = (2, 4, 8, 12, 18, 24) copies of one random row, "
         f"tau_k = {toy['tau']}, full participation, {toy['rounds']} rounds (converged). tau_k "
         "GD steps on client k's rank-one quadratic move it along x_k by c_k = [1 − (1 − lr "
@@ -221,15 +260,16 @@ def hetero_fednova(ctx: Context) -> None:
             [[lr, a, f"{row[a]['dist_true']:.4f}", f"{row[a]['dist_predicted']:.1e}",
               f"{row[a]['objective_gap']:.2e}"]
              for lr, row in toy["by_lr"].items() for a in ("fedavg", "fednova")]))
+    first = blocks[NOVA_ALPHAS[0]][1]["runs"]
     curves = {a: [(np.array([h["round"] for h in r["history"]]),
-                   np.array([h["test_acc_seen"] for h in r["history"]])) for r in runs[a]]
-              for a in runs}
+                   np.array([h["test_acc_seen"] for h in r["history"]])) for r in first[a]]
+              for a in first}
     ctx.write({"table.md": table,
-               "results.json": {"runs": runs, "paired": {"train_loss": pl, "test_acc": pa,
-                                                         "test_acc_pooled": pp},
-                                "tau": taus, "toy": toy, "schedule": sched},
-               "accuracy.png": lambda p: _plot_curves(p, curves, "round",
-                                                      "FedAvg vs FedNova, tau_k = 1 epoch")})
+               "results.json": {"by_alpha": {str(k): d for k, (_, d) in blocks.items()},
+                                "toy": toy, "schedule": sched},
+               "accuracy.png": lambda p: _plot_curves(
+                   p, curves, "round", f"FedAvg vs FedNova, tau_k = 1 epoch, Dirichlet("
+                                       f"{NOVA_ALPHAS[0]})")})
 
 
 _BUFF = {False: dict(sync_rounds=40, sync_eval=4, buff_eval=20),
