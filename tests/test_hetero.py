@@ -360,3 +360,24 @@ def test_fixed_points_of_fedavg_and_fednova_on_a_quadratic():
         assert row[alg]["dist_predicted"] < 1e-4, alg
     assert row["fedavg"]["dist_true"] > 0.05  # the inconsistency is real on this toy
     assert row["fednova"]["objective_gap"] < 0.5 * row["fedavg"]["objective_gap"]
+
+
+def test_unreliable_round_vmaps_over_hparams_like_a_sweep():
+    """A sweep vmaps init + round over stacked HParams: equal to the runs one by one."""
+    cfg = RunConfig(algorithm="fednova", local_steps_dist="lognormal", availability="bernoulli",
+                    deadline=5.0, **{**BASE, "cohort": 4})
+    alg = build("fednova", linear_model(2), cfg)
+    data = toy_data()
+    hps = [HParams(client_lr=LR, avail_p=0.5, steps_sigma=0.3).as_arrays(),
+           HParams(client_lr=0.1, avail_p=0.9, steps_sigma=1.0).as_arrays()]
+    keys = jnp.stack([jax.random.key(2), jax.random.key(3)])
+    hb = jax.tree.map(lambda *xs: jnp.stack(xs), *hps)
+    sb = jax.jit(jax.vmap(alg.init, in_axes=(0, None, 0)))(keys, data, hb)
+    vb, mb = jax.jit(jax.vmap(alg.round, in_axes=(0, None, 0, 0)))(sb, data, keys, hb)
+    for i in range(2):
+        s0 = jax.jit(alg.init)(keys[i], data, hps[i])
+        s1, m1 = jax.jit(alg.round)(s0, data, keys[i], hps[i])
+        np.testing.assert_allclose(flat(jax.tree.map(lambda a, i=i: a[i], vb.params)),
+                                   flat(s1.params), rtol=1e-5, atol=1e-6)
+        for k in ("cohort_idx", "available", "dropped"):
+            np.testing.assert_array_equal(np.asarray(mb[k][i]), np.asarray(m1[k]))
