@@ -251,7 +251,7 @@ def hetero_fednova(ctx: Context) -> None:
         "with the most local work are over-weighted (the share lines under each table) and by "
         "how much their data differ from the others'. At alpha = 0.3 the clients' label mixes "
         "overlap and the MLP fits all of them, so the two objectives nearly share their "
-        "minimiser and FedNova and FedAvg end level; at alpha = 0.1 (clients of one or two "
+        "minimiser and FedNova and FedAvg end level; at alpha = 0.1 (clients dominated by a few "
         "labels, a larger tau_k spread) they part, and the per-third rows show where: the "
         "clients with the least local work, whose updates FedAvg shrinks by tau_k, gain "
         "most.\n\n"
