@@ -381,3 +381,30 @@ def test_unreliable_round_vmaps_over_hparams_like_a_sweep():
                                    flat(s1.params), rtol=1e-5, atol=1e-6)
         for k in ("cohort_idx", "available", "dropped"):
             np.testing.assert_array_equal(np.asarray(mb[k][i]), np.asarray(m1[k]))
+
+
+CLI_TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "0", "--cohort",
+            "3", "--rounds", "2", "--local-steps", "4", "--batch-size", "8", "--eval-every",
+            "2", "--min-samples", "4", "--partition", "natural"]
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--algorithm", "pfedme", "--local-steps-dist", "uniform"], "--local-steps-dist uniform"),
+    (["--availability", "markov", "--avail-off-on", "2"], "--avail-off-on must be a"),
+    (["--algorithm", "fedbuff", "--deadline", "10"], "fedbuff runs in simulated time"),
+    (["--avail-p", "0.5"], "--avail-p has no effect here"),
+    (["--concurrency", "4"], "--concurrency has no effect here"),
+    (["--local-steps-dist", "sometimes"], "--local-steps-dist must be fixed, uniform"),
+])
+def test_cli_refuses_bad_heterogeneity_options(tmp_path, capsys, extra, msg):
+    from fedjax_appeal.cli.commands import main
+
+    out = tmp_path / "r"
+    try:
+        code = main(["run", *CLI_TINY, *extra, "--out", str(out)])
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedjax-appeal: error:") and msg in err[0], err
+    assert list(tmp_path.iterdir()) == []
