@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from ..core.parts import WeightRule
 from ..core.registry import Registry
+from .fednova import FEDNOVA_RULE
 
 
 def masked_normalize(raw: jax.Array, valid: jax.Array) -> jax.Array:
@@ -88,6 +89,7 @@ AGGREGATIONS = Registry("aggregation", {
     "uniform": WeightRule(lambda upd, idx, valid, state, hp: uniform_weights(valid)),
     "exp-alpha": _exp_alpha_rule(False),
     "exp-alpha-n": _exp_alpha_rule(True),
+    "fednova": FEDNOVA_RULE,  # normalised averaging (fednova.py; fedavg/fedprox local)
 })
 
 

@@ -3,7 +3,9 @@
 from . import (
     fedavg,  # noqa: F401  (registers fedavg, fedprox)
     fedbn,  # noqa: F401  (registers fedbn)
+    fedbuff,  # noqa: F401  (asynchronous, buffered)
     fedfor,  # noqa: F401
+    fednova,  # noqa: F401
     maxfl,  # noqa: F401  (registers maxfl, incfl)
     mwfed,  # noqa: F401
     perfedavg,  # noqa: F401

@@ -28,6 +28,8 @@ from ..evaluate.evaluation import evaluate_global, evaluate_split
 from ..evaluate.expalpha_metrics import tag_metrics
 from ..execute.distributed import make_mesh
 from ..local.client import Trained, reporting
+from ..local.hetero import hetero_on, init_hetero
+from ..select.availability import with_availability
 from ..select.selectors import make_selector
 
 InitFn = Callable[[jax.Array, FederatedData, HParams], ServerState]
@@ -90,7 +92,7 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
       average_state: average the clients' model state (FedBN keeps it per client).
       executor: vmapped / chunked / sharded cohort.
     """
-    selector = make_selector(model, cfg)
+    selector = with_availability(make_selector(model, cfg), cfg)  # identity unless asked
 
     def tx(hp):
         return server_optimizer(cfg.server_opt, hp)
@@ -99,6 +101,8 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
         k_model, k_sel = jax.random.split(key)
         params, mstate = model.init(k_model)
         extra = init_extra(key, params, mstate, data, hp) if init_extra is not None else None
+        if hetero_on(cfg):  # per-client steps, availability, deadline (local/hetero.py)
+            extra = {**(extra or {}), "hetero": init_hetero(key, data.num_clients)}
         state = init_state(params, mstate, tx(hp), data.num_clients, extra)
         return attach_selector(state, selector, k_sel, data, hp)
 

@@ -11,20 +11,37 @@ objective (mu = `HParams.prox_mu`).
 from __future__ import annotations
 
 from ..aggregate.aggregation import weight_rule
+from ..aggregate.fednova import local_norm
 from ..core.config import RunConfig
 from ..core.models import Model
+from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
 from .base import compose, register
 
 
 def sgd_local(model: Model, cfg: RunConfig, prox: bool = False):
-    """The local objective of FedAvg/FedProx: tau SGD steps from the global model."""
+    """The local objective of FedAvg/FedProx: tau SGD steps from the global model.
+
+    With `--local-steps-dist` other than fixed, client k takes tau_k steps
+    (`local.hetero.client_steps`); with FedNova aggregation it reports its normaliser a_k
+    (`aggregate.fednova.local_norm`) in `extra["fednova_a"]`.
+    """
+    varied = cfg.local_steps_dist != "fixed"
+    nova = cfg.aggregation == "fednova" or cfg.algorithm == "fednova"
 
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
+        tau = (hetero.client_steps(cfg, hetero.root_key(state), state.round, k, hp,
+                                   data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
-                        steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg)
-        return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
+                        steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg,
+                        num_steps=tau)
+        extra = {}
+        if nova:
+            steps = cfg.local_steps if tau is None else tau
+            extra["fednova_a"] = local_norm(steps, hp.client_lr, hp.prox_mu if prox else 0.0)
+        return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
+                       extra)
 
     return local
 

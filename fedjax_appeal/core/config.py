@@ -99,6 +99,23 @@ class HParams:
                                     "lambda <g, w - w_t>, g = the last global update over "
                                     "(local steps x client lr)")
 
+    # --- heterogeneous and unreliable clients (local/hetero.py, select/availability.py,
+    # algorithms/fedbuff.py) ---
+    steps_sigma: float = _hp(0.5, "--local-steps-dist lognormal: sigma of log tau_k (median "
+                                  "sqrt(min x max local steps))")
+    step_time_sigma: float = _hp(0.5, "simulated seconds per local step ~ LogNormal(0, sigma) "
+                                      "per client and round (deadline, fedbuff durations)")
+    avail_p: float = _hp(0.8, "--availability bernoulli: mean probability p_k that a client "
+                              "is available in a round")
+    avail_spread: float = _hp(0.0, "--availability bernoulli: p_k = clip(avail_p + spread x "
+                                   "U(-1, 1), 0, 1), drawn once per client")
+    avail_on_off: float = _hp(0.1, "--availability markov: P(available -> unavailable) per "
+                                   "round")
+    avail_off_on: float = _hp(0.3, "--availability markov: P(unavailable -> available) per "
+                                   "round")
+    staleness_power: float = _hp(0.5, "fedbuff: an update of staleness s weighs (1 + s)^-power "
+                                      "(0.5 = 1/sqrt(1 + s) of Nguyen et al. 2022)")
+
     # User tunables (`extend.register_tunable`): name -> scalar, part of the pytree.
     extra: Mapping[str, Any] = struct.field(
         default_factory=dict, metadata={"help": "user tunables registered by plugins"})
@@ -339,6 +356,27 @@ class RunConfig:
     global_test_per_class: int = _data(0, "generated pools: hold out this many rows per class "
                                        "as a balanced global test set (test_acc_global); "
                                        "0 = none")
+    # --- heterogeneous and unreliable clients (local/hetero.py, select/availability.py) ---
+    local_steps_dist: str = _f("fixed", "per-client local steps tau_k, drawn per client and "
+                                        "round: fixed (= --local-steps), uniform on "
+                                        "[--local-steps-min, --local-steps], or lognormal "
+                                        "(--steps-sigma) clipped to those bounds; the scan "
+                                        "runs --local-steps, steps past tau_k are no-ops; "
+                                        "epochs = floor(--local-epochs x n_k / batch size), "
+                                        "fixed per client, clipped to the same bounds",
+                               ("fixed", "uniform", "lognormal", "epochs"))
+    local_epochs: float = _f(1.0, "--local-steps-dist epochs: local epochs E over the "
+                                  "client's train rows (tau_k = floor(E n_k / B))")
+    local_steps_min: int = _f(1, "smallest tau_k of --local-steps-dist uniform|lognormal")
+    availability: str = _f("always", "client availability per round, applied before "
+                                     "selection: always, bernoulli (--avail-p, "
+                                     "--avail-spread) or markov (on/off trace, --avail-on-off, "
+                                     "--avail-off-on)", ("always", "bernoulli", "markov"))
+    deadline: float = _f(0.0, "round deadline in simulated seconds: a selected client whose "
+                              "tau_k x step time (--step-time-sigma) exceeds it is dropped "
+                              "from aggregation (round metric 'dropped'); 0 = no deadline")
+    concurrency: int = _f(0, "fedbuff: clients training at once (0 = 2 x --cohort); the "
+                             "server applies every --cohort arrivals")
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)

@@ -56,12 +56,15 @@ class Selector(NamedTuple):
     init(key, state, data, hp) -> dict          # initial selector memory (e.g. features)
     select(key, state, data, hp) -> (idx [m], valid [m])
     update(state, updates, idx, valid, data, hp) -> state   # after the server step, or None
+    metrics(state, idx, valid, data, hp) -> dict   # round metrics it adds/overrides, or None
     """
 
     init: Callable[[jax.Array, ServerState, FederatedData, HParams], dict]
     select: SelectFn
     update: Callable[[ServerState, ClientUpdate, jax.Array, jax.Array, FederatedData, HParams],
                      ServerState] | None = None
+    metrics: Callable[[ServerState, jax.Array, jax.Array, FederatedData, HParams],
+                      dict] | None = None
 
 
 class WeightRule(NamedTuple):

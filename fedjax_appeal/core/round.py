@@ -118,6 +118,8 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
             "cohort_idx": idx.astype(jnp.int32),  # [m] who was in the cohort
             "cohort_weights": w,  # [m] aggregation weights (0 for invalid slots)
         }
+        if select.metrics is not None:  # e.g. availability: `available`, `dropped`
+            metrics = {**metrics, **select.metrics(state, idx, valid, data, hp)}
         return new, metrics
 
     return round_fn

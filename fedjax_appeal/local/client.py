@@ -31,12 +31,16 @@ class LocalResult(NamedTuple):
 def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, key: jax.Array,
               lr: jax.Array, *, steps: int, batch_size: int,
               regularizer: Regularizer | None = None,
-              tx: optax.GradientTransformation | None = None) -> LocalResult:
+              tx: optax.GradientTransformation | None = None,
+              num_steps: jax.Array | None = None) -> LocalResult:
     """`steps` minibatch SGD steps of client k, as one `lax.scan`.
 
     Each step draws a minibatch of client k (uniform with replacement, a gather into the
     flat arrays) and a fresh dropout key, both from `fold_in`-free splits of `key`.
     `tx` replaces plain SGD with another optax transform (default `optax.sgd(lr)`).
+    `num_steps` (a traced int, <= `steps`) makes steps i >= num_steps no-ops (parameters,
+    model state and optimizer state kept; see `local.hetero`), so clients with different
+    step counts share one vmap; the loss is then the mean over the steps taken.
     """
     tx = tx if tx is not None else optax.sgd(lr)
 
@@ -53,9 +57,22 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
         updates, opt = tx.update(grads, opt, p)
         return (optax.apply_updates(p, updates), s, opt), loss
 
+    if num_steps is None:
+        (params, state, _), losses = jax.lax.scan(
+            step, (params, state, tx.init(params)), jax.random.split(key, steps))
+        return LocalResult(params, state, losses.mean())
+
+    def masked(carry, xs):
+        step_key, i = xs
+        new, loss = step(carry, step_key)
+        live = i < num_steps
+        new = jax.tree.map(lambda a, b: jnp.where(live, a, b), new, carry)
+        return new, jnp.where(live, loss, 0.0)
+
     (params, state, _), losses = jax.lax.scan(
-        step, (params, state, tx.init(params)), jax.random.split(key, steps))
-    return LocalResult(params, state, losses.mean())
+        masked, (params, state, tx.init(params)),
+        (jax.random.split(key, steps), jnp.arange(steps)))
+    return LocalResult(params, state, losses.sum() / jnp.maximum(num_steps, 1))
 
 
 def proximal(global_params, mu: jax.Array) -> Regularizer:

@@ -9,6 +9,8 @@ from ..core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig,
 from ..core.models import MODELS
 from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
+from .validate_hetero import ignored_reason as hetero_ignored
+from .validate_hetero import validate_hetero
 
 
 def validate(cfg: RunConfig, hp: HParams) -> None:
@@ -103,6 +105,7 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")
     # --- client selection ---
     _validate_selection(cfg, hp)
+    validate_hetero(cfg, hp)  # heterogeneous and unreliable clients
 
 
 def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
@@ -186,7 +189,7 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
         return "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
     if key == "flip_ratio" and cfg.label_flip_fraction == 0:
         return "it configures label flipping (--label-flip-fraction > 0)"
-    return None
+    return hetero_ignored(key, cfg)
 
 
 def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") -> None:

@@ -69,6 +69,11 @@ CASES: dict[str, tuple[str, dict, dict, str]] = {
     "maxfl-byzantine": ("maxfl", {}, {}, "byzantine"),
     "qffl-byzantine": ("qffl", {}, {}, "byzantine"),
     "fedavg-exp-alpha-byzantine": ("fedavg", {"aggregation": "exp-alpha"}, {}, "byzantine"),
+    # heterogeneous and unreliable clients
+    "fednova": ("fednova", {"local_steps_dist": "uniform", "local_steps": 3}, {}, "plain"),
+    "fedavg-unreliable": ("fedavg", {"local_steps_dist": "lognormal", "local_steps": 3,
+                                     "availability": "markov", "deadline": 3.0}, {}, "plain"),
+    "fedbuff": ("fedbuff", {"concurrency": 4}, {}, "plain"),
 }
 
 

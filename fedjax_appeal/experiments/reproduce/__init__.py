@@ -140,6 +140,7 @@ MODULES: list[str] = [
 ]
 MODULES.append("fedjax_appeal.experiments.reproduce.selection")  # client selection tables
 MODULES.append("fedjax_appeal.experiments.reproduce.expalpha")  # Exp-alpha tables
+MODULES.append("fedjax_appeal.experiments.reproduce.hetero")  # FedNova, FedBuff tables
 
 
 def experiment(name: str, help: str):

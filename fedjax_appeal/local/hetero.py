@@ -1,0 +1,84 @@
+"""Heterogeneous clients: per-client local steps tau_k and simulated compute times.
+
+Every draw is a pure function of the run's heterogeneity key (kept in
+`state.extra["hetero"]["key"]` as raw key data), the round r and the client id k:
+`fold_in(fold_in(fold_in(root, STREAM), r), k)`. The same client in the same round therefore
+draws the same tau_k and step time wherever it is asked (its local update, the round
+deadline, a sequential reference), whatever cohort slot it sits in.
+
+* tau_k (`--local-steps-dist`): fixed = `--local-steps`; uniform on
+  [`--local-steps-min`, `--local-steps`]; lognormal round(median exp(sigma z)), median
+  sqrt(min x max), clipped to the same bounds; epochs = floor(E n_k / B) (`--local-epochs`
+  E over the client's n_k train rows in minibatches of B, FedAvg's E local epochs, the
+  FedNova paper's main source of heterogeneity: fixed per client, not redrawn), clipped
+  likewise. The local `lax.scan` always runs
+  `--local-steps` iterations and masks those past tau_k (`client.local_sgd(num_steps=)`),
+  so the cohort stays one vmap.
+* simulated time (`--step-time-sigma`): seconds per step s_k = exp(sigma z) (median 1),
+  compute time tau_k s_k; a client past `--deadline` is a straggler (see
+  `select.availability`).
+
+This is the heterogeneity of FedNova's experiments (Wang et al. 2020, "Tackling the
+Objective Inconsistency Problem in Heterogeneous Federated Optimization", Sec. 6: tau_k
+drawn per client and round) and the straggler model of a synchronous round with a deadline.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+STEPS, TIME, AVAIL, AVAIL_P = 1, 2, 3, 4  # independent streams of the heterogeneity key
+
+
+def hetero_on(cfg) -> bool:
+    """Whether `cfg` asks for any client heterogeneity or unreliability."""
+    return (getattr(cfg, "local_steps_dist", "fixed") != "fixed"
+            or getattr(cfg, "availability", "always") != "always"
+            or getattr(cfg, "deadline", 0.0) > 0)
+
+
+def init_hetero(key: jax.Array, num_clients: int) -> dict:
+    """`state.extra["hetero"]`: the root key (raw data) and the availability trace."""
+    return {"key": jax.random.key_data(jax.random.fold_in(key, 0x4E7E)),
+            "on": jnp.ones((num_clients,), bool)}
+
+
+def root_key(state) -> jax.Array:
+    """The run's heterogeneity key, from `state.extra["hetero"]`."""
+    return jax.random.wrap_key_data(state.extra["hetero"]["key"])
+
+
+def draw_key(root: jax.Array, stream: int, rnd, k) -> jax.Array:
+    """The key of client k in round `rnd` for one stream (STEPS, TIME, AVAIL)."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(root, stream), rnd), k)
+
+
+def client_steps(cfg, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
+    """tau_k [] int32 of client k in round `rnd` (see the module docstring); `count` = n_k,
+    the client's train rows (needed by `epochs`)."""
+    hi, lo = cfg.local_steps, min(cfg.local_steps_min, cfg.local_steps)
+    key = draw_key(root, STEPS, rnd, k)
+    if cfg.local_steps_dist == "fixed":
+        return jnp.asarray(hi, jnp.int32)
+    if cfg.local_steps_dist == "epochs":
+        tau = jnp.floor(cfg.local_epochs * jnp.asarray(count, jnp.float32) / cfg.batch_size)
+        return jnp.clip(tau, lo, hi).astype(jnp.int32)
+    if cfg.local_steps_dist == "uniform":
+        return jax.random.randint(key, (), lo, hi + 1, jnp.int32)
+    if cfg.local_steps_dist == "lognormal":
+        median = (lo * hi) ** 0.5
+        tau = jnp.round(median * jnp.exp(hp.steps_sigma * jax.random.normal(key)))
+        return jnp.clip(tau, lo, hi).astype(jnp.int32)
+    raise ValueError(f"unknown local steps distribution {cfg.local_steps_dist!r}")
+
+
+def step_time(root: jax.Array, rnd, k, hp) -> jax.Array:
+    """Simulated seconds per local step of client k in round `rnd`: LogNormal(0, sigma)."""
+    return jnp.exp(hp.step_time_sigma * jax.random.normal(draw_key(root, TIME, rnd, k)))
+
+
+def compute_time(cfg, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
+    """tau_k x step time of client k in round `rnd` (simulated seconds)."""
+    tau = client_steps(cfg, root, rnd, k, hp, count).astype(jnp.float32)
+    return tau * step_time(root, rnd, k, hp)
