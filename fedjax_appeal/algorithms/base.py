@@ -9,8 +9,11 @@ from typing import Any, NamedTuple
 
 import jax
 
+from ..aggregate.accounting import accountant
 from ..aggregate.adversary import byzantine
+from ..aggregate.privacy import poisson_selector
 from ..aggregate.server import server_optimizer
+from ..aggregate.uplink import make_uplink
 from ..core.config import HParams, RunConfig
 from ..core.models import Model
 from ..core.registry import Registry
@@ -51,6 +54,9 @@ class FederatedAlgorithm(NamedTuple):
     init: InitFn
     round: RoundFn
     evaluate: EvalFn
+    # account(rounds, hp, num_clients) -> {name: float}: host-side privacy accounting
+    # entries of the history (DP runs only, see aggregate/accounting.py)
+    account: Callable[[int, HParams, int], dict] | None = None
 
 
 def global_evaluator(model: Model) -> EvalFn:
@@ -90,7 +96,9 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
       average_state: average the clients' model state (FedBN keeps it per client).
       executor: vmapped / chunked / sharded cohort.
     """
-    selector = make_selector(model, cfg)
+    uplink = make_uplink(cfg)  # compression / DP (None when both are off)
+    selector = (poisson_selector(cfg) if getattr(cfg, "dp", "off") != "off"
+                and cfg.dp_sampling == "poisson" else make_selector(model, cfg))
 
     def tx(hp):
         return server_optimizer(cfg.server_opt, hp)
@@ -100,13 +108,18 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
         params, mstate = model.init(k_model)
         extra = init_extra(key, params, mstate, data, hp) if init_extra is not None else None
         state = init_state(params, mstate, tx(hp), data.num_clients, extra)
+        if uplink is not None:
+            state = state.replace(extra={**state.extra,
+                                         "uplink": uplink.init(params, data.num_clients, hp)})
         return attach_selector(state, selector, k_sel, data, hp)
 
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
                      weights=weights, post=post, corrupt=byzantine, tx=tx,
                      average_state=average_state,
-                     executor=executor if executor is not None else Executor(cfg.client_chunk))
-    return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model))
+                     executor=executor if executor is not None else Executor(cfg.client_chunk),
+                     uplink=uplink)
+    return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model),
+                              accountant(cfg))
 
 
 # builder(model, cfg, executor) -> FederatedAlgorithm

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..aggregate import accounting, privacy, uplink
 from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS
 from ..algorithms import ALGORITHMS
@@ -103,6 +104,11 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")
     # --- client selection ---
     _validate_selection(cfg, hp)
+    # --- DP-FedAvg, update compression ---
+    privacy.check(cfg, hp)
+    uplink.check(cfg)
+    if cfg.dp != "off":
+        accounting.require()
 
 
 def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
