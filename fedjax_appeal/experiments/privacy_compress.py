@@ -37,6 +37,10 @@ ARMS = {
                     dict(dp_clip=0.1, dp_noise=1.0, dp_quantile=0.5, dp_clip_lr=0.2),
                     "DP-FedAvg, Poisson q = 0.05, adaptive C (C0 = 0.1, gamma = 0.5, "
                     "eta_C = 0.2, sigma_b = 2.5), z = 1"),
+    "dp-z0.7": (dict(dp="fixed", dp_delta=DELTA), dict(dp_clip=1.0, dp_noise=0.7),
+                "DP-FedAvg, Poisson q = 0.05, C = 1, z = 0.7 (less noise, larger epsilon)"),
+    "dp-z2": (dict(dp="fixed", dp_delta=DELTA), dict(dp_clip=1.0, dp_noise=2.0),
+              "DP-FedAvg, Poisson q = 0.05, C = 1, z = 2 (more noise, smaller epsilon)"),
     "clip-only": (dict(dp="fixed", dp_delta=DELTA), dict(dp_clip=1.0, dp_noise=0.0),
                   "diagnostic: Poisson q = 0.05, C = 1, no noise (z = 0, no privacy)"),
     "qsgd-s4": (dict(compress="qsgd", compress_levels=4), {},
@@ -62,7 +66,7 @@ PAPERS = {
                  "fixed-length code of `local/compress.py` (QSGD's Elias code would be "
                  "smaller)."],
 }
-REPORTS = {"dp": ("fedavg", "dp-fixed", "dp-adaptive", "clip-only"),
+REPORTS = {"dp": ("fedavg", "dp-fixed", "dp-adaptive", "dp-z0.7", "dp-z2", "clip-only"),
            "compress": ("fedavg", "qsgd-s4", "topk-1pc-ef", "topk-1pc")}
 
 
