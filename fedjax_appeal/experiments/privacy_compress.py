@@ -66,6 +66,8 @@ PAPERS = {
                  "fixed-length code of `local/compress.py` (QSGD's Elias code would be "
                  "smaller)."],
 }
+PAIRS = {"dp": (("dp-adaptive", "dp-fixed"), ("clip-only", "dp-fixed")),
+         "compress": (("topk-1pc-ef", "topk-1pc"),)}
 REPORTS = {"dp": ("fedavg", "dp-fixed", "dp-adaptive", "dp-z0.7", "dp-z2", "clip-only"),
            "compress": ("fedavg", "qsgd-s4", "topk-1pc-ef", "topk-1pc")}
 
@@ -162,11 +164,21 @@ def report(kind: str, out: Path, seeds: list[int], runs: Path, arms: tuple[str, 
                          f"{_ms(acc)} | {signs} |")
         rows.append(row)
     lines += ["", "Signs: each arm's accuracy minus FedAvg's, seed by seed (same data and "
-              "initial model per seed)."] + PAPERS[kind]
+              "initial model per seed)."]
+    pairs = {}
+    for x, y in PAIRS[kind]:
+        if x in per and y in per:
+            d = [a["history"][-1]["test_acc_seen"] - b["history"][-1]["test_acc_seen"]
+                 for a, b in zip(per[x], per[y], strict=True)]
+            pairs[f"{x} - {y}"] = d
+            lines.append(f"Paired {x} − {y}: {', '.join(f'{v:+.4f}' for v in d)} "
+                         f"(mean {np.mean(d):+.4f}).")
+    lines += PAPERS[kind]
     out.mkdir(parents=True, exist_ok=True)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps(to_jsonable(
         {"kind": kind, "base_config": BASE, "base_hparams": BASE_HP, "rows": rows,
+         "pairs": pairs,
          "runs": {a: per[a] for a in arms}}), indent=1))
     hist = []
     for arm in arms:
