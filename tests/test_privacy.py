@@ -152,6 +152,7 @@ def _cfg(**kw):
     (dict(selector="poc"), "--selector random"),
     (dict(client_chunk=4), "--client-chunk"),
     (dict(dp_delta=0.0), "--dp-delta"),
+    (dict(model="cnn_bn"), "BatchNorm statistics"),
 ])
 def test_refused_combinations(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")) as e:

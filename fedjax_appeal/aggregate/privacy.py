@@ -38,6 +38,8 @@ import jax.numpy as jnp
 from ..core.config import ConfigError, RunConfig, appeal_on
 from ..core.parts import Selector
 
+# Models with state besides params (BatchNorm statistics), which clients upload unclipped.
+STATEFUL_MODELS = ("cnn_bn", "resnet20")
 # Algorithms whose only upload is the model delta with a uniform slot weight.
 DP_ALGORITHMS = ("fedavg", "fedprox")
 
@@ -149,6 +151,10 @@ def check(cfg: RunConfig, hp) -> None:
     if appeal_on(cfg):
         raise ConfigError(f"--dp {cfg.dp} needs --appeal off: the appeal protocol's solo "
                           "models and opt-out read the clients' data outside the mechanism")
+    if cfg.model in STATEFUL_MODELS:
+        raise ConfigError(f"--dp {cfg.dp} cannot use --model {cfg.model}: its BatchNorm "
+                          "statistics are averaged without clipping or noise; choose a model "
+                          "without model state (mlp, cnn, lenet5, logistic)")
     if cfg.byzantine_fraction > 0:
         raise ConfigError(f"--dp {cfg.dp} and --byzantine-fraction cannot be combined")
     if cfg.client_chunk > 0:
