@@ -79,7 +79,8 @@ def test_eval_rounds():
 def test_algorithm_is_a_namedtuple_of_pure_functions():
     _, _, alg = _setup()
     assert isinstance(alg, FederatedAlgorithm)
-    assert set(alg._fields) == {"name", "init", "round", "evaluate"}
+    assert set(alg._fields) == {"name", "init", "round", "evaluate", "account"}
+    assert alg.account is None  # host-side privacy accounting: DP runs only
 
 
 BASELINES = ["qffl", "afl", "scaffold", "mwfed", "perfedavg", "pfedme"]

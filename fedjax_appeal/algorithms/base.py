@@ -9,8 +9,11 @@ from typing import Any, NamedTuple
 
 import jax
 
+from ..aggregate.accounting import accountant
 from ..aggregate.adversary import byzantine
+from ..aggregate.privacy import poisson_selector
 from ..aggregate.server import server_optimizer
+from ..aggregate.uplink import make_uplink
 from ..core.config import HParams, RunConfig
 from ..core.models import Model
 from ..core.registry import Registry
@@ -53,6 +56,9 @@ class FederatedAlgorithm(NamedTuple):
     init: InitFn
     round: RoundFn
     evaluate: EvalFn
+    # account(rounds, hp, num_clients) -> {name: float}: host-side privacy accounting
+    # entries of the history (DP runs only, see aggregate/accounting.py)
+    account: Callable[[int, HParams, int], dict] | None = None
 
 
 def global_evaluator(model: Model) -> EvalFn:
@@ -92,7 +98,10 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
       average_state: average the clients' model state (FedBN keeps it per client).
       executor: vmapped / chunked / sharded cohort.
     """
-    selector = with_availability(make_selector(model, cfg), cfg)  # identity unless asked
+    uplink = make_uplink(cfg)  # compression / DP (None when both are off)
+    selector = (poisson_selector(cfg) if getattr(cfg, "dp", "off") != "off"
+                and cfg.dp_sampling == "poisson" else make_selector(model, cfg))
+    selector = with_availability(selector, cfg)  # identity unless asked
 
     def tx(hp):
         return server_optimizer(cfg.server_opt, hp)
@@ -104,13 +113,18 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
         if hetero_on(cfg):  # per-client steps, availability, deadline (local/hetero.py)
             extra = {**(extra or {}), "hetero": init_hetero(key, data.num_clients)}
         state = init_state(params, mstate, tx(hp), data.num_clients, extra)
+        if uplink is not None:
+            state = state.replace(extra={**state.extra,
+                                         "uplink": uplink.init(params, data.num_clients, hp)})
         return attach_selector(state, selector, k_sel, data, hp)
 
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
                      weights=weights, post=post, corrupt=byzantine, tx=tx,
                      average_state=average_state,
-                     executor=executor if executor is not None else Executor(cfg.client_chunk))
-    return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model))
+                     executor=executor if executor is not None else Executor(cfg.client_chunk),
+                     uplink=uplink)
+    return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model),
+                              accountant(cfg))
 
 
 # builder(model, cfg, executor) -> FederatedAlgorithm

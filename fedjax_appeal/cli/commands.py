@@ -288,6 +288,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
               f"{cfg.rounds} rounds, {appeal_reason(cfg)} -> {cfg.out}", file=sys.stderr)
+        if cfg.dp != "off":
+            from ..aggregate.accounting import header as dp_header
+
+            print(f"fedjax-appeal: {dp_header(cfg, hp, data.num_clients)}", file=sys.stderr)
     tracker = None
     if main and cfg.log:
         from ..run.tracking import LOG_DIR, Tracker, parse_kinds

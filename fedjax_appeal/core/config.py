@@ -98,6 +98,18 @@ class HParams:
     fedfor_lambda: float = _hp(0.1, "FedFor first-order regularisation weight lambda of "
                                     "lambda <g, w - w_t>, g = the last global update over "
                                     "(local steps x client lr)")
+    # --- user-level DP-FedAvg (aggregate/privacy.py) ---
+    dp_clip: float = _hp(1.0, "DP: L2 clip norm C of each client's update (the initial C with "
+                              "--dp adaptive)")
+    dp_noise: float = _hp(1.0, "DP: noise multiplier z; the sum of clipped updates gets "
+                               "N(0, z^2 C^2) noise (with --dp adaptive z is the accounted "
+                               "multiplier, shared with the clip count)")
+    dp_quantile: float = _hp(0.5, "DP adaptive clipping: target quantile gamma of the update "
+                                  "norms")
+    dp_clip_lr: float = _hp(0.2, "DP adaptive clipping: learning rate eta_C of the geometric "
+                                 "update C <- C exp(-eta_C (b - gamma))")
+    dp_count_noise: float = _hp(0.0, "DP adaptive clipping: std sigma_b of the noise on the "
+                                     "clip count (0 = expected cohort / 20, the paper's choice)")
 
     # --- heterogeneous and unreliable clients (local/hetero.py, select/availability.py,
     # algorithms/fedbuff.py) ---
@@ -377,6 +389,26 @@ class RunConfig:
                               "from aggregation (round metric 'dropped'); 0 = no deadline")
     concurrency: int = _f(0, "fedbuff: clients training at once (0 = 2 x --cohort); the "
                              "server applies every --cohort arrivals")
+
+    # --- user-level DP-FedAvg and update compression (aggregate/privacy.py, uplink.py) ---
+    dp: str = _f("off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive "
+                        "(clip tracks the --dp-quantile of the update norms)",
+                 ("off", "fixed", "adaptive"))
+    dp_sampling: str = _f("poisson", "DP cohort: poisson (each client joins with rate "
+                                     "q = cohort/clients; --cohort is the expected size) or "
+                                     "fixed (exactly --cohort clients)", ("poisson", "fixed"))
+    dp_delta: float = _f(1e-5, "DP: the delta at which epsilon is reported")
+    compress: str = _f("none", "compression of what a client sends: none, qsgd (stochastic "
+                               "quantisation to --compress-levels levels) or topk (the "
+                               "--compress-fraction largest coordinates)",
+                       ("none", "qsgd", "topk"))
+    compress_levels: int = _f(4, "qsgd: quantisation levels s per bucket")
+    compress_bucket: int = _f(512, "qsgd: coordinates per bucket (one norm sent per bucket)")
+    compress_fraction: float = _f(0.01, "topk: share of the coordinates sent (k = max(1, "
+                                        "round(fraction x d)))")
+    compress_feedback: str = _f("auto", "error feedback (per-client residual kept across "
+                                        "rounds): auto = on for topk, off for qsgd",
+                                ("auto", "on", "off"))
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)

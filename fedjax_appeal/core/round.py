@@ -38,6 +38,8 @@ from .parts import (  # noqa: F401  (the round's types, re-exported)
     sharded,
 )
 
+UPLINK_KEY = 0x0B1E  # the uplink's stream: fold_in(round key, UPLINK_KEY)
+
 
 def attach_selector(state: ServerState, selector: Selector, key: jax.Array,
                     data: FederatedData, hp: HParams) -> ServerState:
@@ -58,7 +60,7 @@ def server_step(state: ServerState, pseudo_grad, tx: optax.GradientTransformatio
 
 def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,
                post: PostFn | None = None, corrupt: CorruptFn | None = None,
-               average_state: bool = True, executor: Executor = AUTO):
+               average_state: bool = True, executor: Executor = AUTO, uplink=None):
     """Compose parts into `round(state, data, key, hp) -> (state, metrics)`.
 
     Args:
@@ -75,6 +77,9 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
       average_state: average the clients' model state (e.g. BatchNorm statistics) with the
         normalised weights; FedBN turns this off and keeps it per client.
       executor: vmapped, chunked or sharded cohort (see `Executor`).
+      uplink: optional `aggregate.uplink.Uplink` (compression of what clients send, DP
+        clipping and noise), with its memory in `state.extra["uplink"]`; it runs the
+        cohort unchunked and draws from `fold_in(key, UPLINK_KEY)`.
     """
 
     client_chunk, mesh = executor
@@ -83,7 +88,8 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
         k_sel, k_loc, k_adv = jax.random.split(key, 3)
         idx, valid = select.select(k_sel, state, data, hp)
         keys = jax.random.split(k_loc, idx.shape[0])
-        c = cohort.chunk_size(client_chunk, idx.shape[0], state.params)
+        c = 0 if uplink is not None else cohort.chunk_size(client_chunk, idx.shape[0],
+                                                          state.params)
         if c:  # two passes over chunks of c clients (see cohort.py)
             upd = cohort.chunked_statistics(local, corrupt, state, data, idx, keys, valid,
                                             k_adv, hp, c)
@@ -94,12 +100,25 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
             upd = constrain_cohort(upd, mesh)
             if corrupt is not None:
                 upd = corrupt(upd, idx, valid, k_adv, data, hp)
+        up_metrics = {}
+        if uplink is not None:
+            k_send, k_agg = jax.random.split(jax.random.fold_in(key, UPLINK_KEY))
+            mem = state.extra["uplink"]
+            if uplink.send is not None:
+                upd, mem, m1 = uplink.send(upd, idx, valid, k_send, mem, hp)
+                up_metrics.update(m1)
         w = weights.fn(upd, idx, valid, state, hp)
         w = jnp.where(valid, w, 0.0)
-        pseudo = (cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid,
-                                                k_adv, hp, w, c) if c
-                  else weighted_sum(w, upd.delta))
+        if uplink is not None and uplink.aggregate is not None:
+            pseudo, w, mem, m2 = uplink.aggregate(upd, w, valid, k_agg, mem, hp)
+            up_metrics.update(m2)
+        else:
+            pseudo = (cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys,
+                                                    valid, k_adv, hp, w, c) if c
+                      else weighted_sum(w, upd.delta))
         new = server_step(state, pseudo, tx(hp))
+        if uplink is not None:
+            new = new.replace(extra={**new.extra, "uplink": mem})
         if average_state and jax.tree.leaves(upd.model_state):
             wn = w / jnp.maximum(jnp.sum(w), 1e-12)
             new = new.replace(model_state=weighted_sum(wn, upd.model_state))
@@ -117,6 +136,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
             "available": jnp.sum(state.pool).astype(jnp.int32),
             "cohort_idx": idx.astype(jnp.int32),  # [m] who was in the cohort
             "cohort_weights": w,  # [m] aggregation weights (0 for invalid slots)
+            **up_metrics,  # bits_up, dp_clip, ... (with an uplink only)
         }
         if select.metrics is not None:  # e.g. availability: `available`, `dropped`
             metrics = {**metrics, **select.metrics(state, idx, valid, data, hp)}

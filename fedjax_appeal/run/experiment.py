@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from .. import __version__
+from ..aggregate.accounting import summary as privacy_summary
 from ..core.config import HParams, RunConfig, appeal_on, appeal_reason
 from ..data import Dataset, FederatedData
 from ..execute.distributed import fetch
@@ -68,6 +69,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         "participation": np.asarray(fetch(sim.final_state.participation)).tolist(),
         "final_clients": sim.final_eval,
         **({"personalized": personalized} if personalized else {}),
+        **({"privacy": privacy_summary(cfg, hp, data.num_clients, cfg.rounds)}
+           if cfg.dp != "off" else {}),
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,
                         "backend": jax.default_backend(), "python": platform.python_version(),
                         "machine": platform.machine()},

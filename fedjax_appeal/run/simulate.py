@@ -148,6 +148,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
 
     def keep(r: int, ev) -> dict:
         entry = {"round": r, **summarize(ev)}
+        if alg.account is not None:  # DP: epsilon after r rounds (host-side accountant)
+            entry.update(alg.account(r, hp, data.num_clients))
         history.append(entry)
         return entry
 

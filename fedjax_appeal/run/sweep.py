@@ -375,6 +375,9 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         hps = [hp.with_values(**pt) for pt in points]
         for h in hps:
             validate(cfg_g, h)
+        if cfg_g.dp != "off":  # its accountant runs per run, between evaluations
+            raise ConfigError("a sweep does not account privacy: run each --dp configuration "
+                              "with `fedjax-appeal run`, which reports epsilon")
         groups.append((st, cfg_g, hps))
 
     data_cache: dict[Any, tuple[FederatedData, Dataset]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..aggregate import accounting, privacy, uplink
 from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS
 from ..algorithms import ALGORITHMS
@@ -106,6 +107,11 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     # --- client selection ---
     _validate_selection(cfg, hp)
     validate_hetero(cfg, hp)  # heterogeneous and unreliable clients
+    # --- DP-FedAvg, update compression ---
+    privacy.check(cfg, hp)
+    uplink.check(cfg)
+    if cfg.dp != "off":
+        accounting.require()
 
 
 def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
@@ -189,6 +195,21 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
         return "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
     if key == "flip_ratio" and cfg.label_flip_fraction == 0:
         return "it configures label flipping (--label-flip-fraction > 0)"
+    return _uplink_ignored(key, cfg)
+
+
+def _uplink_ignored(key: str, cfg: RunConfig) -> str | None:
+    """DP and compression options that the combination `cfg` ignores."""
+    if key in ("dp_sampling", "dp_delta", "dp_clip", "dp_noise") and cfg.dp == "off":
+        return "it configures DP-FedAvg (--dp fixed or adaptive)"
+    if key in ("dp_quantile", "dp_clip_lr", "dp_count_noise") and cfg.dp != "adaptive":
+        return "it configures adaptive clipping (--dp adaptive)"
+    if key in ("compress_levels", "compress_bucket") and cfg.compress != "qsgd":
+        return "it configures --compress qsgd"
+    if key == "compress_fraction" and cfg.compress != "topk":
+        return "it configures --compress topk"
+    if key == "compress_feedback" and cfg.compress == "none":
+        return "it configures compression (--compress qsgd or topk)"
     return hetero_ignored(key, cfg)
 
 

@@ -1,0 +1,120 @@
+"""The uplink hook of a round: compression of what clients send, then DP aggregation.
+
+`make_round(uplink=...)` calls, inside the jitted round and without a host sync,
+
+    upd, mem, metrics = uplink.send(upd, idx, valid, key, mem, hp)
+    pseudo, w, mem, metrics = uplink.aggregate(upd, w, valid, key, mem, hp)
+
+with `mem = state.extra["uplink"]`:
+
+    client   every client's compressor state stacked [N, ...] (error-feedback residuals),
+             gathered for the cohort by client id and scattered back for the valid slots
+             (clients outside the cohort keep theirs); absent without compression
+    clip     [] the current clip norm C (adaptive DP clipping only)
+
+`send` compresses each client's flattened Delta_k (`local/compress.py`) and reports
+`bits_up`, the bits the valid slots sent this round. `aggregate` (DP only; None leaves the
+round's weighted sum) clips, adds noise and divides by the expected cohort size
+(`privacy.py`): compression runs before clipping, so the sensitivity stays C. The
+uplink runs the cohort unchunked (it needs every Delta_k at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from ..core.config import RunConfig
+from ..local import compress
+from . import privacy
+
+
+class Uplink(NamedTuple):
+    """init(params, num_clients, hp) -> mem; send / aggregate as in the module docstring."""
+
+    init: Callable[[Any, int, Any], dict]
+    send: Callable | None
+    aggregate: Callable | None
+
+
+def _rows(valid: jax.Array, a: jax.Array) -> jax.Array:
+    return valid.reshape((-1,) + (1,) * (a.ndim - 1))
+
+
+def make_uplink(cfg: RunConfig) -> Uplink | None:
+    """The uplink of `cfg` (`--compress`, `--dp`), or None when both are off."""
+    dp = getattr(cfg, "dp", "off")
+    comp_on = getattr(cfg, "compress", "none") != "none"
+    if dp == "off" and not comp_on:
+        return None
+    adaptive = dp == "adaptive"
+    denom = float(cfg.cohort)  # q N, the expected cohort size (fixed-denominator estimator)
+
+    def init(params, n, hp):
+        mem = {}
+        if comp_on:
+            d = ravel_pytree(params)[0].shape[0]
+            state = compress.from_config(cfg, d).init(d)
+            mem["client"] = jax.tree.map(lambda a: jnp.broadcast_to(a, (n, *a.shape)), state)
+        if adaptive:
+            mem["clip"] = jnp.asarray(hp.dp_clip, jnp.float32)
+        return mem
+
+    def send(upd, idx, valid, key, mem, hp):
+        first = jax.tree.map(lambda a: a[0], upd.delta)
+        flat0, unravel = ravel_pytree(first)
+        d = flat0.shape[0]
+        comp = compress.from_config(cfg, d)
+        flat = jax.vmap(lambda t: ravel_pytree(t)[0])(upd.delta)
+        own = jax.tree.map(lambda a: a[idx], mem["client"])
+        sent, new = jax.vmap(comp.update)(flat, own, jax.random.split(key, idx.shape[0]))
+        new = jax.tree.map(lambda n_, o: jnp.where(_rows(valid, n_), n_, o), new, own)
+        mem = {**mem, "client": jax.tree.map(lambda full, rows: full.at[idx].set(rows),
+                                             mem["client"], new)}
+        bits = jnp.float32(comp.bits(d)) * jnp.sum(valid).astype(jnp.float32)
+        return upd._replace(delta=jax.vmap(unravel)(sent)), mem, {"bits_up": bits}
+
+    def aggregate(upd, w, valid, key, mem, hp):
+        clip = mem["clip"] if adaptive else hp.dp_clip
+        sigma_b = privacy.count_noise(hp, cfg.cohort)
+        sigma = privacy.delta_noise_multiplier(hp.dp_noise, sigma_b, adaptive)
+        k_sum, k_count = jax.random.split(key)
+        pseudo, norms = privacy.dp_sum(upd.delta, valid, k_sum, clip, sigma, denom)
+        nv = jnp.maximum(jnp.sum(valid), 1).astype(jnp.float32)
+        metrics = {"dp_clip": clip,
+                   "dp_clipped": jnp.sum(valid & (norms > clip)).astype(jnp.float32) / nv,
+                   "dp_noise_std": sigma * clip / denom}
+        if adaptive:
+            new_clip, b = privacy.adaptive_clip(clip, norms, valid, k_count, hp, sigma_b, denom)
+            mem = {**mem, "clip": new_clip}
+            metrics["dp_unclipped_share"] = b
+        return pseudo, valid.astype(jnp.float32) / denom, mem, metrics
+
+    return Uplink(init, send if comp_on else None, aggregate if dp != "off" else None)
+
+
+def check(cfg: RunConfig) -> None:
+    """One-line `ConfigError`s of the compression options."""
+    from ..core.config import ConfigError
+
+    if cfg.compress not in ("none", "qsgd", "topk"):
+        raise ConfigError(f"--compress must be none, qsgd or topk (got {cfg.compress!r})")
+    if cfg.compress_feedback not in ("auto", "on", "off"):
+        raise ConfigError(f"--compress-feedback must be auto, on or off (got "
+                          f"{cfg.compress_feedback!r})")
+    if cfg.compress == "none":
+        return
+    if cfg.compress_levels < 1:
+        raise ConfigError(f"--compress-levels must be >= 1 (got {cfg.compress_levels})")
+    if cfg.compress_bucket < 1:
+        raise ConfigError(f"--compress-bucket must be >= 1 (got {cfg.compress_bucket})")
+    if not 0.0 < cfg.compress_fraction <= 1.0:
+        raise ConfigError(f"--compress-fraction must lie in (0, 1] (got "
+                          f"{cfg.compress_fraction})")
+    if cfg.client_chunk > 0:
+        raise ConfigError(f"--compress {cfg.compress} needs the whole cohort in one vmap: use "
+                          "--client-chunk 0 or -1")
