@@ -110,7 +110,13 @@ def no_data_load(monkeypatch):
     def forbidden(*a, **k):
         raise AssertionError("data were loaded before the bad input was refused")
 
-    monkeypatch.setattr(fedjax_appeal.data, "load_federated", forbidden)
+    # Modules that bind `load_federated` at import are imported first (so none binds the
+    # forbidden stand-in for good) and patched too (monkeypatch restores them all).
+    import fedjax_appeal.run.assemble
+    import fedjax_appeal.run.sweep
+
+    for mod in (fedjax_appeal.data, fedjax_appeal.run.assemble, fedjax_appeal.run.sweep):
+        monkeypatch.setattr(mod, "load_federated", forbidden)
 
 
 def run_bad(argv, capsys):
