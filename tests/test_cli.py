@@ -4,6 +4,7 @@ silently; no NaN/Infinity reaches a JSON file."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 
@@ -112,10 +113,8 @@ def no_data_load(monkeypatch):
 
     # Modules that bind `load_federated` at import are imported first (so none binds the
     # forbidden stand-in for good) and patched too (monkeypatch restores them all).
-    import fedjax_appeal.run.assemble
-    import fedjax_appeal.run.sweep
-
-    for mod in (fedjax_appeal.data, fedjax_appeal.run.assemble, fedjax_appeal.run.sweep):
+    mods = [importlib.import_module(f"fedjax_appeal.run.{m}") for m in ("assemble", "sweep")]
+    for mod in (fedjax_appeal.data, *mods):
         monkeypatch.setattr(mod, "load_federated", forbidden)
 
 
