@@ -1,6 +1,7 @@
 """Every row of a vmapped sweep equals its configuration run one by one with `simulate`.
 
-Four runs (2 client lr x 2 seeds) in batches of 3: the rows occupy every slot of a full
+Four runs (2 client lr x 2 seeds) in batches of 3, with every way of laying a batch out
+(one vmap, a loop over single runs, a loop over pairs): the rows occupy every slot of a full
 batch and the first slot of a padded one, and each row's whole history (every key, every
 evaluation) must equal its own run's, so a row given another row's results is caught.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.core.config import HParams, RunConfig
@@ -22,10 +24,14 @@ CFG = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", cl
                 eval_every=1, min_samples=4, appeal=False)
 
 
-def test_every_sweep_row_equals_its_run():
+# lanes: None = the default (1 on CPU: a lax.map over the batch), 0 = one vmap over the
+# batch, 2 = a lax.map over pairs with a remainder of 1.
+@pytest.mark.parametrize("lanes", [None, 0, 2])
+def test_every_sweep_row_equals_its_run(lanes):
     data, ds = load_federated(CFG)
     seeds = [0, 3]
-    res = sweep(CFG, {"client_lr": [0.3, 0.05]}, seeds, data=data, dataset=ds, max_parallel=3)
+    res = sweep(CFG, {"client_lr": [0.3, 0.05]}, seeds, data=data, dataset=ds, max_parallel=3,
+                lanes=lanes)
     assert len(res.rows) == 4
     assert [(r["hparams"]["client_lr"], r["seed"]) for r in res.rows] == [
         (0.3, 0), (0.3, 3), (0.05, 0), (0.05, 3)]

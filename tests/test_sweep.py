@@ -196,3 +196,8 @@ def test_sweep_ctrl_c_keeps_finished_and_resume_equals_uninterrupted(tmp_path, c
     # the finished sweep's folder is not reused silently
     assert main(["sweep", *RES, "--out", str(out)]) == 2
     assert "already holds another run" in capsys.readouterr().err
+
+
+def test_negative_lanes_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"--lanes must be >= 0 \(got -1"):
+        sweep(CFG, {"client_lr": [0.1]}, [0], lanes=-1)

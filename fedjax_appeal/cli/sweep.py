@@ -40,6 +40,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="maximise or minimise the metric (default auto: minimise losses)")
     s.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="runs per vmapped batch (default 0 = as many as fit in memory)")
+    s.add_argument("--lanes", type=int, default=None, metavar="N",
+                   help="runs of a batch trained side by side in one vmap; the others follow "
+                        "in a loop inside the same compiled program (default: 1 on CPU, "
+                        "where a wide vmap spills the caches; all on GPU/TPU; 0 = all)")
     p.epilog = ("Checkpoints: finished batches of combinations are kept in "
                 "OUT/sweep-checkpoint/ as they finish, the running batch every "
                 "--checkpoint-every rounds and on Ctrl-C; `sweep --resume OUT` continues "
@@ -207,7 +211,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         res = sweep(cfg, checked, seeds, hp=hp, metric=metric, mode=mode,
                     max_parallel=max_par, progress=say, checkpoint=ckpt,
-                    resume=bool(spec), mesh=make_mesh(cfg.devices))
+                    resume=bool(spec), mesh=make_mesh(cfg.devices), lanes=args.lanes)
     except KeyboardInterrupt:
         raise Interrupted(f"finished combinations are kept in {ck_dir}: continue with "
                           f"`fedjax-appeal sweep --resume {cfg.out}`") from None

@@ -158,12 +158,39 @@ def auto_parallel(n_params: int, cfg: RunConfig, data: FederatedData,
     return max(1, int(budget // max(1, combo_bytes(n_params, cfg, data))))
 
 
+def auto_lanes() -> int:
+    """Lanes of a sweep that names none: 1 on CPU, 0 (all runs of a batch) elsewhere.
+
+    On CPU a wide vmap multiplies the working set of every batched matmul by the number of
+    lanes (15 FedAvg runs of cohort 10 with batch 128 hold 150 client models at once) and
+    spills the caches: measured, one compiled `lax.map` over the runs costs 0.58x the CPU
+    time of a 15-wide vmap and the same as 15 separate runs (benchmarks/RESULTS.md, sweep
+    throughput). GPUs need the width to fill their cores.
+    """
+    return 1 if jax.default_backend() == "cpu" else 0
+
+
+def combine_lanes(fn: Callable, lanes: int, p: int) -> Callable:
+    """`fn(state, data, key, hp, rounds)` over P combinations (state, key, hp stacked [P]):
+    `lanes` of them side by side in a vmap, the groups of lanes one after another in a
+    `lax.map` inside the same program (lanes <= 0 or >= P: one vmap over all P)."""
+    vf = jax.vmap(fn, in_axes=(0, None, 0, 0, None))
+    if lanes <= 0 or lanes >= p:
+        return vf
+
+    def mapped(state, data, key, hp, rounds):
+        return jax.lax.map(lambda a: fn(a[0], data, a[1], a[2], rounds), (state, key, hp),
+                           batch_size=lanes if lanes > 1 else None)
+
+    return mapped
+
+
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
               eval_every: int, compiled: dict, progress: Callable[[str], None] | None = None,
               label: str = "", mesh=None, restore: Callable | None = None,
-              save: Callable | None = None, save_every: int = 0
+              save: Callable | None = None, save_every: int = 0, lanes: int = 0
               ) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
-    """Run P combinations (stacked `hps` [P], `seeds` [P]) as one vmapped program.
+    """Run P combinations (stacked `hps` [P], `seeds` [P]) as one compiled program.
 
     Returns per combination its history (same schedule as `simulate`), per-round scalar
     metrics [P, rounds], and timing. `compiled` caches executables across batches of a group.
@@ -177,6 +204,8 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
       save, save_every: `save(state, round, histories, per_round)` every `save_every`
         rounds (and, on Ctrl-C, at the last finished chunk before `KeyboardInterrupt` is
         raised again).
+      lanes: combinations trained side by side (`combine_lanes`; 0 = all P, a mesh always
+        uses all P); the rest of the batch follows inside the same program.
     """
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -202,7 +231,7 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
         compiled["eval"] = jax.jit(jax.vmap(alg.evaluate, in_axes=(0, None, 0)), **out).lower(
             state, data, hps).compile()
         timing["compile_s"] += time.perf_counter() - t
-    chunk = jax.vmap(make_chunk(alg), in_axes=(0, None, 0, 0, None))
+    chunk = combine_lanes(make_chunk(alg), 0 if mesh is not None else lanes, p)
     histories: list[list[dict]] = [[] for _ in range(p)]
     per_round: list[dict[str, np.ndarray]] = []
 
@@ -330,7 +359,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
           hp: HParams | None = None, metric: str = "test_acc_seen", mode: str = "auto",
           max_parallel: int = 0, data: FederatedData | None = None,
           dataset: Dataset | None = None, progress: Callable[[str], None] | None = None,
-          checkpoint=None, resume: bool = False, mesh=None) -> SweepResult:
+          checkpoint=None, resume: bool = False, mesh=None, lanes: int | None = None
+          ) -> SweepResult:
     """Run every (grid point, seed) of `cfg.algorithm`; HParams keys share one program.
 
     Args:
@@ -351,6 +381,9 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         running batch continues at its round), giving the rows of an uninterrupted sweep.
       mesh: a `distributed` mesh over which each batch's combinations are sharded (the
         batch size is rounded up to a multiple of its size); None = one device.
+      lanes: combinations of a batch trained side by side in one vmap; the others of the
+        batch follow in a `lax.map` inside the same compiled program (None = `auto_lanes`:
+        1 on CPU, all on accelerators; 0 = all).
     """
     hp = hp or HParams()
     grid = check_grid(grid)
@@ -361,6 +394,9 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         raise ConfigError(f"repeated seed in --seeds {seeds}")
     if max_parallel < 0:
         raise ConfigError(f"--max-parallel must be >= 0 (got {max_parallel})")
+    if lanes is not None and lanes < 0:
+        raise ConfigError(f"--lanes must be >= 0 (got {lanes}; 0 = all runs of a batch)")
+    lanes = auto_lanes() if lanes is None else lanes
     hp_keys = [k for k in grid if k in field_names(HParams)]
     run_keys = [k for k in grid if k not in hp_keys]
     statics = [dict(zip(run_keys, v, strict=True))
@@ -421,6 +457,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         n_batches = -(-len(combos) // par)
         compiled: dict = {}
         g_t = {"static": st, "runs": len(combos), "parallel": par, "batches": n_batches,
+               "lanes": min(lanes, par) if lanes and mesh is None else par,
                "compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
         gname = ", ".join(f"{k}={v}" for k, v in st.items()) or "all"
         for bi in range(n_batches):
@@ -445,7 +482,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                     save_every=checkpoint.every)
             hist, rm, t = run_batch(alg, gdata, stacked, bseeds, rounds=cfg_g.rounds,
                                     eval_every=cfg_g.eval_every, compiled=compiled,
-                                    progress=say, label=label, mesh=mesh, **ck_kw)
+                                    progress=say, label=label, mesh=mesh, lanes=lanes,
+                                    **ck_kw)
             for k in ("compile_s", "run_s", "eval_s"):
                 g_t[k] += t[k]
             first = len(rows)
