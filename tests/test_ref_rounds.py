@@ -154,27 +154,34 @@ def test_server_optimizer_inside_rounds_equals_hand_step(opt):
 @pytest.mark.parametrize("algorithm,aggregation", [("maxfl", "proportional"),
                                                    ("fedavg", "exp-alpha"),
                                                    ("qffl", "proportional")])
-def test_chunked_round_equals_unchunked(algorithm, aggregation):
+def test_chunked_and_laned_rounds_equal_one_vmap(algorithm, aggregation):
     data = make_tiny_data(num_clients=7, dim=5, classes=3, seed=3)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
     base = RunConfig(algorithm=algorithm, aggregation=aggregation, clients=7, cohort=5,
                      local_steps=3, batch_size=4, rho_steps=3, requirement="0.9")
     hp = HParams(client_lr=0.5, exp_alpha=0.05, qffl_q=2.0, maxfl_eps=1e-3).as_arrays()
     out = {}
-    for chunk in (-1, 2):  # never / chunks of 2 (5 = 2 + 2 + 1 padded)
-        alg = build(algorithm, model, base.replace(client_chunk=chunk))
+    # never / chunks of 2 (5 = 2 + 2 + 1 padded) / one pass, clients one at a time / one
+    # pass, pairs of lanes (a remainder of 1)
+    layouts = {-1: {"client_chunk": -1}, 2: {"client_chunk": 2},
+               "lanes1": {"client_chunk": -1, "client_lanes": 1},
+               "lanes2": {"client_chunk": -1, "client_lanes": 2}}
+    for name, kw in layouts.items():
+        alg = build(algorithm, model, base.replace(**kw))
         st = alg.init(jax.random.key(0), data, hp)
         st, m = jax.jit(alg.round)(st, data, jax.random.key(5), hp)
-        out[chunk] = (st, m)
+        out[name] = (st, m)
     w_ref = np.asarray(out[-1][1]["cohort_weights"])
     # the weights are far from proportional, so the check sees how they are applied
     n = np.asarray(data.train.count)[np.asarray(out[-1][1]["cohort_idx"])]
     assert np.max(np.abs(w_ref / w_ref.sum() - n / n.sum())) > 0.02
-    np.testing.assert_allclose(np.asarray(out[2][1]["cohort_weights"]), w_ref, rtol=1e-5,
-                               atol=1e-7)
-    for a, b in zip(jax.tree.leaves(out[2][0].params), jax.tree.leaves(out[-1][0].params),
-                    strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    for name in (2, "lanes1", "lanes2"):
+        np.testing.assert_allclose(np.asarray(out[name][1]["cohort_weights"]), w_ref,
+                                   rtol=1e-5, atol=1e-7, err_msg=str(name))
+        for a, b in zip(jax.tree.leaves(out[name][0].params),
+                        jax.tree.leaves(out[-1][0].params), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6,
+                                       err_msg=str(name))
 
 
 def test_delta_features_with_chunked_cohort_refused():

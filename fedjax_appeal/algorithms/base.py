@@ -121,7 +121,8 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
                      weights=weights, post=post, corrupt=byzantine, tx=tx,
                      average_state=average_state,
-                     executor=executor if executor is not None else Executor(cfg.client_chunk),
+                     executor=(executor if executor is not None else
+                               Executor(cfg.client_chunk, None, cfg.client_lanes)),
                      uplink=uplink)
     return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model),
                               accountant(cfg))
@@ -143,5 +144,7 @@ def build(name: str, model: Model, cfg: RunConfig, *,
     per `cfg.client_chunk` and sharded over the mesh of `cfg.devices`, built here)."""
     builder = ALGORITHMS.get(name)
     if executor is None:
-        executor = Executor(getattr(cfg, "client_chunk", 0), make_mesh(getattr(cfg, "devices", 1)))
+        executor = Executor(getattr(cfg, "client_chunk", 0),
+                            make_mesh(getattr(cfg, "devices", 1)),
+                            getattr(cfg, "client_lanes", 0))
     return builder(model, cfg, executor)

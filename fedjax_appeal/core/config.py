@@ -348,6 +348,9 @@ class RunConfig:
     client_chunk: int = _f(0, "run the cohort's local updates in chunks of this many clients "
                               "(0 = auto: only when cohort x params exceeds the memory "
                               "budget; -1 = never)")
+    client_lanes: int = _f(0, "clients of an unchunked cohort trained side by side in one "
+                              "vmap, the rest following in a loop inside the same program "
+                              "(0 = the whole cohort in one vmap)")
     devices: int = _f(1, "devices to shard the cohort over (0 = all)")
     log: str = _f("", "experiment trackers, comma-separated: tensorboard (event files in "
                       "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)")

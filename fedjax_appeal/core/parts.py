@@ -92,11 +92,17 @@ class Executor(NamedTuple):
       `cohort`); 0 chunks only when the cohort's copies of the model exceed the memory
       budget (`memory.memory_budget`); -1 always runs one `vmap` over the whole cohort.
     mesh: a `distributed` mesh whose devices share the cohort axis (None = one device).
+    lanes: in an unchunked round, how many clients train side by side in one `vmap`; the
+      groups of `lanes` follow one another in a `lax.map` inside the same program (one
+      pass, same results up to float reassociation). 0 = the whole cohort in one vmap. On
+      CPU a narrow layout keeps each client's model and activations in cache (see
+      benchmarks/RESULTS.md); on GPUs the width fills the device. Ignored with a mesh.
     The default, `Executor()`, is the automatic single-device round.
     """
 
     client_chunk: int = 0
     mesh: Any = None
+    lanes: int = 0
 
 
 AUTO = Executor()  # automatic chunking, one device

@@ -58,6 +58,23 @@ def server_step(state: ServerState, pseudo_grad, tx: optax.GradientTransformatio
     return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
 
 
+def for_each_client(local: LocalFn, lanes: int = 0):
+    """`local(state, data, k, key, hp)` over the cohort (`k`, `key` stacked [m]): `lanes`
+    clients side by side in a vmap, the groups of lanes in turn in a `lax.map` (0 or >= m:
+    one vmap over all m)."""
+    vf = jax.vmap(local, in_axes=(None, None, 0, 0, None))
+    if lanes <= 0:
+        return vf
+
+    def mapped(state, data, idx, keys, hp):
+        if lanes >= idx.shape[0]:
+            return vf(state, data, idx, keys, hp)
+        return jax.lax.map(lambda a: local(state, data, a[0], a[1], hp), (idx, keys),
+                           batch_size=lanes if lanes > 1 else None)
+
+    return mapped
+
+
 def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,
                post: PostFn | None = None, corrupt: CorruptFn | None = None,
                average_state: bool = True, executor: Executor = AUTO, uplink=None):
@@ -82,7 +99,8 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
         cohort unchunked and draws from `fold_in(key, UPLINK_KEY)`.
     """
 
-    client_chunk, mesh = executor
+    client_chunk, mesh, lanes = executor
+    lanes = 0 if mesh is not None else lanes
 
     def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
         k_sel, k_loc, k_adv = jax.random.split(key, 3)
@@ -95,8 +113,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
                                             k_adv, hp, c)
         else:
             idx_s, keys_s = constrain_cohort((idx, keys), mesh)
-            upd = jax.vmap(local, in_axes=(None, None, 0, 0, None))(state, data, idx_s, keys_s,
-                                                                    hp)
+            upd = for_each_client(local, lanes)(state, data, idx_s, keys_s, hp)
             upd = constrain_cohort(upd, mesh)
             if corrupt is not None:
                 upd = corrupt(upd, idx, valid, k_adv, data, hp)

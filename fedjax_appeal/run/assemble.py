@@ -44,7 +44,8 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
         data, dataset = load_federated(cfg)
     load_s = time.perf_counter() - t0
     model = model_for(cfg.model, data, dataset)
-    alg = build(cfg.algorithm, model, cfg, executor=Executor(cfg.client_chunk, mesh))
+    alg = build(cfg.algorithm, model, cfg,
+                executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     if appeal_on(cfg):  # the appeal protocol around the algorithm
         alg = with_appeal(alg, model, cfg)
     return Assembled(alg, model, data, dataset, load_s)

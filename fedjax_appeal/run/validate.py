@@ -144,6 +144,9 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
     # --- scale ---
     if cfg.checkpoint_every < 0:
         raise ConfigError(f"--checkpoint-every must be >= 0 (got {cfg.checkpoint_every})")
+    if cfg.client_lanes < 0:
+        raise ConfigError(f"--client-lanes must be >= 0 (got {cfg.client_lanes}); 0 = the "
+                          "whole cohort in one vmap")
     if cfg.client_chunk < -1:
         raise ConfigError(f"--client-chunk must be >= -1 (got {cfg.client_chunk}); 0 = auto, "
                           "-1 = never")
