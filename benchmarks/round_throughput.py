@@ -162,6 +162,9 @@ def main():
                     help="skip the PyTorch loops above this cohort (they scale linearly)")
     ap.add_argument("--fedjax", action="store_true",
                     help="also time FedJAX 0.0.17 in its own venv (see peer_fedjax.py)")
+    ap.add_argument("--client-lanes", default="",
+                    help="also time ours with these --client-lanes values, comma list (e.g. "
+                         "1,10: clients side by side, the groups in a loop), interleaved")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
     ap.add_argument("--no-append", action="store_true",
                     help="do not append a section to benchmarks/RESULTS.md")
@@ -193,6 +196,10 @@ def main():
         flops_round = m * cfg.local_steps * step_flops(model_for(cfg.model, data, ds),
                                                        cfg.batch_size)[0]
         calls = {"ours": (ours, rpc)}
+        lane_set = [int(x) for x in args.client_lanes.split(",") if x]
+        for lanes in lane_set:
+            f, _, _, _, _ = jax_round_calls(cfg.replace(client_lanes=lanes), hp, rpc)
+            calls[f"lanes{lanes}"] = (f, rpc)
         threads = {}
         if m <= args.torch_max_cohort:
             for v in variants:
@@ -209,6 +216,10 @@ def main():
                **{k: stats(v) for k, v in secs.items()}, "torch_threads": threads}
         row["achieved_flops"] = flops_round / row["ours"]["min"]
         row["share_of_peak"] = row["achieved_flops"] / peak["best_flops"]
+        for lanes in lane_set:
+            k = f"lanes{lanes}"
+            row[f"speedup_{k}"] = row["ours"]["median"] / row[k]["median"]
+            row[f"achieved_flops_{k}"] = flops_round / row[k]["min"]
         if fedjax_py is not None:
             with tempfile.TemporaryDirectory() as tmp:
                 npz = Path(tmp) / "clients.npz"
@@ -234,18 +245,27 @@ def main():
               "workload": WORKLOAD, "matmul_peak": peak, "torch_device": device}
     write_json(Path(args.out), result)
     peers = [k for k in [*variants, "fedjax"] if any(k in r for r in rows)]
+    lane_keys = sorted({k for r in rows for k in r if k.startswith("speedup_")})
+    lane_keys = [k.removeprefix("speedup_") for k in lane_keys]
     head = (["cohort", "ours s/round (min / median)", "GFLOP/s (share of matmul peak)"]
+            + [f"ours, --client-lanes {k.removeprefix('lanes')} (min / median; speed-up; "
+               "share of peak)" for k in lane_keys]
             + [f"{LABELS.get(k, 'FedJAX 0.0.17')} (min / median; ratio)" for k in peers])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [str(r["cohort"]), _cell(r["ours"]),
                  f"{r['achieved_flops'] / 1e9:.1f} ({100 * r['share_of_peak']:.0f}%)"]
+        cells += [f"{_cell(r[k])}; {r['speedup_' + k]:.2f}×; "
+                  f"{100 * r['achieved_flops_' + k] / peak['best_flops']:.0f}%"
+                  if k in r else "—" for k in lane_keys]
         cells += [f"{_cell(r.get(k))}; {r['ratio_' + k]:.2f}×" if k in r else "—" for k in peers]
         lines.append("| " + " | ".join(cells) + " |")
     notes = ("Workload: " + WORKLOAD + f"; {args.repeats} interleaved repeats per side "
              "(ours, then each PyTorch variant, in turn; FedJAX in its own process after them). "
-             "Ratio = peer median / ours median. GFLOP/s = cohort x tau x XLA's FLOPs of one "
-             "local step / our best s/round; matmul peak = best fp32 jnp.dot "
+             "Ratio = peer median / ours median (ours = one vmap over the cohort); "
+             "speed-up of a --client-lanes column = ours median / its median. GFLOP/s = "
+             "cohort x tau x XLA's FLOPs of one local step / our best s/round; matmul peak = "
+             "best fp32 jnp.dot "
              f"({peak['n']}x{peak['n']}) measured in the same run: "
              f"{peak['best_flops'] / 1e9:.1f} GFLOP/s. PyTorch threads per variant and cohort "
              "(auto = faster of 1 and all cores): "
