@@ -237,9 +237,9 @@ def table_markdown(grid: dict, columns: list[Column], variants: list[Variant],
     return markdown_table(header, rows)
 
 
-def plot_histories(path: Path, grid: dict, key: str, ylabel: str) -> None:
-    """Mean ± std over seeds of a history column vs round: one line and band per
-    (column, variant)."""
+def _plot_bands(path: Path, grid: dict, series, ylabel: str, **line_kw) -> None:
+    """One panel per column of `grid`: per ok variant, `series(rec)` -> (xs, ys [seeds, T])
+    or None, drawn as its mean with a ± std band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,15 +250,12 @@ def plot_histories(path: Path, grid: dict, key: str, ylabel: str) -> None:
                              squeeze=False)
     for ax, col in zip(axes[0], cols, strict=False):
         for var, rec in grid[col].items():
-            if rec.get("status") != "ok" or not rec["runs"]:
+            got = series(rec) if rec.get("status") == "ok" else None
+            if got is None:
                 continue
-            hs = [r["history"] for r in rec["runs"]]
-            n = min(len(h) for h in hs)
-            xs = [hs[0][i]["round"] for i in range(n)]
-            ys = np.array([[np.nan if h[i].get(key) is None else h[i][key] for i in range(n)]
-                           for h in hs], np.float64)
+            xs, ys = got
             m, sd = np.nanmean(ys, 0), np.nanstd(ys, 0)
-            line, = ax.plot(xs, m, marker="o", ms=3, label=var)
+            line, = ax.plot(xs, m, label=var, **line_kw)
             ax.fill_between(xs, m - sd, m + sd, color=line.get_color(), alpha=0.15)
         ax.set_title(col, fontsize=9)
         ax.set_xlabel("round")
@@ -270,34 +267,31 @@ def plot_histories(path: Path, grid: dict, key: str, ylabel: str) -> None:
     plt.close(fig)
 
 
+def plot_histories(path: Path, grid: dict, key: str, ylabel: str) -> None:
+    """Mean ± std over seeds of a history column vs round: one line and band per
+    (column, variant)."""
+    def series(rec):
+        if not rec["runs"]:
+            return None
+        hs = [r["history"] for r in rec["runs"]]
+        n = min(len(h) for h in hs)
+        ys = np.array([[np.nan if h[i].get(key) is None else h[i][key] for i in range(n)]
+                       for h in hs], np.float64)
+        return [hs[0][i]["round"] for i in range(n)], ys
+
+    _plot_bands(path, grid, series, ylabel, marker="o", ms=3)
+
+
 def plot_pool(path: Path, grid: dict) -> None:
     """Pool size (`round_metrics.available`) per round, mean ± std over seeds, per variant."""
-    import matplotlib
+    def series(rec):
+        runs = [r for r in rec.get("runs", []) if r.get("available")]
+        if not runs:
+            return None
+        a = np.array([r["available"] for r in runs], np.float64)
+        return np.arange(a.shape[1]), a
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = [c for c, recs in grid.items() if recs]
-    fig, axes = plt.subplots(1, max(1, len(cols)), figsize=(6.5 * max(1, len(cols)), 4.5),
-                             squeeze=False)
-    for ax, col in zip(axes[0], cols, strict=False):
-        for var, rec in grid[col].items():
-            runs = [r for r in rec.get("runs", []) if r.get("available")]
-            if rec.get("status") != "ok" or not runs:
-                continue
-            a = np.array([r["available"] for r in runs], np.float64)
-            m, sd = a.mean(0), a.std(0)
-            xs = np.arange(a.shape[1])
-            line, = ax.plot(xs, m, label=var, lw=1.2)
-            ax.fill_between(xs, m - sd, m + sd, color=line.get_color(), alpha=0.15)
-        ax.set_title(col, fontsize=9)
-        ax.set_xlabel("round")
-        ax.set_ylabel("clients available (pool size)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _plot_bands(path, grid, series, "clients available (pool size)", lw=1.2)
 
 
 def paired(grid: dict, columns: list[Column], metrics: list[str], target: str = "MaxFL"
