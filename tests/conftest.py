@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.core.models import Model, make_model
 from fedjax_appeal.data import ClientArrays, FederatedData
 
@@ -34,6 +35,13 @@ def arrays_from_clients(xs: list[np.ndarray], ys: list[np.ndarray]) -> ClientArr
         idx.append(np.arange(o, o + len(c)))
         o += len(c)
     return ClientArrays.from_indices(x, y, idx)
+
+
+def tiny_run_config(**kw) -> RunConfig:
+    """A RunConfig for the tiny federation of `make_tiny_data(unseen=3)` (keywords override)."""
+    base = dict(clients=6, unseen_clients=3, cohort=3, local_steps=2, batch_size=4, rounds=2,
+                eval_every=1, rho_steps=3)
+    return RunConfig(**{**base, **kw})
 
 
 def make_tiny_data(num_clients=6, dim=5, classes=3, seed=0, sizes=None, unseen=0,

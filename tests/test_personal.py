@@ -6,25 +6,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_tiny_data
+from conftest import make_tiny_data, tiny_run_config
 
 from fedjax_appeal.algorithms import build
-from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.config import HParams
 from fedjax_appeal.core.models import make_model
-
-
-def _tiny_cfg(**kw):
-    base = dict(clients=6, unseen_clients=3, cohort=3, local_steps=2, batch_size=4, rounds=2,
-                eval_every=1, rho_steps=3)
-    base.update(kw)
-    return RunConfig(**base)
 
 
 @pytest.mark.slow
 def test_perfedavg_evaluates_adapted_models():
     data = make_tiny_data(unseen=3)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
-    cfg = _tiny_cfg(algorithm="perfedavg")
+    cfg = tiny_run_config(algorithm="perfedavg")
     alg = build("perfedavg", model, cfg)
     from fedjax_appeal.evaluate.evaluation import evaluate_global
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_tiny_data
+from conftest import make_tiny_data, tiny_run_config
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.base import FederatedAlgorithm
@@ -86,19 +86,12 @@ def test_algorithm_is_a_namedtuple_of_pure_functions():
 BASELINES = ["qffl", "afl", "scaffold", "mwfed", "perfedavg", "pfedme"]
 
 
-def _tiny_cfg(**kw):
-    base = dict(clients=6, unseen_clients=3, cohort=3, local_steps=2, batch_size=4, rounds=2,
-                eval_every=1, rho_steps=3)
-    base.update(kw)
-    return RunConfig(**base)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BASELINES)
 def test_two_rounds_deterministic_no_nan(name):
     data = make_tiny_data(unseen=3)
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
-    cfg = _tiny_cfg(algorithm=name)
+    cfg = tiny_run_config(algorithm=name)
     alg = build(name, model, cfg)
     hp = HParams(client_lr=0.1)
     runs = [simulate(alg, data, hp, jax.random.key(3), rounds=2, eval_every=1)
