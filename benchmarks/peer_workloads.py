@@ -93,6 +93,7 @@ class Workload:
     eval_every: int = 10
     min_samples: int = 10
     max_samples: int = 0  # use a random subset of this many pool rows (0 = all)
+    max_local_steps: int = 0  # cap on the local steps (0 = one epoch; --quick only)
 
 
 WORKLOADS = {
@@ -102,8 +103,9 @@ WORKLOADS = {
                                "femnist", "natural", 0, 10, 10, 10 ** -1.5, 0.9),
 }
 # --quick: the same programs on a few clients and rounds (smoke test of the whole path)
-QUICK = {"cifar10_pfl": {"clients": 40, "cohort": 4, "eval_every": 2, "max_samples": 2400},
-         "femnist_fedjax": {"clients": 20, "cohort": 4, "eval_every": 2}}
+QUICK = {"cifar10_pfl": {"clients": 10, "cohort": 2, "eval_every": 1, "max_samples": 600,
+                         "max_local_steps": 2},
+         "femnist_fedjax": {"clients": 10, "cohort": 2, "eval_every": 1, "max_local_steps": 2}}
 
 
 def iid_equal(ds, total: int, cfg, rng: np.random.Generator) -> list[np.ndarray]:
@@ -166,6 +168,7 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     load_s = time.perf_counter() - t
     counts = np.asarray(data.train.count)
     steps = int(round(float(epoch_steps(counts, cfg.batch_size).mean())))
+    steps = min(steps, w.max_local_steps or steps)
     cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds)
     model = model_for(cfg.model, data, ds)
     alg = build("fedavg", model, cfg)
@@ -447,10 +450,14 @@ def main(argv=None):
                     help="comma list of " + ",".join(WORKLOADS))
     ap.add_argument("--rounds", type=int, default=20,
                     help="measured rounds per side (a multiple of eval_every = 10)")
+    ap.add_argument("--ours-rounds", type=int, default=0,
+                    help="measured rounds of our side when fewer than --rounds (0 = --rounds); "
+                         "its evaluation then runs every min(eval_every, this) rounds")
     ap.add_argument("--peer", default="flower", choices=("flower", "none"),
                     help="flower: Flower's simulation in benchmarks/.flower_venv; none: ours only")
     ap.add_argument("--quick", action="store_true",
-                    help="a few clients and 4 rounds (smoke test); never appends to RESULTS.md")
+                    help="10 clients, 2 per round, 2 local steps, 2 rounds (smoke test); never "
+                         "appends to RESULTS.md")
     ap.add_argument("--data-dir", default="", help="npz data folder (default $FEDJAX_APPEAL_DATA)")
     ap.add_argument("--cache-dir", default="", help="decoded-array cache")
     ap.add_argument("--venv", default=str(FLOWER_VENV))
@@ -464,7 +471,7 @@ def main(argv=None):
     if bad:
         sys.exit(f"peer_workloads: error: unknown workload {bad[0]!r}; choose from "
                  + ", ".join(WORKLOADS))
-    rounds = 4 if args.quick else args.rounds
+    rounds = 2 if args.quick else args.rounds
     out = Path(args.out or HERE / "results" / ("peer_workloads_quick.json" if args.quick
                                                 else "peer_workloads.json"))
     py = None
@@ -475,25 +482,28 @@ def main(argv=None):
             sys.exit(f"peer_workloads: error: {e}")
     rows = []
     for name in names:
-        res = ours(name, rounds, args.quick, args.data_dir, args.cache_dir)
+        res = ours(name, min(rounds, args.ours_rounds or rounds), args.quick, args.data_dir,
+                   args.cache_dir)
         data, ds = res.pop("data"), res.pop("ds")
-        res["derived_100_s"] = derived_100(res["sec_per_round"], res["eval_s"], res["eval_every"])
+        every = QUICK[name]["eval_every"] if args.quick else WORKLOADS[name].eval_every
+        res["derived_100_s"] = derived_100(res["sec_per_round"], res["eval_s"], every)
         print(f"{name}: ours {_cell(res['sec_per_round'])} s/round, eval "
               f"{_cell(res['eval_s'])} s, {res['local_steps']} local steps, compile "
               f"{res['compile_s']:.1f} s, test acc {res['test_acc']}", flush=True)
         row = {"ours": res}
+        write_json(out.with_suffix(".partial.json"), {"rows": [*rows, row]})
         if py is not None:
             with tempfile.TemporaryDirectory(prefix="peer_workloads_") as tmp:
                 save_for_peer(data, ds, Path(tmp))
                 try:
-                    peer = run_flower(py, Path(tmp), res, data.num_classes, res["rounds"],
-                                      args.client_cpus)
+                    peer = run_flower(py, Path(tmp), {**res, "eval_every": every},
+                                      data.num_classes, rounds, args.client_cpus)
                 except PeerError as e:
                     sys.exit(f"peer_workloads: error: {e}")
             # round 1 starts the Ray actors: reported apart, not in the per-round figures
             steady = peer["round_s"][1:] or peer["round_s"]
             peer["steady_round_s"] = steady
-            peer["derived_100_s"] = derived_100(steady, peer["eval_s"], res["eval_every"])
+            peer["derived_100_s"] = derived_100(steady, peer["eval_s"], every)
             peer["mean_steps_per_round"] = float(np.mean(peer["steps_per_round"]))
             row["flower"] = peer
             row["ratio_round_median"] = float(np.median(steady) / np.median(res["sec_per_round"]))
@@ -505,6 +515,7 @@ def main(argv=None):
                   f"{peer['mean_steps_per_round']:.1f} client steps/round, test acc "
                   f"{peer['test_acc']}; ratio {row['ratio_100']:.2f}x per 100 rounds", flush=True)
         rows.append(row)
+        write_json(out.with_suffix(".partial.json"), {"rows": rows})
 
     result = {"machine": machine(), "backend": jax.default_backend(), "rounds": rounds,
               "quick": args.quick, "peer": args.peer, "rows": rows}
@@ -543,9 +554,10 @@ def main(argv=None):
                   f"simulation wall {f['wall_s']:.1f} s, test accuracy "
                   + ", ".join(f"{a:.3f}" for a in f["test_acc"]) + ".")
         notes.append(s)
-    notes.append(f"{rounds} measured rounds per side, one run each (ours: one jitted scan per "
-                 f"{rows[0]['ours']['eval_every']} rounds, per-round figure = chunk time / "
-                 "rounds, so min/median are over chunks; Flower: per round, round 1 excluded). "
+    notes.append(f"Measured rounds: ours {rows[0]['ours']['rounds']} per workload (one compiled "
+                 "round per call, so min/median are over rounds; its test evaluation after the "
+                 "last), Flower "
+                 f"{rounds} (round 1, when Ray starts the client actors, excluded), one run each. "
                  "Derived s per 100 rounds = 100 x median s/round + evaluations x median s/eval "
                  "(derived, not measured over 100 rounds). Per client step = the per-round "
                  "ratio divided by Flower's realised client steps per round over ours. Flower: "
