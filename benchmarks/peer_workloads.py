@@ -152,11 +152,14 @@ def epoch_steps(count: np.ndarray, batch_size: int) -> np.ndarray:
 
 
 def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
-         cache_dir: str = "", rounds_per_call: int = 1) -> dict:
+         cache_dir: str = "", rounds_per_call: int = 1, program: str = "chunk",
+         local_unroll: int = 1) -> dict:
     """Time `rounds` rounds of our FedAvg on a workload (evaluation every `eval_every`).
 
     Each call of the compiled program runs `rounds_per_call` rounds (one `lax.scan` over
-    rounds).
+    rounds). `program`: ``chunk`` = the library's compiled chunk (`make_chunk`, a scan over
+    the rounds of a call, as `simulate` runs it); ``round`` = the algorithm's round jitted
+    alone, one call per round (no loop around it). `local_unroll`: `RunConfig.local_unroll`.
 
     Returns a dict: seconds per round (one value per call), seconds per evaluation, compile
     seconds, local steps, test accuracy at each evaluation, and the data that the peer must
@@ -169,14 +172,14 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     counts = np.asarray(data.train.count)
     steps = int(round(float(epoch_steps(counts, cfg.batch_size).mean())))
     steps = min(steps, w.max_local_steps or steps)
-    cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds)
+    cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds, local_unroll=local_unroll)
     model = model_for(cfg.model, data, ds)
     alg = build("fedavg", model, cfg)
     hpa = hp.as_arrays()
     k_init, k_train = split_key(jax.random.key(cfg.seed))
     state = jax.jit(alg.init)(k_init, data, hpa)
     every = min(cfg.eval_every, rounds)
-    rpc = max(1, min(rounds_per_call, every))
+    rpc = 1 if program == "round" else max(1, min(rounds_per_call, every))
     if every % rpc:
         raise ValueError(f"rounds per call {rpc} must divide eval_every {every}")
     rr = jnp.arange(rpc, dtype=jnp.int32)
@@ -186,7 +189,13 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
         return jnp.sum(ev.acc * ev.count) / jnp.sum(ev.count)
 
     t = time.perf_counter()
-    chunk = jax.jit(make_chunk(alg)).lower(state, data, k_train, hpa, rr).compile()
+    if program == "round":
+        one = jax.jit(alg.round).lower(state, data, k_train, hpa).compile()
+
+        def chunk(st, d, key, h, r):
+            return one(st, d, jax.random.fold_in(key, r[0]), h)
+    else:
+        chunk = jax.jit(make_chunk(alg)).lower(state, data, k_train, hpa, rr).compile()
     evaluate = jax.jit(test_eval).lower(state, data).compile()
     compile_s = time.perf_counter() - t
     per_round, eval_s, accs = [], [], []
@@ -203,7 +212,7 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     n_params = int(sum(a.size for a in jax.tree.leaves(state.params)))
     return {"workload": name, "clients": cfg.clients, "cohort": cfg.cohort,
             "batch_size": cfg.batch_size, "local_steps": steps, "eval_every": every,
-            "rounds_per_call": rpc,
+            "rounds_per_call": rpc, "program": program, "local_unroll": local_unroll,
             "rounds": done, "train_rows": int(counts.sum()),
             "test_rows": int(np.asarray(data.test.count).sum()),
             "mean_epoch_steps": float(epoch_steps(counts, cfg.batch_size).mean()),
@@ -453,6 +462,11 @@ def main(argv=None):
     ap.add_argument("--ours-rounds", type=int, default=0,
                     help="measured rounds of our side when fewer than --rounds (0 = --rounds); "
                          "its evaluation then runs every min(eval_every, this) rounds")
+    ap.add_argument("--program", default="chunk", choices=("chunk", "round"),
+                    help="our compiled program: chunk = the library's scan over rounds (1 round "
+                         "per call); round = the round jitted alone")
+    ap.add_argument("--local-unroll", type=int, default=1,
+                    help="RunConfig.local_unroll of our side (0 = local steps unrolled)")
     ap.add_argument("--peer", default="flower", choices=("flower", "none"),
                     help="flower: Flower's simulation in benchmarks/.flower_venv; none: ours only")
     ap.add_argument("--quick", action="store_true",
@@ -483,7 +497,7 @@ def main(argv=None):
     rows = []
     for name in names:
         res = ours(name, min(rounds, args.ours_rounds or rounds), args.quick, args.data_dir,
-                   args.cache_dir)
+                   args.cache_dir, program=args.program, local_unroll=args.local_unroll)
         data, ds = res.pop("data"), res.pop("ds")
         every = QUICK[name]["eval_every"] if args.quick else WORKLOADS[name].eval_every
         res["derived_100_s"] = derived_100(res["sec_per_round"], res["eval_s"], every)
@@ -527,7 +541,8 @@ def main(argv=None):
              "per client step) |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         o = row["ours"]
-        lines.append(f"| {o['workload']} | fedjax_appeal | {_cell(o['sec_per_round'])} | "
+        prog = f"{o['program']}, local_unroll {o['local_unroll']}"
+        lines.append(f"| {o['workload']} | fedjax_appeal ({prog}) | {_cell(o['sec_per_round'])} | "
                      f"{_cell(o['eval_s'])} | {o['local_steps'] * o['cohort']} | "
                      f"{o['derived_100_s']:.1f} | — |")
         if "flower" in row:

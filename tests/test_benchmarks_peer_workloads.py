@@ -7,10 +7,17 @@ import importlib
 import sys
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
+from fedjax_appeal.core.models import make_model
+from fedjax_appeal.data.arrays import ClientArrays
 from fedjax_appeal.data.sources import Dataset
+from fedjax_appeal.local.client import local_sgd
+from fedjax_appeal.run.validate import validate
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -52,6 +59,28 @@ def test_cifar_workload_matches_pfl_research(pw):
 def test_derived_time_per_100_rounds(pw):
     # 100 x median(1, 2, 9) + 10 evaluations x median(0.5, 0.7)
     assert pw.derived_100([1.0, 2.0, 9.0], [0.5, 0.7], 10) == pytest.approx(200 + 6)
+
+
+def test_unrolled_local_steps_equal_the_rolled_scan():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 4)).astype(np.float32)
+    y = (np.arange(30) % 3).astype(np.int32)
+    arrays = ClientArrays.from_indices(x, y, [np.arange(30)])
+    m = make_model("logistic", "x", 3, (4,), jnp.float32, scale=1.0)
+    p, s = m.init(jax.random.key(0))
+    args = (m, p, s, arrays, jnp.int32(0), jax.random.key(3), jnp.float32(0.5))
+    rolled = local_sgd(*args, steps=6, batch_size=5)
+    unrolled = local_sgd(*args, steps=6, batch_size=5, unroll=True)
+    for a, b, c in zip(jax.tree.leaves(rolled.params), jax.tree.leaves(unrolled.params),
+                       jax.tree.leaves(p), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(a, c)  # the steps moved the parameters
+    assert float(rolled.loss) == pytest.approx(float(unrolled.loss), rel=1e-5)
+
+
+def test_local_unroll_is_validated():
+    with pytest.raises(ConfigError, match="local-unroll"):
+        validate(RunConfig(local_unroll=-1), HParams())
 
 
 @pytest.mark.slow

@@ -23,7 +23,8 @@ def sgd_local(model: Model, cfg: RunConfig, prox: bool = False):
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
-                        steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg)
+                        steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg,
+                        unroll=cfg.local_unroll or True)
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
 
     return local

@@ -31,12 +31,14 @@ class LocalResult(NamedTuple):
 def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, key: jax.Array,
               lr: jax.Array, *, steps: int, batch_size: int,
               regularizer: Regularizer | None = None,
-              tx: optax.GradientTransformation | None = None) -> LocalResult:
+              tx: optax.GradientTransformation | None = None,
+              unroll: int | bool = 1) -> LocalResult:
     """`steps` minibatch SGD steps of client k, as one `lax.scan`.
 
     Each step draws a minibatch of client k (uniform with replacement, a gather into the
     flat arrays) and a fresh dropout key, both from `fold_in`-free splits of `key`.
     `tx` replaces plain SGD with another optax transform (default `optax.sgd(lr)`).
+    `unroll` is the scan's unroll factor (True: every step; see `RunConfig.local_unroll`).
     """
     tx = tx if tx is not None else optax.sgd(lr)
 
@@ -54,7 +56,7 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
         return (optax.apply_updates(p, updates), s, opt), loss
 
     (params, state, _), losses = jax.lax.scan(
-        step, (params, state, tx.init(params)), jax.random.split(key, steps))
+        step, (params, state, tx.init(params)), jax.random.split(key, steps), unroll=unroll)
     return LocalResult(params, state, losses.mean())
 
 
