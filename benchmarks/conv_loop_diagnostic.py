@@ -7,6 +7,7 @@ Cases (batch 10, 28x28x1 inputs, 62 classes, dropout on; ms per client step, min
   * ``scan_unrolled``: the same scan with `unroll=True`.
   * ``vmap``: one step of `cohort` clients, `jax.vmap` over per-client parameters (the cohort).
   * ``vmap_scan``: `steps` steps of `cohort` vmapped clients in a rolled scan (a round's shape).
+  * ``vmap_scan_unrolled``: the same with `unroll=True` (`RunConfig.local_unroll = 0`).
   * ``batch``: one step of one model on `cohort` x 10 rows (the same FLOPs without a client
     axis).
 
@@ -56,6 +57,8 @@ def cases(steps: int, cohort: int):
         "scan_unrolled": (jax.jit(lambda q, k: local(q, k, True)), (p, k1), steps),
         "vmap": (jax.jit(jax.vmap(step)), (pv, kv), cohort),
         "vmap_scan": (jax.jit(jax.vmap(local)), (pv, kv), cohort * steps),
+        "vmap_scan_unrolled": (jax.jit(jax.vmap(lambda q, k: local(q, k, True))), (pv, kv),
+                               cohort * steps),
         "batch": (jax.jit(lambda q, k: step(q, k, xb, yb)), (p, k1), cohort),
     }
 
@@ -76,7 +79,7 @@ def main(argv=None):
             jax.block_until_ready(f(*a))
             secs.append((time.perf_counter() - t) / n * 1e3)
         rows[name] = stats(secs)
-        print(f"{name:14s} {rows[name]['min']:9.1f} / {rows[name]['median']:9.1f} ms per client "
+        print(f"{name:18s} {rows[name]['min']:9.1f} / {rows[name]['median']:9.1f} ms per client "
               "step", flush=True)
     lines = ["| case | ms per client step (min / median) | x jit (median) |", "|---|---|---|"]
     for name, st in rows.items():

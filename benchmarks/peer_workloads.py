@@ -453,6 +453,65 @@ def _cell(xs: list[float]) -> str:
     return f"{st['min']:.3f} / {st['median']:.3f}"
 
 
+def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
+    """Markdown table and notes from result rows (each {"ours": ...} and maybe "flower").
+
+    Rows of one workload may come from several runs (e.g. two programs of ours); every
+    `ours` row is compared with the workload's Flower measurement, wherever that came from.
+    """
+    flower = {r["ours"]["workload"]: r["flower"] for r in rows if "flower" in r}
+    lines = ["| workload | side | s/round (min / median) | s/eval (min / median) | client steps "
+             "/ round | derived s per 100 rounds | Flower / this (per 100 rounds; per round; "
+             "per client step) |", "|---|---|---|---|---|---|---|"]
+    notes, seen = [], set()
+    for row in rows:
+        o = row["ours"]
+        name = o["workload"]
+        f = flower.get(name)
+        cell = "—"
+        if f is not None:
+            per_round = float(np.median(f["steady_round_s"]) / np.median(o["sec_per_round"]))
+            work = f["mean_steps_per_round"] / (o["local_steps"] * o["cohort"])
+            cell = (f"{f['derived_100_s'] / o['derived_100_s']:.2f}×; {per_round:.2f}×; "
+                    f"{per_round / work:.2f}×")
+        prog = (f"{o.get('program', 'chunk')}, local_unroll {o.get('local_unroll', 1)}, "
+                f"{o['rounds']} rounds")
+        lines.append(f"| {name} | fedjax_appeal ({prog}) | {_cell(o['sec_per_round'])} | "
+                     f"{_cell(o['eval_s'])} | {o['local_steps'] * o['cohort']} | "
+                     f"{o['derived_100_s']:.1f} | {cell} |")
+        s = (f"**{name}**, ours ({prog}): {o['clients']} clients, {o['train_rows']} train rows, "
+             f"{o['test_rows']} test rows, cohort {o['cohort']}, batch {o['batch_size']}, client "
+             f"lr {o['client_lr']:.4g}, server SGD lr 1, simple_cnn ({o['n_params']:,} "
+             f"parameters), {o['local_steps']} local steps per client (one epoch: mean "
+             f"ceil(n_k/b) = {o['mean_epoch_steps']:.2f}), compile {o['compile_s']:.1f} s, test "
+             "accuracy " + ", ".join(f"{a:.3f}" for a in o["test_acc"]) + ".")
+        notes.append(s)
+    for row in rows:
+        name = row["ours"]["workload"]
+        if "flower" not in row or name in seen:
+            continue
+        seen.add(name)
+        f = row["flower"]
+        lines.append(f"| {name} | Flower {f['flwr']} simulation (torch {f['torch']}), "
+                     f"{f['rounds_done']} rounds | {_cell(f['steady_round_s'])} | "
+                     f"{_cell(f['eval_s'])} | {f['mean_steps_per_round']:.1f} | "
+                     f"{f['derived_100_s']:.1f} | 1 |")
+        notes.append(f"**{name}**, Flower: first round (Ray starting the client actors) "
+                     f"{f['round_s'][0]:.1f} s, whole simulation wall {f['wall_s']:.1f} s, "
+                     "client steps per round " + ", ".join(map(str, f["steps_per_round"]))
+                     + "; test accuracy every 10 rounds "
+                     + ", ".join(f"{a:.3f}" for a in f["test_acc"]) + ".")
+    notes.append("Ours: one compiled program per round (min/median over rounds), its test "
+                 "evaluation after the measured rounds; Flower: per round from the timestamps "
+                 "of the strategy's evaluate_fn, round 1 excluded. One run per side. Derived s "
+                 "per 100 rounds = 100 x median s/round + 10 evaluations x median s/eval "
+                 "(derived, not measured over 100 rounds). Per client step = the per-round ratio "
+                 "divided by Flower's realised client steps per round over ours. Flower: Ray "
+                 f"backend, {client_cpus} CPU per client actor, torch threads 1 per actor, all "
+                 "cores for the server's evaluation.")
+    return lines, "\n\n".join(notes)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="cifar10_pfl,femnist_fedjax",
@@ -479,7 +538,20 @@ def main(argv=None):
                     help="CPUs per Flower client actor (Ray client_resources num_cpus)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--out", default="")
+    ap.add_argument("--combine", default="",
+                    help="comma list of result JSONs (this script's --out files) to render as "
+                         "one RESULTS.md section instead of running")
     args = ap.parse_args(argv)
+    if args.combine:
+        rows = [r for p in args.combine.split(",") for r in json.loads(Path(p).read_text())["rows"]]
+        lines, notes = report(rows, args.client_cpus)
+        if not args.no_append:
+            append_results("Peer workloads: pfl-research CIFAR-10 and FedJAX EMNIST-style FedAvg "
+                           f"vs Flower simulation ({jax.default_backend()})", "\n".join(lines),
+                           notes)
+        print("\n".join(lines))
+        print(notes)
+        return {"rows": rows}
     names = [n for n in args.workloads.split(",") if n]
     bad = [n for n in names if n not in WORKLOADS]
     if bad:
@@ -536,54 +608,13 @@ def main(argv=None):
     write_json(out, result)
     if args.quick or args.no_append:
         return result
-    lines = ["| workload | side | s/round (min / median) | s/eval (min / median) | local steps "
-             "/ round | derived s per 100 rounds | peer / ours (per 100 rounds; per round; "
-             "per client step) |", "|---|---|---|---|---|---|---|"]
-    for row in rows:
-        o = row["ours"]
-        prog = f"{o['program']}, local_unroll {o['local_unroll']}"
-        lines.append(f"| {o['workload']} | fedjax_appeal ({prog}) | {_cell(o['sec_per_round'])} | "
-                     f"{_cell(o['eval_s'])} | {o['local_steps'] * o['cohort']} | "
-                     f"{o['derived_100_s']:.1f} | — |")
-        if "flower" in row:
-            f = row["flower"]
-            lines.append(f"| {o['workload']} | Flower {f['flwr']} simulation (torch "
-                         f"{f['torch']}) | {_cell(f['steady_round_s'])} | {_cell(f['eval_s'])} | "
-                         f"{f['mean_steps_per_round']:.1f} | {f['derived_100_s']:.1f} | "
-                         f"{row['ratio_100']:.2f}×; {row['ratio_round_median']:.2f}×; "
-                         f"{row['ratio_per_step']:.2f}× |")
-    notes = []
-    for row in rows:
-        o = row["ours"]
-        w = WORKLOADS[o["workload"]]
-        s = (f"**{o['workload']}** ({w.title}): {o['clients']} clients, {o['train_rows']} train "
-             f"rows, {o['test_rows']} test rows evaluated every {o['eval_every']} rounds, "
-             f"cohort {o['cohort']}, batch {o['batch_size']}, client lr {o['client_lr']:.4g}, "
-             f"server SGD lr 1, simple_cnn ({o['n_params']:,} parameters); ours: "
-             f"{o['local_steps']} local steps per client (one epoch: mean ceil(n_k/b) = "
-             f"{o['mean_epoch_steps']:.2f}), compile {o['compile_s']:.1f} s, test accuracy at "
-             "the evaluations " + ", ".join(f"{a:.3f}" for a in o["test_acc"]) + ".")
-        if "flower" in row:
-            f = row["flower"]
-            s += (f" Flower: first round (Ray actors starting) {f['round_s'][0]:.1f} s, whole "
-                  f"simulation wall {f['wall_s']:.1f} s, test accuracy "
-                  + ", ".join(f"{a:.3f}" for a in f["test_acc"]) + ".")
-        notes.append(s)
-    notes.append(f"Measured rounds: ours {rows[0]['ours']['rounds']} per workload (one compiled "
-                 "round per call, so min/median are over rounds; its test evaluation after the "
-                 "last), Flower "
-                 f"{rounds} (round 1, when Ray starts the client actors, excluded), one run each. "
-                 "Derived s per 100 rounds = 100 x median s/round + evaluations x median s/eval "
-                 "(derived, not measured over 100 rounds). Per client step = the per-round "
-                 "ratio divided by Flower's realised client steps per round over ours. Flower: "
-                 f"Ray backend, {args.client_cpus} CPU per client actor, torch threads 1 per "
-                 "actor, all cores for the server's evaluation.")
+    lines, notes = report(rows, args.client_cpus)
     if not args.no_append:
         append_results("Peer workloads: pfl-research CIFAR-10 and FedJAX EMNIST-style FedAvg vs "
                        f"Flower simulation ({jax.default_backend()})", "\n".join(lines),
-                       "\n\n".join(notes))
+                       notes)
     print("\n".join(lines))
-    print("\n\n".join(notes))
+    print(notes)
     return result
 
 

@@ -61,6 +61,22 @@ def test_derived_time_per_100_rounds(pw):
     assert pw.derived_100([1.0, 2.0, 9.0], [0.5, 0.7], 10) == pytest.approx(200 + 6)
 
 
+def test_report_ratios_by_hand(pw):
+    ours = {"workload": "femnist_fedjax", "program": "round", "local_unroll": 0, "rounds": 3,
+            "sec_per_round": [2.0, 4.0, 3.0], "eval_s": [1.0], "local_steps": 8, "cohort": 10,
+            "derived_100_s": 310.0, "clients": 10, "train_rows": 800, "test_rows": 90,
+            "batch_size": 10, "client_lr": 0.03, "n_params": 5, "mean_epoch_steps": 8.0,
+            "compile_s": 1.0, "test_acc": [0.5]}
+    flower = {"steady_round_s": [1.0, 1.5, 2.0], "derived_100_s": 155.0, "eval_s": [0.5],
+              "mean_steps_per_round": 40.0, "round_s": [9.0, 1.0, 1.5, 2.0], "wall_s": 20.0,
+              "steps_per_round": [40, 40, 40, 40], "test_acc": [0.4], "flwr": "1", "torch": "2",
+              "rounds_done": 4}
+    lines, _ = pw.report([{"ours": ours, "flower": flower}])
+    # per 100 rounds 155 / 310; per round median 1.5 / 3.0; Flower did 40 of our 80 steps
+    assert "0.50×; 0.50×; 1.00×" in lines[2]
+    assert lines[3].startswith("| femnist_fedjax | Flower 1 simulation")
+
+
 def test_unrolled_local_steps_equal_the_rolled_scan():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(30, 4)).astype(np.float32)
