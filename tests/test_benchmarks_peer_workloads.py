@@ -72,8 +72,8 @@ def test_report_ratios_by_hand(pw):
               "steps_per_round": [40, 40, 40, 40], "test_acc": [0.4], "flwr": "1", "torch": "2",
               "rounds_done": 4}
     lines, _ = pw.report([{"ours": ours, "flower": flower}])
-    # per 100 rounds 155 / 310; per round median 1.5 / 3.0; Flower did 40 of our 80 steps
-    assert "0.50×; 0.50×; 1.00×" in lines[2]
+    # per 100 rounds 310 / 155; per round median 3.0 / 1.5; Flower did 40 of our 80 steps
+    assert "2×; 2×; 1×" in lines[2]
     assert lines[3].startswith("| femnist_fedjax | Flower 1 simulation")
 
 
