@@ -41,7 +41,10 @@ and the time per 100 rounds DERIVED as 100 x median s/round + (100 / eval_every)
 s/eval; ratio = peer / ours. One run per side (the machine is shared; load average in the
 RESULTS.md header).
 
-    python benchmarks/peer_workloads.py --rounds 20 --peer flower
+    python benchmarks/peer_workloads.py --rounds 10 --ours-rounds 2 --peer flower
+    python benchmarks/peer_workloads.py --workloads cifar10_pfl --rounds 10 --ours-rounds 3 \
+        --program round --local-unroll 0 --peer flower --no-append --out B.json
+    python benchmarks/peer_workloads.py --combine A.json,B.json   # one RESULTS.md section
     python benchmarks/peer_workloads.py --quick --peer none
 """
 
