@@ -10,7 +10,8 @@ import pytest
 from fedjax_appeal.core.models import MODELS, make_model
 
 SHAPES = {"mlp": (28, 28), "sent_mlp": (50,), "cnn": (32, 32, 3), "lenet5": (28, 28),
-          "logistic": (60,), "cnn_bn": (28, 28), "resnet20": (32, 32, 3)}
+          "logistic": (60,), "cnn_bn": (28, 28), "resnet20": (32, 32, 3),
+          "simple_cnn": (32, 32, 3)}
 
 
 def test_every_registered_model_has_a_shape_case():
@@ -45,6 +46,8 @@ def test_output_shape_and_param_count(name):
             block(32, 64) + 2 * block(64, 64)) + (64 * 10 + 10)
         assert n == expected
         assert 0.26e6 < n < 0.28e6
+    if name == "simple_cnn":  # conv 3x3x3x32, 3x3x32x64 (32 -> 30 -> 28, pool 14), FC 12544-128-10
+        assert n == (27 * 32 + 32) + (288 * 64 + 64) + (14 * 14 * 64 * 128 + 128) + (128 * 10 + 10)
 
 
 def test_normalisation_happens_inside_the_model():

@@ -35,7 +35,7 @@ def sgd_local(model: Model, cfg: RunConfig, prox: bool = False):
                                    data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg,
-                        num_steps=tau)
+                        num_steps=tau, unroll=cfg.local_unroll or True)
         extra = {}
         if nova:
             steps = cfg.local_steps if tau is None else tau

@@ -267,6 +267,9 @@ class RunConfig:
     rounds: int = _f(200, "communication rounds")
     local_steps: int = _f(50, "local SGD steps per round (tau)")
     batch_size: int = _f(64, "local minibatch size")
+    local_unroll: int = _f(1, "unroll factor of FedAvg/FedProx's local-steps scan (0 = every "
+                              "step): XLA on CPU runs a multi-channel convolution's gradient "
+                              "inside a loop tens of times slower (benchmarks/RESULTS.md)")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
                          ("sgd", "momentum", "nesterov", "adam", "yogi"))
     selector: str = _f("random", "cohort selector (random = uniform from the available pool)")

@@ -263,3 +263,33 @@ class ResNet20(nn.Module):
 MODELS["cnn_bn"] = lambda c, n: CNNBN(c, norm=n)
 MODELS["resnet20"] = lambda c, n: ResNet20(c, norm=n)
 DEFAULT_MODEL["digits"] = "cnn_bn"
+
+
+class SimpleCNN(nn.Module):
+    """conv3x3(32)-relu, conv3x3(64)-relu, max-pool 2x2, dropout 0.25, FC 128-relu, dropout
+    0.5, FC C (valid padding, Glorot-uniform kernels).
+
+    The small CNN of the peers' benchmark workloads: pfl-research's CIFAR-10 benchmark
+    (`simple_cnn`, Granqvist et al. 2024) and FedJAX's EMNIST convolutional model (Ro et al.
+    2021) share this architecture (the Keras MNIST example CNN); on 32x32x3 inputs it has
+    1.63M parameters, on 28x28 inputs with 62 classes 1.21M.
+    """
+
+    num_classes: int
+    norm: Normalize = dataclasses.field(default_factory=Normalize)
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        init = nn.initializers.glorot_uniform()
+        x = _as_image(self.norm(x))
+        x = nn.relu(nn.Conv(32, (3, 3), padding="VALID", kernel_init=init)(x))
+        x = nn.relu(nn.Conv(64, (3, 3), padding="VALID", kernel_init=init)(x))
+        x = nn.max_pool(x, (2, 2), (2, 2))
+        x = nn.Dropout(0.25, deterministic=not train)(x)
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(128, kernel_init=init)(x))
+        x = nn.Dropout(0.5, deterministic=not train)(x)
+        return nn.Dense(self.num_classes, kernel_init=init)(x)
+
+
+MODELS["simple_cnn"] = lambda c, n: SimpleCNN(c, norm=n)

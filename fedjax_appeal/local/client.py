@@ -32,7 +32,8 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
               lr: jax.Array, *, steps: int, batch_size: int,
               regularizer: Regularizer | None = None,
               tx: optax.GradientTransformation | None = None,
-              num_steps: jax.Array | None = None) -> LocalResult:
+              num_steps: jax.Array | None = None,
+              unroll: int | bool = 1) -> LocalResult:
     """`steps` minibatch SGD steps of client k, as one `lax.scan`.
 
     Each step draws a minibatch of client k (uniform with replacement, a gather into the
@@ -41,6 +42,7 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
     `num_steps` (a traced int, <= `steps`) makes steps i >= num_steps no-ops (parameters,
     model state and optimizer state kept; see `local.hetero`), so clients with different
     step counts share one vmap; the loss is then the mean over the steps taken.
+    `unroll` is the scan's unroll factor (True: every step; see `RunConfig.local_unroll`).
     """
     tx = tx if tx is not None else optax.sgd(lr)
 
@@ -59,7 +61,7 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
 
     if num_steps is None:
         (params, state, _), losses = jax.lax.scan(
-            step, (params, state, tx.init(params)), jax.random.split(key, steps))
+            step, (params, state, tx.init(params)), jax.random.split(key, steps), unroll=unroll)
         return LocalResult(params, state, losses.mean())
 
     def masked(carry, xs):
@@ -71,7 +73,7 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
 
     (params, state, _), losses = jax.lax.scan(
         masked, (params, state, tx.init(params)),
-        (jax.random.split(key, steps), jnp.arange(steps)))
+        (jax.random.split(key, steps), jnp.arange(steps)), unroll=unroll)
     return LocalResult(params, state, losses.sum() / jnp.maximum(num_steps, 1))
 
 

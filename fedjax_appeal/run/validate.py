@@ -44,7 +44,7 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"--eval-every must be >= 1 (got {cfg.eval_every}): to evaluate only "
                           f"at the start and the end use --eval-every {max(cfg.rounds, 1)} "
                           "(= --rounds)")
-    for name in ("unseen_clients", "max_samples", "min_samples"):
+    for name in ("unseen_clients", "max_samples", "min_samples", "local_unroll"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
     if cfg.cohort > cfg.clients:

@@ -1,0 +1,100 @@
+"""Why a CNN round is slow on XLA:CPU: one local SGD step of `simple_cnn`, timed in the
+program shapes a federated round puts it in.
+
+Cases (batch 10, 28x28x1 inputs, 62 classes, dropout on; ms per client step, min / median):
+  * ``jit``: one step, its own jitted program.
+  * ``scan``: `steps` steps in a rolled `lax.scan` (the local-steps loop of a round).
+  * ``scan_unrolled``: the same scan with `unroll=True`.
+  * ``vmap``: one step of `cohort` clients, `jax.vmap` over per-client parameters (the cohort).
+  * ``vmap_scan``: `steps` steps of `cohort` vmapped clients in a rolled scan (a round's shape).
+  * ``vmap_scan_unrolled``: the same with `unroll=True` (`RunConfig.local_unroll = 0`).
+  * ``batch``: one step of one model on `cohort` x 10 rows (the same FLOPs without a client
+    axis).
+
+    python benchmarks/conv_loop_diagnostic.py --steps 3 --cohort 4 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import append_results, stats  # noqa: E402
+
+from fedjax_appeal.core.models import make_model  # noqa: E402
+
+
+def cases(steps: int, cohort: int):
+    """name -> (compiled no-argument callable, client steps per call)."""
+    m = make_model("simple_cnn", "x", 62, (28, 28), jnp.uint8)
+    p, s = m.init(jax.random.key(0))
+    x = jnp.ones((10, 28, 28), jnp.uint8)
+    y = jnp.zeros((10,), jnp.int32)
+    lr = 0.03
+
+    def step(q, k, xb=x, yb=y):
+        g = jax.grad(lambda w: m.loss(w, s, xb, yb, train=True, key=k)[0])(q)
+        return jax.tree.map(lambda a, b: a - lr * b, q, g)
+
+    def local(q, k, unroll=1):
+        return jax.lax.scan(lambda c, kk: (step(c, kk), None), q, jax.random.split(k, steps),
+                            unroll=unroll)[0]
+
+    pv = jax.tree.map(lambda a: jnp.stack([a] * cohort), p)
+    kv = jax.random.split(jax.random.key(1), cohort)
+    xb = jnp.ones((10 * cohort, 28, 28), jnp.uint8)
+    yb = jnp.zeros((10 * cohort,), jnp.int32)
+    k1 = jax.random.key(1)
+    return {
+        "jit": (jax.jit(step), (p, k1), 1),
+        "scan": (jax.jit(local), (p, k1), steps),
+        "scan_unrolled": (jax.jit(lambda q, k: local(q, k, True)), (p, k1), steps),
+        "vmap": (jax.jit(jax.vmap(step)), (pv, kv), cohort),
+        "vmap_scan": (jax.jit(jax.vmap(local)), (pv, kv), cohort * steps),
+        "vmap_scan_unrolled": (jax.jit(jax.vmap(lambda q, k: local(q, k, True))), (pv, kv),
+                               cohort * steps),
+        "batch": (jax.jit(lambda q, k: step(q, k, xb, yb)), (p, k1), cohort),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--cohort", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-append", action="store_true")
+    args = ap.parse_args(argv)
+    rows = {}
+    for name, (f, a, n) in cases(args.steps, args.cohort).items():
+        jax.block_until_ready(f(*a))  # compile + warm-up
+        secs = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            jax.block_until_ready(f(*a))
+            secs.append((time.perf_counter() - t) / n * 1e3)
+        rows[name] = stats(secs)
+        print(f"{name:18s} {rows[name]['min']:9.1f} / {rows[name]['median']:9.1f} ms per client "
+              "step", flush=True)
+    lines = ["| case | ms per client step (min / median) | x jit (median) |", "|---|---|---|"]
+    for name, st in rows.items():
+        lines.append(f"| {name} | {st['min']:.1f} / {st['median']:.1f} | "
+                     f"{st['median'] / rows['jit']['median']:.1f}× |")
+    table = "\n".join(lines)
+    print(table)
+    if not args.no_append:
+        append_results(f"simple_cnn SGD step by program shape ({jax.default_backend()})", table,
+                       f"One local SGD step of simple_cnn (batch 10, 28x28x1, 62 classes) "
+                       f"timed alone, in a rolled / unrolled lax.scan of {args.steps} steps, "
+                       f"vmapped over {args.cohort} clients, and both; 'batch' = one model on "
+                       f"{args.cohort} x 10 rows. {args.repeats} repeats after a warm-up.")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

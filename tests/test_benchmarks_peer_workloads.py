@@ -1,0 +1,116 @@
+"""benchmarks/peer_workloads.py: the workloads' configuration, the IID equal partition, the
+derived time per 100 rounds, and the --quick path of our side."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
+from fedjax_appeal.core.models import make_model
+from fedjax_appeal.data.arrays import ClientArrays
+from fedjax_appeal.data.sources import Dataset
+from fedjax_appeal.local.client import local_sgd
+from fedjax_appeal.run.validate import validate
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def pw():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("peer_workloads")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_importable_without_flower(pw):
+    assert "flwr" not in sys.modules
+    assert "import flwr" in pw.FLOWER_WORKER  # the peer only runs in its own venv
+
+
+def test_iid_equal_partition_is_disjoint_equal_and_iid(pw):
+    ds = Dataset("x", np.zeros((6000, 2), np.float32), np.arange(6000) % 10, 10)
+    parts = pw.iid_equal(ds, 100, None, np.random.default_rng(0))
+    assert [len(p) for p in parts] == [60] * 100
+    rows = np.concatenate(parts)
+    assert len(np.unique(rows)) == 6000  # disjoint and covering
+    labels = ds.y[parts[0]]
+    assert len(np.unique(labels)) > 5  # a random cut, not a class block
+
+
+def test_cifar_workload_matches_pfl_research(pw):
+    cfg, hp, w = pw.configure("cifar10_pfl")
+    assert (cfg.clients, cfg.cohort, cfg.batch_size, cfg.eval_every) == (1000, 50, 10, 10)
+    assert cfg.model == "simple_cnn" and hp.client_lr == 0.1 and hp.server_lr == 1.0
+    # 60,000 pool rows / 1000 clients = 60 rows, of which round(60 * 50/60) = 50 train
+    assert int(round(cfg.train_fraction * 60)) == 50
+    assert pw.epoch_steps(np.array([50]), cfg.batch_size).tolist() == [5]  # one epoch
+    assert pw.epoch_steps(np.array([1, 10, 11, 99]), 10).tolist() == [1, 1, 2, 10]
+
+
+def test_derived_time_per_100_rounds(pw):
+    # 100 x median(1, 2, 9) + 10 evaluations x median(0.5, 0.7)
+    assert pw.derived_100([1.0, 2.0, 9.0], [0.5, 0.7], 10) == pytest.approx(200 + 6)
+
+
+def test_report_ratios_by_hand(pw):
+    ours = {"workload": "femnist_fedjax", "program": "round", "local_unroll": 0, "rounds": 3,
+            "sec_per_round": [2.0, 4.0, 3.0], "eval_s": [1.0], "local_steps": 8, "cohort": 10,
+            "derived_100_s": 310.0, "clients": 10, "train_rows": 800, "test_rows": 90,
+            "batch_size": 10, "client_lr": 0.03, "n_params": 5, "mean_epoch_steps": 8.0,
+            "compile_s": 1.0, "test_acc": [0.5]}
+    flower = {"steady_round_s": [1.0, 1.5, 2.0], "derived_100_s": 155.0, "eval_s": [0.5],
+              "mean_steps_per_round": 40.0, "round_s": [9.0, 1.0, 1.5, 2.0], "wall_s": 20.0,
+              "steps_per_round": [40, 40, 40, 40], "test_acc": [0.4], "flwr": "1", "torch": "2",
+              "rounds_done": 4}
+    lines, _ = pw.report([{"ours": ours, "flower": flower}])
+    # per 100 rounds 310 / 155; per round median 3.0 / 1.5; Flower did 40 of our 80 steps
+    assert "2×; 2×; 1×" in lines[2]
+    assert lines[3].startswith("| femnist_fedjax | Flower 1 simulation")
+
+
+def test_unrolled_local_steps_equal_the_rolled_scan():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 4)).astype(np.float32)
+    y = (np.arange(30) % 3).astype(np.int32)
+    arrays = ClientArrays.from_indices(x, y, [np.arange(30)])
+    m = make_model("logistic", "x", 3, (4,), jnp.float32, scale=1.0)
+    p, s = m.init(jax.random.key(0))
+    args = (m, p, s, arrays, jnp.int32(0), jax.random.key(3), jnp.float32(0.5))
+    rolled = local_sgd(*args, steps=6, batch_size=5)
+    unrolled = local_sgd(*args, steps=6, batch_size=5, unroll=True)
+    for a, b, c in zip(jax.tree.leaves(rolled.params), jax.tree.leaves(unrolled.params),
+                       jax.tree.leaves(p), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(a, c)  # the steps moved the parameters
+    assert float(rolled.loss) == pytest.approx(float(unrolled.loss), rel=1e-5)
+
+
+def test_local_unroll_is_validated():
+    with pytest.raises(ConfigError, match="local-unroll"):
+        validate(RunConfig(local_unroll=-1), HParams())
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_quick_path_of_our_side(pw, tmp_path):
+    res = pw.main(["--quick", "--peer", "none", "--workloads", "femnist_fedjax",
+                   "--out", str(tmp_path / "quick.json")])
+    (row,) = res["rows"]
+    o = row["ours"]
+    assert o["rounds"] == 2 and len(o["sec_per_round"]) == 2 and len(o["eval_s"]) == 2
+    assert all(t > 0 for t in o["sec_per_round"] + o["eval_s"])
+    assert all(0.0 <= a <= 1.0 for a in o["test_acc"])
+    assert o["clients"] == 10 and o["cohort"] == 2 and o["batch_size"] == 10
+    # one epoch (the mean of ceil(n_k / 10) over the clients), capped at 2 steps by --quick
+    assert o["local_steps"] == min(2, int(round(o["mean_epoch_steps"])))
+    assert o["derived_100_s"] == pytest.approx(pw.derived_100(o["sec_per_round"], o["eval_s"], 1))
+    assert (tmp_path / "quick.json").exists() and "flower" not in row
