@@ -162,10 +162,12 @@ def auto_lanes() -> int:
     """Lanes of a sweep that names none: 1 on CPU, 0 (all runs of a batch) elsewhere.
 
     On CPU a wide vmap multiplies the working set of every batched matmul by the number of
-    lanes (15 FedAvg runs of cohort 10 with batch 128 hold 150 client models at once) and
-    spills the caches: measured, one compiled `lax.map` over the runs costs 0.58x the CPU
-    time of a 15-wide vmap and the same as 15 separate runs (benchmarks/RESULTS.md, sweep
-    throughput). GPUs need the width to fill their cores.
+    lanes (15 FedAvg runs of cohort 10 with batch 128 hold 150 client models at once):
+    measured, one compiled `lax.map` over the runs costs 0.58x the CPU time of a 15-wide
+    vmap and the same as 15 separate runs; in wall time the two layouts tie on an idle
+    2-core machine (0.99 / 0.98 of the one-by-one throughput) and the narrow one holds up
+    under load (0.88 against 0.67; benchmarks/RESULTS.md, sweep throughput). GPUs need the
+    width to fill their cores.
     """
     return 1 if jax.default_backend() == "cpu" else 0
 
