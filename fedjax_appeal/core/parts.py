@@ -94,9 +94,9 @@ class Executor(NamedTuple):
     mesh: a `distributed` mesh whose devices share the cohort axis (None = one device).
     lanes: in an unchunked round, how many clients train side by side in one `vmap`; the
       groups of `lanes` follow one another in a `lax.map` inside the same program (one
-      pass, same results up to float reassociation). 0 = the whole cohort in one vmap. On
-      CPU a narrow layout keeps each client's model and activations in cache (see
-      benchmarks/RESULTS.md); on GPUs the width fills the device. Ignored with a mesh.
+      pass, same results up to float reassociation). 0 = the whole cohort in one vmap (the
+      faster layout measured for the MLP round on a 2-core CPU, see benchmarks/RESULTS.md;
+      narrow lanes bound the working set of large models). Ignored with a mesh.
     The default, `Executor()`, is the automatic single-device round.
     """
 
