@@ -114,3 +114,18 @@ def set_w(state, w):
 def scalar_w(state) -> float:
     """The one scalar parameter of `state`."""
     return float(jax.tree.leaves(state.params)[0].reshape(()))
+
+
+def assert_refused(argv, out, capsys, msg: str) -> None:
+    """`fedjax-appeal ARGV` exits 2 with one `fedjax-appeal: error:` line containing `msg`,
+    and `out` (the run's folder, inside an otherwise empty tmp folder) is not written."""
+    from fedjax_appeal.cli.commands import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedjax-appeal: error:") and msg in err[0], err
+    assert not out.exists() and list(out.parent.iterdir()) == []

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import assert_refused
 
 import fedjax_appeal.data
 from fedjax_appeal.cli.commands import main
@@ -69,14 +70,7 @@ BAD = [
 @pytest.mark.parametrize("extra,msg", BAD)
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, extra, msg):
     out = tmp_path / "r"
-    try:
-        code = main(["run", *TINY, *extra, "--out", str(out)])
-    except SystemExit as e:
-        code = e.code
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("fedjax-appeal: error:") and msg in err[0]
-    assert not out.exists() and list(tmp_path.iterdir()) == []
+    assert_refused(["run", *TINY, *extra, "--out", str(out)], out, capsys, msg)
 
 
 @pytest.mark.parametrize("content,suffix,msg", [("x =", ".toml", "not valid"),

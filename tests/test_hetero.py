@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from conftest import arrays_from_clients, linear_model
+from conftest import arrays_from_clients, assert_refused, linear_model
 
 from fedjax_appeal.aggregate.fednova import fednova_weights, local_norm
 from fedjax_appeal.algorithms import build
@@ -397,14 +397,5 @@ CLI_TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "0",
     (["--local-steps-dist", "sometimes"], "--local-steps-dist must be fixed, uniform"),
 ])
 def test_cli_refuses_bad_heterogeneity_options(tmp_path, capsys, extra, msg):
-    from fedjax_appeal.cli.commands import main
-
     out = tmp_path / "r"
-    try:
-        code = main(["run", *CLI_TINY, *extra, "--out", str(out)])
-    except SystemExit as e:
-        code = e.code
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("fedjax-appeal: error:") and msg in err[0], err
-    assert list(tmp_path.iterdir()) == []
+    assert_refused(["run", *CLI_TINY, *extra, "--out", str(out)], out, capsys, msg)
