@@ -515,6 +515,16 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
     return lines, "\n\n".join(notes)
 
 
+def publish(rows: list[dict], client_cpus: int, append: bool) -> None:
+    """Print the report of `rows` and, when `append`, add it to benchmarks/RESULTS.md."""
+    lines, notes = report(rows, client_cpus)
+    if append:
+        append_results("Peer workloads: pfl-research CIFAR-10 and FedJAX EMNIST-style FedAvg vs "
+                       f"Flower simulation ({jax.default_backend()})", "\n".join(lines), notes)
+    print("\n".join(lines))
+    print(notes)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="cifar10_pfl,femnist_fedjax",
@@ -547,13 +557,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.combine:
         rows = [r for p in args.combine.split(",") for r in json.loads(Path(p).read_text())["rows"]]
-        lines, notes = report(rows, args.client_cpus)
-        if not args.no_append:
-            append_results("Peer workloads: pfl-research CIFAR-10 and FedJAX EMNIST-style FedAvg "
-                           f"vs Flower simulation ({jax.default_backend()})", "\n".join(lines),
-                           notes)
-        print("\n".join(lines))
-        print(notes)
+        publish(rows, args.client_cpus, append=not args.no_append)
         return {"rows": rows}
     names = [n for n in args.workloads.split(",") if n]
     bad = [n for n in names if n not in WORKLOADS]
@@ -613,13 +617,7 @@ def main(argv=None):
     write_json(out, result)
     if args.quick or args.no_append:
         return result
-    lines, notes = report(rows, args.client_cpus)
-    if not args.no_append:
-        append_results("Peer workloads: pfl-research CIFAR-10 and FedJAX EMNIST-style FedAvg vs "
-                       f"Flower simulation ({jax.default_backend()})", "\n".join(lines),
-                       notes)
-    print("\n".join(lines))
-    print(notes)
+    publish(rows, args.client_cpus, append=not args.no_append)
     return result
 
 
