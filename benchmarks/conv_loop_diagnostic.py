@@ -30,9 +30,9 @@ from _common import append_results, stats  # noqa: E402
 from fedjax_appeal.core.models import make_model  # noqa: E402
 
 
-def cases(steps: int, cohort: int):
-    """name -> (compiled no-argument callable, client steps per call)."""
-    m = make_model("simple_cnn", "x", 62, (28, 28), jnp.uint8)
+def cases(steps: int, cohort: int, conv_impl: str):
+    """name -> (compiled callable, its arguments, client steps per call)."""
+    m = make_model("simple_cnn", "x", 62, (28, 28), jnp.uint8, conv_impl=conv_impl)
     p, s = m.init(jax.random.key(0))
     x = jnp.ones((10, 28, 28), jnp.uint8)
     y = jnp.zeros((10,), jnp.int32)
@@ -68,23 +68,32 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--cohort", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--conv-impl", default="xla,patches",
+                    help="comma-separated convolution implementations to time")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args(argv)
+    impls = [s.strip() for s in args.conv_impl.split(",") if s.strip()]
     rows = {}
-    for name, (f, a, n) in cases(args.steps, args.cohort).items():
-        jax.block_until_ready(f(*a))  # compile + warm-up
-        secs = []
-        for _ in range(args.repeats):
+    for impl in impls:
+        for name, (f, a, n) in cases(args.steps, args.cohort, impl).items():
             t = time.perf_counter()
-            jax.block_until_ready(f(*a))
-            secs.append((time.perf_counter() - t) / n * 1e3)
-        rows[name] = stats(secs)
-        print(f"{name:18s} {rows[name]['min']:9.1f} / {rows[name]['median']:9.1f} ms per client "
-              "step", flush=True)
-    lines = ["| case | ms per client step (min / median) | x jit (median) |", "|---|---|---|"]
-    for name, st in rows.items():
-        lines.append(f"| {name} | {st['min']:.1f} / {st['median']:.1f} | "
-                     f"{st['median'] / rows['jit']['median']:.1f}× |")
+            jax.block_until_ready(f(*a))  # compile + warm-up
+            first = time.perf_counter() - t
+            secs = []
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                jax.block_until_ready(f(*a))
+                secs.append((time.perf_counter() - t) / n * 1e3)
+            rows[impl, name] = stats(secs) | {"first": first}
+            st = rows[impl, name]
+            print(f"{impl:8s} {name:18s} {st['min']:9.1f} / {st['median']:9.1f} ms per client "
+                  f"step (first call {first:.1f} s)", flush=True)
+    lines = ["| conv | case | ms per client step (min / median) | x xla jit (median) | "
+             "first call (compile + run), s |", "|---|---|---|---|---|"]
+    base = rows.get(("xla", "jit"), rows[impls[0], "jit"])["median"]
+    for (impl, name), st in rows.items():
+        lines.append(f"| {impl} | {name} | {st['min']:.1f} / {st['median']:.1f} | "
+                     f"{st['median'] / base:.2f}× | {st['first']:.1f} |")
     table = "\n".join(lines)
     print(table)
     if not args.no_append:
@@ -92,7 +101,8 @@ def main(argv=None):
                        f"One local SGD step of simple_cnn (batch 10, 28x28x1, 62 classes) "
                        f"timed alone, in a rolled / unrolled lax.scan of {args.steps} steps, "
                        f"vmapped over {args.cohort} clients, and both; 'batch' = one model on "
-                       f"{args.cohort} x 10 rows. {args.repeats} repeats after a warm-up.")
+                       f"{args.cohort} x 10 rows; conv = core/conv.py implementation "
+                       f"({', '.join(impls)}). {args.repeats} repeats after a warm-up.")
     return rows
 
 

@@ -45,6 +45,13 @@ def test_reload_gives_identical_predictions(tmp_path, name, shape):
     first = "Dense_0/kernel" if name == "mlp" else "Conv_0/kernel"
     assert first in meta["params"]
     assert meta["state_collections"] == ([] if name == "mlp" else ["batch_stats"])
+    assert meta["conv_impl"] == getattr(model.module, "conv_impl", None)
+    if name != "mlp":  # the other convolution gives the same function up to rounding
+        other = "xla" if meta["conv_impl"] == "patches" else "patches"
+        m3, p3, s3 = load_model(tmp_path, conv_impl=other)
+        assert m3.module.conv_impl == other
+        np.testing.assert_allclose(np.asarray(m3.apply(p3, s3, x, train=False)[0]),
+                                   np.asarray(want), rtol=1e-4, atol=1e-4)
 
 
 def test_cli_run_exports_the_final_model_and_its_accuracy_recomputes(tmp_path):

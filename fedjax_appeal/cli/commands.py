@@ -312,7 +312,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not main:  # the other processes computed the same results; process 0 writes them
         return 0
     title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
-    model = model_for(cfg.model, data, dataset)
+    model = model_for(cfg.model, data, dataset, cfg.conv_impl)
     out = write_outputs(cfg.out, {**run_writers(results, title),
                                   **model_writers(model, sim.final_state.params,
                                                   sim.final_state.model_state)})

@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from .config import ConfigError
+from .conv import Conv, resolve_conv_impl
 from .registry import Registry
 
 
@@ -67,12 +68,13 @@ class CNN(nn.Module):
     num_classes: int
     fc: Sequence[int] = (120, 100, 84, 50)
     norm: Normalize = dataclasses.field(default_factory=Normalize)
+    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
         for ch in (6, 16):
-            x = nn.relu(nn.Conv(ch, (5, 5), padding="VALID")(x))
+            x = nn.relu(Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x))
             x = nn.max_pool(x, (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         for h in self.fc:
@@ -85,14 +87,15 @@ class LeNet5(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
+    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
         pad = "SAME" if x.shape[1] < 32 else "VALID"
-        x = nn.relu(nn.Conv(6, (5, 5), padding=pad)(x))
+        x = nn.relu(Conv(6, (5, 5), padding=pad, impl=self.conv_impl)(x))
         x = nn.max_pool(x, (2, 2), (2, 2))
-        x = nn.relu(nn.Conv(16, (5, 5), padding="VALID")(x))
+        x = nn.relu(Conv(16, (5, 5), padding="VALID", impl=self.conv_impl)(x))
         x = nn.max_pool(x, (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(120)(x))
@@ -179,20 +182,33 @@ DEFAULT_MODEL = {"fmnist": "mlp", "mnist": "mlp", "femnist": "mlp", "usps": "mlp
 
 
 def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...],
-               input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0) -> Model:
-    """Build a registered model; `name='auto'` takes the dataset's default."""
+               input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0,
+               conv_impl: str = "auto") -> Model:
+    """Build a registered model; `name='auto'` takes the dataset's default.
+
+    `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
+    "auto" = "patches" on the CPU backend, "xla" elsewhere. Models without a `conv_impl`
+    field (the MLPs, user-registered modules) ignore it.
+    """
     if name == "auto":
         name = DEFAULT_MODEL.get(dataset_name, "mlp")
     if name not in MODELS:
         raise ConfigError(f"unknown model '{name}'; choose one of: {', '.join(MODELS)}")
+    try:
+        impl = resolve_conv_impl(conv_impl)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     norm = Normalize(float(scale), _tuple(mean), _tuple(std))
-    return Model(MODELS[name](num_classes, norm), tuple(input_shape), input_dtype, name)
+    module = MODELS[name](num_classes, norm)
+    if "conv_impl" in getattr(module, "__dataclass_fields__", {}):
+        module = module.clone(conv_impl=impl)
+    return Model(module, tuple(input_shape), input_dtype, name)
 
 
-def model_for(cfg_model: str, data, dataset) -> Model:
+def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto") -> Model:
     """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants."""
     return make_model(cfg_model, data.name, data.num_classes, data.input_shape,
-                      data.train.x.dtype, dataset.scale, dataset.mean, dataset.std)
+                      data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl)
 
 
 # --- BatchNorm models (FedBN, Exp-alpha's ResNet20) -------------------------------
@@ -206,12 +222,13 @@ class CNNBN(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
+    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
         for ch in (6, 16):
-            x = nn.Conv(ch, (5, 5), padding="VALID")(x)
+            x = Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x)
             x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
             x = nn.max_pool(x, (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
@@ -224,17 +241,19 @@ class CNNBN(nn.Module):
 class _BasicBlock(nn.Module):
     channels: int
     stride: int
+    conv_impl: str = "xla"
 
     @nn.compact
     def __call__(self, x, train: bool):
         bn = lambda: nn.BatchNorm(use_running_average=not train, momentum=0.9)
-        y = nn.Conv(self.channels, (3, 3), (self.stride, self.stride), padding="SAME",
-                    use_bias=False)(x)
+        conv = lambda k, s=1: Conv(self.channels, (k, k), (s, s), use_bias=False,
+                                   impl=self.conv_impl)
+        y = conv(3, self.stride)(x)
         y = nn.relu(bn()(y))
-        y = nn.Conv(self.channels, (3, 3), padding="SAME", use_bias=False)(y)
+        y = conv(3)(y)
         y = bn()(y)
         if self.stride != 1 or x.shape[-1] != self.channels:
-            x = nn.Conv(self.channels, (1, 1), (self.stride, self.stride), use_bias=False)(x)
+            x = conv(1, self.stride)(x)
             x = bn()(x)
         return nn.relu(x + y)
 
@@ -247,15 +266,16 @@ class ResNet20(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
+    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
-        x = nn.Conv(16, (3, 3), padding="SAME", use_bias=False)(x)
+        x = Conv(16, (3, 3), use_bias=False, impl=self.conv_impl)(x)
         x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
         for stage, ch in enumerate((16, 32, 64)):
             for b in range(3):
-                x = _BasicBlock(ch, 2 if stage > 0 and b == 0 else 1)(x, train)
+                x = _BasicBlock(ch, 2 if stage > 0 and b == 0 else 1, self.conv_impl)(x, train)
         x = jnp.mean(x, axis=(1, 2))
         return nn.Dense(self.num_classes)(x)
 
@@ -277,13 +297,14 @@ class SimpleCNN(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
+    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         init = nn.initializers.glorot_uniform()
         x = _as_image(self.norm(x))
-        x = nn.relu(nn.Conv(32, (3, 3), padding="VALID", kernel_init=init)(x))
-        x = nn.relu(nn.Conv(64, (3, 3), padding="VALID", kernel_init=init)(x))
+        x = nn.relu(Conv(32, (3, 3), padding="VALID", impl=self.conv_impl, kernel_init=init)(x))
+        x = nn.relu(Conv(64, (3, 3), padding="VALID", impl=self.conv_impl, kernel_init=init)(x))
         x = nn.max_pool(x, (2, 2), (2, 2))
         x = nn.Dropout(0.25, deterministic=not train)(x)
         x = x.reshape((x.shape[0], -1))

@@ -43,7 +43,7 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     if data is None:
         data, dataset = load_federated(cfg)
     load_s = time.perf_counter() - t0
-    model = model_for(cfg.model, data, dataset)
+    model = model_for(cfg.model, data, dataset, cfg.conv_impl)
     alg = build(cfg.algorithm, model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     if appeal_on(cfg):  # the appeal protocol around the algorithm

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.config import ConfigError
+from ..core.conv import resolve_conv_impl
 from ..core.models import MODELS, Model, Normalize
 
 MODEL_FILE = "model.msgpack"
@@ -49,7 +50,8 @@ def model_meta(model: Model, params: Any, state: Any) -> dict[str, Any]:
             "input_dtype": jnp.dtype(model.input_dtype).name,
             "scale": float(norm.scale), "mean": list(norm.mean), "std": list(norm.std),
             "objective": model.objective, "params": names,
-            "state_collections": sorted(state) if isinstance(state, dict) else []}
+            "state_collections": sorted(state) if isinstance(state, dict) else [],
+            "conv_impl": getattr(model.module, "conv_impl", None)}
 
 
 def save_model(folder: str | Path, model: Model, params: Any, state: Any = None) -> Path:
@@ -71,12 +73,15 @@ def model_writers(model: Model, params: Any, state: Any) -> dict[str, Any]:
             META_FILE: lambda p: p.write_text(json.dumps(meta, indent=1))}
 
 
-def load_model(folder: str | Path, module=None) -> tuple[Model, Any, Any]:
+def load_model(folder: str | Path, module=None, conv_impl: str | None = None
+               ) -> tuple[Model, Any, Any]:
     """(model, params, state) of a model written by `save_model` or `fedjax-appeal run`.
 
     Args:
       folder: the folder holding `model.msgpack` and `model.json` (a run's `--out`).
       module: the flax module, for models not in the registry (default: rebuilt by name).
+      conv_impl: how a convolutional model convolves ("xla", "patches", "auto"; see
+        `core/conv.py`); default: as when it was saved, so predictions are bit-identical.
     """
     folder = Path(folder)
     if not (folder / MODEL_FILE).exists() or not (folder / META_FILE).exists():
@@ -92,6 +97,12 @@ def load_model(folder: str | Path, module=None) -> tuple[Model, Any, Any]:
                               "module as load_model(folder, module=...)")
         norm = Normalize(meta["scale"], tuple(meta["mean"]), tuple(meta["std"]))
         module = MODELS[meta["model"]](meta["num_classes"], norm)
+        impl = conv_impl or meta.get("conv_impl")
+        if impl and "conv_impl" in getattr(module, "__dataclass_fields__", {}):
+            try:
+                module = module.clone(conv_impl=resolve_conv_impl(impl))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
     model = Model(module, tuple(meta["input_shape"]), jnp.dtype(meta["input_dtype"]),
                   meta["model"], meta.get("objective", "xent"))
     params, state = model.init(jax.random.key(0))

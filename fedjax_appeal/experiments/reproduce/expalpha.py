@@ -949,7 +949,7 @@ def expalpha_gaps(ctx: Context) -> None:
                 hp = make_hp(fedavg).as_arrays()
                 data, ds = _load(cfg)
                 _, sim = run_config(cfg, make_hp(fedavg), data=data, dataset=ds)
-                model = model_for(cfg.model, data, ds)
+                model = model_for(cfg.model, data, ds, cfg.conv_impl)
                 st = sim.final_state
                 g = client_gaps(model, cfg, hp, st.params, st.model_state, data,
                                 jax.random.key(1000 + seed))

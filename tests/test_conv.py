@@ -1,0 +1,99 @@
+"""core/conv.py: the im2col convolution equals lax.conv_general_dilated (values and
+gradients), `Conv` is parameter-compatible with flax.linen.Conv, and every built-in
+convolutional model computes the same function with either implementation."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_appeal.core.config import ConfigError
+from fedjax_appeal.core.conv import Conv, patches_conv, resolve_conv_impl
+from fedjax_appeal.core.models import MODELS, make_model
+
+CASES = [  # (input [N, H, W, C], kernel (kh, kw, O), strides, padding)
+    ((2, 8, 8, 3), (3, 3, 4), (1, 1), "VALID"),
+    ((2, 8, 8, 3), (3, 3, 4), (1, 1), "SAME"),
+    ((1, 9, 7, 2), (5, 5, 3), (1, 1), "SAME"),
+    ((2, 8, 8, 3), (3, 3, 4), (2, 2), "SAME"),
+    ((2, 9, 9, 3), (3, 3, 2), (2, 2), "VALID"),
+    ((2, 8, 8, 3), (1, 1, 5), (2, 2), "SAME"),
+    ((1, 6, 10, 2), (2, 3, 3), (1, 2), ((1, 0), (2, 1))),
+]
+
+
+def _ref(x, w, s, p):
+    return jax.lax.conv_general_dilated(x, w, s, p, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+@pytest.mark.parametrize("xs,ks,s,p", CASES)
+def test_patches_conv_equals_lax_conv_values_and_gradients(xs, ks, s, p):
+    kx, kw, kc = jax.random.split(jax.random.key(0), 3)
+    x = jax.random.normal(kx, xs)
+    w = jax.random.normal(kw, (ks[0], ks[1], xs[-1], ks[2]))
+    out, ref = patches_conv(x, w, s, p), _ref(x, w, s, p)
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    c = jax.random.normal(kc, ref.shape)  # a random cotangent: <c, conv(x, w)>
+    g = jax.grad(lambda a, b: jnp.sum(c * patches_conv(a, b, s, p)), (0, 1))(x, w)
+    gr = jax.grad(lambda a, b: jnp.sum(c * _ref(a, b, s, p)), (0, 1))(x, w)
+    for a, b in zip(g, gr, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl", ["xla", "patches"])
+def test_conv_module_matches_flax_conv(impl):
+    x = jax.random.normal(jax.random.key(1), (2, 7, 7, 3))
+    ours = Conv(4, (3, 3), (2, 2), padding="SAME", impl=impl)
+    theirs = nn.Conv(4, (3, 3), (2, 2), padding="SAME")
+    po, pt = ours.init(jax.random.key(2), x), theirs.init(jax.random.key(2), x)
+    assert jax.tree.map(jnp.shape, po) == jax.tree.map(jnp.shape, pt)
+    jax.tree.map(np.testing.assert_array_equal, po, pt)  # same initialisers, same names
+    np.testing.assert_allclose(ours.apply(po, x), theirs.apply(pt, x), rtol=1e-5, atol=1e-5)
+
+
+def test_resolve_conv_impl():
+    assert resolve_conv_impl("auto", "cpu") == "patches"
+    assert resolve_conv_impl("auto", "gpu") == "xla"
+    assert resolve_conv_impl("xla", "cpu") == "xla"
+    assert resolve_conv_impl("patches", "gpu") == "patches"
+    with pytest.raises(ValueError, match="choose one of"):
+        resolve_conv_impl("im2col")
+    with pytest.raises(ConfigError, match="unknown conv implementation 'fft'"):
+        make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl="fft")
+
+
+CONV_MODELS = {"cnn": (32, 32, 3), "lenet5": (28, 28), "cnn_bn": (28, 28),
+               "resnet20": (32, 32, 3), "simple_cnn": (28, 28)}
+
+
+def test_conv_models_are_the_registered_ones_with_a_conv_impl():
+    have = {n for n in MODELS
+            if "conv_impl" in MODELS[n](10, None).__dataclass_fields__}
+    assert have == set(CONV_MODELS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CONV_MODELS))
+def test_conv_model_same_function_with_either_impl(name):
+    shape = CONV_MODELS[name]
+    x = jax.random.randint(jax.random.key(3), (4, *shape), 0, 256).astype(jnp.uint8)
+    y = jnp.arange(4) % 10
+    models = {i: make_model(name, "x", 10, shape, jnp.uint8, conv_impl=i)
+              for i in ("xla", "patches")}
+    assert models["patches"].module.conv_impl == "patches"
+    params, state = models["xla"].init(jax.random.key(4))
+    p2, _ = models["patches"].init(jax.random.key(4))
+    jax.tree.map(np.testing.assert_array_equal, params, p2)  # one parameter tree
+    res = {}
+    for i, m in models.items():
+        def f(p, m=m):
+            return m.loss(p, state, x, y, train=True, key=jax.random.key(5))
+        (loss, new_state), g = jax.value_and_grad(f, has_aux=True)(params)
+        res[i] = (loss, new_state, g)
+    np.testing.assert_allclose(res["xla"][0], res["patches"][0], rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5),
+                 (res["xla"][1], res["xla"][2]), (res["patches"][1], res["patches"][2]))
