@@ -68,13 +68,26 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--cohort", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--conv-impl", default="xla,patches",
+    ap.add_argument("--conv-impl", default="xla,patches,patches_train",
                     help="comma-separated convolution implementations to time")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args(argv)
     impls = [s.strip() for s in args.conv_impl.split(",") if s.strip()]
-    rows = {}
+    rows, evals = {}, {}
     for impl in impls:
+        m = make_model("simple_cnn", "x", 62, (28, 28), jnp.uint8, conv_impl=impl)
+        p, s = m.init(jax.random.key(0))
+        xe = jnp.ones((2048, 28, 28), jnp.uint8)
+        ye = jnp.zeros((2048,), jnp.int32)
+        f = jax.jit(lambda q, m=m, s=s, xe=xe, ye=ye: m.per_sample(q, s, xe, ye))
+        jax.block_until_ready(f(p))
+        secs = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            jax.block_until_ready(f(p))
+            secs.append((time.perf_counter() - t) * 1e3)
+        evals[impl] = stats(secs)
+        print(f"{impl:8s} eval forward 2048 rows {evals[impl]['min']:9.1f} ms", flush=True)
         for name, (f, a, n) in cases(args.steps, args.cohort, impl).items():
             t = time.perf_counter()
             jax.block_until_ready(f(*a))  # compile + warm-up
@@ -94,6 +107,8 @@ def main(argv=None):
     for (impl, name), st in rows.items():
         lines.append(f"| {impl} | {name} | {st['min']:.1f} / {st['median']:.1f} | "
                      f"{st['median'] / base:.2f}× | {st['first']:.1f} |")
+    lines += ["", "| conv | evaluation forward, 2,048 rows: ms (min / median) |", "|---|---|"]
+    lines += [f"| {i} | {st['min']:.0f} / {st['median']:.0f} |" for i, st in evals.items()]
     table = "\n".join(lines)
     print(table)
     if not args.no_append:

@@ -156,13 +156,14 @@ def epoch_steps(count: np.ndarray, batch_size: int) -> np.ndarray:
 
 def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
          cache_dir: str = "", rounds_per_call: int = 1, program: str = "chunk",
-         local_unroll: int = 1) -> dict:
+         local_unroll: int = 1, conv_impl: str = "auto") -> dict:
     """Time `rounds` rounds of our FedAvg on a workload (evaluation every `eval_every`).
 
     Each call of the compiled program runs `rounds_per_call` rounds (one `lax.scan` over
     rounds). `program`: ``chunk`` = the library's compiled chunk (`make_chunk`, a scan over
     the rounds of a call, as `simulate` runs it); ``round`` = the algorithm's round jitted
-    alone, one call per round (no loop around it). `local_unroll`: `RunConfig.local_unroll`.
+    alone, one call per round (no loop around it). `local_unroll`: `RunConfig.local_unroll`;
+    `conv_impl`: `RunConfig.conv_impl` (core/conv.py; auto = patches on CPU).
 
     Returns a dict: seconds per round (one value per call), seconds per evaluation, compile
     seconds, local steps, test accuracy at each evaluation, and the data that the peer must
@@ -175,8 +176,9 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     counts = np.asarray(data.train.count)
     steps = int(round(float(epoch_steps(counts, cfg.batch_size).mean())))
     steps = min(steps, w.max_local_steps or steps)
-    cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds, local_unroll=local_unroll)
-    model = model_for(cfg.model, data, ds)
+    cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds, local_unroll=local_unroll,
+                              conv_impl=conv_impl)
+    model = model_for(cfg.model, data, ds, cfg.conv_impl)
     alg = build("fedavg", model, cfg)
     hpa = hp.as_arrays()
     k_init, k_train = split_key(jax.random.key(cfg.seed))
@@ -216,6 +218,7 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     return {"workload": name, "clients": cfg.clients, "cohort": cfg.cohort,
             "batch_size": cfg.batch_size, "local_steps": steps, "eval_every": every,
             "rounds_per_call": rpc, "program": program, "local_unroll": local_unroll,
+            "conv_impl": model.module.conv_impl,
             "rounds": done, "train_rows": int(counts.sum()),
             "test_rows": int(np.asarray(data.test.count).sum()),
             "mean_epoch_steps": float(epoch_steps(counts, cfg.batch_size).mean()),
@@ -477,8 +480,8 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
             work = f["mean_steps_per_round"] / (o["local_steps"] * o["cohort"])
             cell = (f"{o['derived_100_s'] / f['derived_100_s']:.3g}×; {per_round:.3g}×; "
                     f"{per_round * work:.3g}×")
-        prog = (f"{o.get('program', 'chunk')}, local_unroll {o.get('local_unroll', 1)}, "
-                f"{o['rounds']} rounds")
+        prog = (f"{o.get('program', 'chunk')}, conv {o.get('conv_impl', 'xla')}, local_unroll "
+                f"{o.get('local_unroll', 1)}, {o['rounds']} rounds")
         lines.append(f"| {name} | fedjax_appeal ({prog}) | {_cell(o['sec_per_round'])} | "
                      f"{_cell(o['eval_s'])} | {o['local_steps'] * o['cohort']} | "
                      f"{o['derived_100_s']:.1f} | {cell} |")
@@ -539,6 +542,8 @@ def main(argv=None):
                          "per call); round = the round jitted alone")
     ap.add_argument("--local-unroll", type=int, default=1,
                     help="RunConfig.local_unroll of our side (0 = local steps unrolled)")
+    ap.add_argument("--conv-impl", default="auto", choices=("auto", "xla", "patches"),
+                    help="RunConfig.conv_impl of our side (auto = patches on CPU)")
     ap.add_argument("--peer", default="flower", choices=("flower", "none"),
                     help="flower: Flower's simulation in benchmarks/.flower_venv; none: ours only")
     ap.add_argument("--quick", action="store_true",
@@ -576,7 +581,8 @@ def main(argv=None):
     rows = []
     for name in names:
         res = ours(name, min(rounds, args.ours_rounds or rounds), args.quick, args.data_dir,
-                   args.cache_dir, program=args.program, local_unroll=args.local_unroll)
+                   args.cache_dir, program=args.program, local_unroll=args.local_unroll,
+                   conv_impl=args.conv_impl)
         data, ds = res.pop("data"), res.pop("ds")
         every = QUICK[name]["eval_every"] if args.quick else WORKLOADS[name].eval_every
         res["derived_100_s"] = derived_100(res["sec_per_round"], res["eval_s"], every)

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
-from fedjax_appeal.aggregate.aggregation import exp_alpha, masked_softmax, weight_rule
+from fedjax_appeal.aggregate.aggregation import (
+    AGGREGATIONS,
+    exp_alpha,
+    masked_softmax,
+    weight_rule,
+)
 from fedjax_appeal.core.config import HParams, RunConfig
 
 
@@ -70,3 +76,34 @@ def test_weight_rule_exp_alpha_reads_losses():
         w = np.asarray(rule.fn(upd, jnp.array([0, 1]), jnp.array([True, True]), None, hp))
         raw = np.exp([-1.0, 0.0]) * (np.array([1, 3]) if scaled else 1)
         np.testing.assert_allclose(w, raw / raw.sum(), rtol=1e-6)
+
+
+def _stats(m=7, seed=0):
+    from fedjax_appeal.core.parts import ClientUpdate
+    rng = np.random.default_rng(seed)
+    n = rng.integers(0, 20, m).astype(np.int32)
+    n[2] = 0  # an empty client: weight 0 under the proportional rule
+    upd = ClientUpdate(delta=None, model_state={}, num_samples=jnp.asarray(n),
+                       loss=jnp.zeros(m), extra={
+                           "loss_before": jnp.asarray(rng.uniform(0.5, 3.0, m), jnp.float32),
+                           "loss_after": jnp.asarray(rng.uniform(0.0, 2.0, m), jnp.float32)})
+    valid = jnp.asarray(rng.random(m) < 0.8).at[0].set(True).at[2].set(True)
+    return upd, valid
+
+
+@pytest.mark.parametrize("name", sorted(AGGREGATIONS))
+def test_rules_with_logits_are_their_masked_softmax(name):
+    """A rule's `logits` (used by the one-pass chunked round) give exactly its weights."""
+    rule = AGGREGATIONS[name]
+    if rule.logits is None:
+        assert name in ("fednova",)  # reads every client's steps: two passes
+        return
+    hp = HParams(exp_alpha=0.3).as_arrays()
+    for seed in range(3):
+        upd, valid = _stats(seed=seed)
+        w = rule.fn(upd, jnp.arange(7), valid, None, hp)
+        z = rule.logits(upd, jnp.arange(7), valid, None, hp)
+        np.testing.assert_allclose(np.asarray(masked_softmax(z, valid)), np.asarray(w),
+                                   rtol=1e-6, atol=1e-7)
+    assert set(n for n in AGGREGATIONS if AGGREGATIONS[n].logits is not None) == {
+        "proportional", "uniform", "exp-alpha", "exp-alpha-n"}

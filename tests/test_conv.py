@@ -1,6 +1,7 @@
-"""core/conv.py: the im2col convolution equals lax.conv_general_dilated (values and
-gradients), `Conv` is parameter-compatible with flax.linen.Conv, and every built-in
-convolutional model computes the same function with either implementation."""
+"""core/conv.py: the im2col convolution equals lax.conv_general_dilated (values, gradients,
+Hessian-vector products), `Conv` is parameter-compatible with flax.linen.Conv and picks by
+training mode, and every built-in convolutional model computes the same function with each
+implementation."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.core.config import ConfigError
-from fedjax_appeal.core.conv import Conv, patches_conv, resolve_conv_impl
+from fedjax_appeal.core.conv import CONVS, Conv, conv_for, patches_conv, resolve_conv_impl
 from fedjax_appeal.core.models import MODELS, make_model
 
 CASES = [  # (input [N, H, W, C], kernel (kh, kw, O), strides, padding)
@@ -30,33 +31,62 @@ def _ref(x, w, s, p):
 
 
 @pytest.mark.parametrize("xs,ks,s,p", CASES)
-def test_patches_conv_equals_lax_conv_values_and_gradients(xs, ks, s, p):
-    kx, kw, kc = jax.random.split(jax.random.key(0), 3)
+def test_patches_conv_equals_lax_conv_values_gradients_and_hvp(xs, ks, s, p):
+    conv = patches_conv
+    kx, kw, kc, kv = jax.random.split(jax.random.key(0), 4)
     x = jax.random.normal(kx, xs)
     w = jax.random.normal(kw, (ks[0], ks[1], xs[-1], ks[2]))
-    out, ref = patches_conv(x, w, s, p), _ref(x, w, s, p)
+    out, ref = conv(x, w, s, p), _ref(x, w, s, p)
     assert out.shape == ref.shape
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
     c = jax.random.normal(kc, ref.shape)  # a random cotangent: <c, conv(x, w)>
-    g = jax.grad(lambda a, b: jnp.sum(c * patches_conv(a, b, s, p)), (0, 1))(x, w)
-    gr = jax.grad(lambda a, b: jnp.sum(c * _ref(a, b, s, p)), (0, 1))(x, w)
+
+    def loss(f):
+        return lambda a, b: jnp.sum(c * jnp.tanh(f(a, b, s, p)))
+
+    g = jax.grad(loss(conv), (0, 1))(x, w)
+    gr = jax.grad(loss(_ref), (0, 1))(x, w)
     for a, b in zip(g, gr, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    # Hessian-vector product in w, forward-over-reverse (as Per-FedAvg's exact HVP)
+    v = jax.random.normal(kv, w.shape)
+    h = jax.jvp(lambda b: jax.grad(loss(conv), 1)(x, b), (w,), (v,))[1]
+    hr = jax.jvp(lambda b: jax.grad(loss(_ref), 1)(x, b), (w,), (v,))[1]
+    np.testing.assert_allclose(h, hr, rtol=1e-3, atol=1e-3 * float(jnp.abs(hr).max()))
 
 
-@pytest.mark.parametrize("impl", ["xla", "patches"])
-def test_conv_module_matches_flax_conv(impl):
+def test_patches_program_has_no_convolution_and_train_mode_picks():
+    x, w = jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda b: jnp.sum(patches_conv(
+        x, b, (1, 1), "SAME") ** 2)))(w))
+    assert "conv_general_dilated" not in jaxpr
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda b: jnp.sum(_ref(x, b, (1, 1), "SAME") ** 2)))(w))
+    assert jaxpr.count("conv_general_dilated") == 2  # XLA's: forward + weight gradient
+    assert [conv_for("patches_train", t) for t in (True, False)] == ["patches", "xla"]
+    assert [conv_for(i, t) for i in CONVS for t in (True, False)] == [
+        "xla", "xla", "patches", "patches"]
+    layer = Conv(4, (3, 3), impl="patches_train")
+    v = layer.init(jax.random.key(0), x)
+    for train, n in ((True, 0), (False, 1)):
+        assert str(jax.make_jaxpr(lambda a, t=train: layer.apply(v, a, t))(x)).count(
+            "conv_general_dilated") == n
+
+
+@pytest.mark.parametrize("impl", [*sorted(CONVS), "patches_train"])
+@pytest.mark.parametrize("train", [True, False])
+def test_conv_module_matches_flax_conv(impl, train):
     x = jax.random.normal(jax.random.key(1), (2, 7, 7, 3))
     ours = Conv(4, (3, 3), (2, 2), padding="SAME", impl=impl)
     theirs = nn.Conv(4, (3, 3), (2, 2), padding="SAME")
     po, pt = ours.init(jax.random.key(2), x), theirs.init(jax.random.key(2), x)
     assert jax.tree.map(jnp.shape, po) == jax.tree.map(jnp.shape, pt)
     jax.tree.map(np.testing.assert_array_equal, po, pt)  # same initialisers, same names
-    np.testing.assert_allclose(ours.apply(po, x), theirs.apply(pt, x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours.apply(po, x, train), theirs.apply(pt, x), rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_resolve_conv_impl():
-    assert resolve_conv_impl("auto", "cpu") == "patches"
+    assert resolve_conv_impl("auto", "cpu") == "patches_train"
     assert resolve_conv_impl("auto", "gpu") == "xla"
     assert resolve_conv_impl("xla", "cpu") == "xla"
     assert resolve_conv_impl("patches", "gpu") == "patches"
@@ -82,9 +112,9 @@ def test_conv_model_same_function_with_either_impl(name):
     shape = CONV_MODELS[name]
     x = jax.random.randint(jax.random.key(3), (4, *shape), 0, 256).astype(jnp.uint8)
     y = jnp.arange(4) % 10
-    models = {i: make_model(name, "x", 10, shape, jnp.uint8, conv_impl=i)
-              for i in ("xla", "patches")}
-    assert models["patches"].module.conv_impl == "patches"
+    impls = ("xla", "patches", "patches_train")
+    models = {i: make_model(name, "x", 10, shape, jnp.uint8, conv_impl=i) for i in impls}
+    assert {i: m.module.conv_impl for i, m in models.items()} == {i: i for i in impls}
     params, state = models["xla"].init(jax.random.key(4))
     p2, _ = models["patches"].init(jax.random.key(4))
     jax.tree.map(np.testing.assert_array_equal, params, p2)  # one parameter tree
@@ -94,6 +124,22 @@ def test_conv_model_same_function_with_either_impl(name):
             return m.loss(p, state, x, y, train=True, key=jax.random.key(5))
         (loss, new_state), g = jax.value_and_grad(f, has_aux=True)(params)
         res[i] = (loss, new_state, g)
-    np.testing.assert_allclose(res["xla"][0], res["patches"][0], rtol=1e-5)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5),
-                 (res["xla"][1], res["xla"][2]), (res["patches"][1], res["patches"][2]))
+    for i in ("patches", "patches_train"):
+        np.testing.assert_allclose(res["xla"][0], res[i][0], rtol=1e-5)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5),
+                     (res["xla"][1], res["xla"][2]), (res[i][1], res[i][2]))
+
+
+def test_for_grad_uses_patches_for_patches_train_models_only():
+    m = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl="patches_train")
+    assert m.for_grad().module.conv_impl == "patches" and m.module.conv_impl == "patches_train"
+    x = jnp.zeros((2, 28, 28), jnp.uint8)
+    p, s = m.init(jax.random.key(0))
+    grad_jaxpr = str(jax.make_jaxpr(jax.grad(
+        lambda q: m.for_grad().per_sample(q, s, x, jnp.zeros(2, jnp.int32))[0].sum()))(p))
+    assert "conv_general_dilated" not in grad_jaxpr
+    for other in ("xla", "patches"):
+        m2 = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl=other)
+        assert m2.for_grad() is m2
+    mlp = make_model("mlp", "x", 10, (28, 28), jnp.uint8)
+    assert mlp.for_grad() is mlp

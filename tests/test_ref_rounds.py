@@ -10,8 +10,9 @@ w <- w - eta (w.x_k - y_k) x_k. The reference then applies, by hand,
   FedAdam and FedYogi (Reddi et al. 2021, with optax's bias correction and Yogi's 1e-6
   initial moments), over two rounds so that the optimizer state is carried;
 
-and the chunked cohort (two passes) must equal the unchunked round for MaxFL, Exp-alpha and
-q-FFL, whose weights depend on the whole cohort.
+and the chunked cohort must equal the unchunked round for MaxFL and q-FFL (two passes),
+whose weights depend on the whole cohort, and for the softmax rules (proportional, uniform,
+Exp-alpha; one pass).
 """
 
 from __future__ import annotations
@@ -182,6 +183,38 @@ def test_chunked_and_laned_rounds_equal_one_vmap(algorithm, aggregation):
                         jax.tree.leaves(out[-1][0].params), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6,
                                        err_msg=str(name))
+
+
+@pytest.mark.parametrize("aggregation", ["proportional", "uniform", "exp-alpha-n"])
+def test_softmax_rules_chunk_in_one_pass(aggregation):
+    """Rules with `logits` train each client once in a chunked round (the local-steps loop
+    appears once in the program, twice for a two-pass rule) and equal one vmap."""
+    data = make_tiny_data(num_clients=7, dim=5, classes=3, seed=4)
+    model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
+    hp = HParams(client_lr=0.5, exp_alpha=0.05).as_arrays()
+    out, loops = {}, {}
+    for chunk in (-1, 2, 3):
+        cfg = RunConfig(algorithm="fedavg", aggregation=aggregation, clients=7, cohort=5,
+                        local_steps=4, batch_size=4, client_chunk=chunk)
+        alg = build("fedavg", model, cfg)
+        st = alg.init(jax.random.key(0), data, hp)
+        out[chunk] = jax.jit(alg.round)(st, data, jax.random.key(5), hp)
+        loops[chunk] = str(jax.make_jaxpr(alg.round)(st, data, jax.random.key(5), hp)).count(
+            "length=4")  # the local-steps scan (tau = 4; chunk loops have length 2 or 3)
+    assert loops[-1] == loops[2] == loops[3] == 1
+    two = RunConfig(algorithm="fedavg", aggregation="fednova", clients=7, cohort=5,
+                    local_steps=4, batch_size=4, client_chunk=2)
+    alg = build("fedavg", model, two)
+    st = alg.init(jax.random.key(0), data, hp)
+    assert str(jax.make_jaxpr(alg.round)(st, data, jax.random.key(5), hp)).count(
+        "length=4") == 2  # a rule without logits: statistics pass + aggregation pass
+    for chunk in (2, 3):
+        np.testing.assert_allclose(np.asarray(out[chunk][1]["cohort_weights"]),
+                                   np.asarray(out[-1][1]["cohort_weights"]), rtol=1e-5,
+                                   atol=1e-7)
+        for a, b in zip(jax.tree.leaves(out[chunk][0].params),
+                        jax.tree.leaves(out[-1][0].params), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
 def test_delta_features_with_chunked_cohort_refused():

@@ -65,28 +65,47 @@ def exp_alpha(loss_before: jax.Array, loss_after: jax.Array, valid: jax.Array,
       alpha: [] temperature (> 0); alpha -> inf gives uniform (or proportional) weights.
       num_samples: [m] n_i for the data-size-scaled form, or None.
     """
-    logits = (loss_after - loss_before) / alpha
-    if num_samples is not None:
-        logits = logits + jnp.log(jnp.maximum(num_samples.astype(jnp.float32), 1e-30))
-    return masked_softmax(logits, valid)
+    return masked_softmax(exp_alpha_logits(loss_before, loss_after, alpha, num_samples), valid)
 
 
 BOTH = frozenset(("loss_before", "loss_after"))
 
 
+def exp_alpha_logits(loss_before: jax.Array, loss_after: jax.Array, alpha: jax.Array,
+                     num_samples: jax.Array | None = None) -> jax.Array:
+    """The per-slot values whose masked softmax `exp_alpha` returns."""
+    logits = (loss_after - loss_before) / alpha
+    if num_samples is not None:
+        logits = logits + jnp.log(jnp.maximum(num_samples.astype(jnp.float32), 1e-30))
+    return logits
+
+
+def log_samples(num_samples: jax.Array) -> jax.Array:
+    """log n_k (-inf for n_k = 0): proportional weights as softmax logits."""
+    n = num_samples.astype(jnp.float32)
+    return jnp.where(n > 0, jnp.log(jnp.maximum(n, 1e-30)), -jnp.inf)
+
+
 def _exp_alpha_rule(scaled: bool) -> WeightRule:
+    def logits(upd, idx, valid, state, hp):
+        return exp_alpha_logits(upd.extra["loss_before"], upd.extra["loss_after"],
+                                hp.exp_alpha, upd.num_samples if scaled else None)
+
     def rule(upd, idx, valid, state, hp):
         return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
                          hp.exp_alpha, upd.num_samples if scaled else None)
 
-    return WeightRule(rule, BOTH)
+    return WeightRule(rule, BOTH, logits)
 
 
 # `--aggregation` name -> WeightRule (the rules of FedAvg-style algorithms)
 AGGREGATIONS = Registry("aggregation", {
     "proportional": WeightRule(
-        lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid)),
-    "uniform": WeightRule(lambda upd, idx, valid, state, hp: uniform_weights(valid)),
+        lambda upd, idx, valid, state, hp: proportional(upd.num_samples, valid),
+        logits=lambda upd, idx, valid, state, hp: log_samples(upd.num_samples)),
+    "uniform": WeightRule(
+        lambda upd, idx, valid, state, hp: uniform_weights(valid),
+        logits=lambda upd, idx, valid, state, hp: jnp.zeros(valid.shape, jnp.float32)),
     "exp-alpha": _exp_alpha_rule(False),
     "exp-alpha-n": _exp_alpha_rule(True),
     "fednova": FEDNOVA_RULE,  # normalised averaging (fednova.py; fedavg/fedprox local)

@@ -269,11 +269,13 @@ class RunConfig:
     batch_size: int = _f(64, "local minibatch size")
     local_unroll: int = _f(1, "unroll factor of FedAvg/FedProx's local-steps scan (0 = every "
                               "step)")
-    conv_impl: str = _f("auto", "how convolutional models convolve: xla (lax.conv) or patches "
-                                "(im2col slices + matmul; XLA on CPU runs a convolution's "
-                                "gradient inside a loop tens of times slower, "
-                                "benchmarks/RESULTS.md); auto = patches on CPU, xla elsewhere",
-                        ("auto", "xla", "patches"))
+    conv_impl: str = _f("auto", "how convolutional models convolve (core/conv.py): xla "
+                                "(lax.conv), patches (im2col slices + matmul) or "
+                                "patches_train (patches in training, xla in evaluation: XLA "
+                                "on CPU runs a convolution's gradient inside a loop tens of "
+                                "times slower, benchmarks/RESULTS.md); auto = patches_train "
+                                "on CPU, xla elsewhere",
+                        ("auto", "xla", "patches", "patches_train"))
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
                          ("sgd", "momentum", "nesterov", "adam", "yogi"))
     selector: str = _f("random", "cohort selector (random = uniform from the available pool)")

@@ -1,21 +1,25 @@
-"""A 2-D convolution layer with two interchangeable implementations.
+"""A 2-D convolution layer with interchangeable implementations.
 
 `Conv` has the parameters of `flax.linen.Conv` (`kernel` [kh, kw, C_in, C_out] and `bias`
 [C_out], the same initialisers), so a model gives the same parameter tree, the same
-checkpoints and the same function with either implementation:
+checkpoints and the same function with any implementation:
 
-  * ``"xla"``: `jax.lax.conv_general_dilated`, what `flax.linen.Conv` runs.
+  * ``"xla"``: `jax.lax.conv_general_dilated` both ways (what `flax.linen.Conv` runs).
   * ``"patches"``: im2col written as kh x kw shifted slices of the (padded) input,
-    concatenated on the channel axis, then one matmul with the reshaped kernel. Its gradient
-    is slices, pads and matmuls: no convolution primitive is left in the program.
+    concatenated on the channel axis, then one matmul with the reshaped kernel, both ways:
+    no convolution primitive is left in the program.
+  * ``"patches_train"``: ``"patches"`` when the model runs in training mode (the local
+    steps, where the gradient is taken), ``"xla"`` in evaluation mode. The CPU default.
 
-Why both: on XLA:CPU a convolution's gradient inside a loop body (the `lax.scan` of local
-steps, or the scan over rounds) runs tens of times slower than the same convolution alone
-(reported upstream as jax-ml/jax#12868; measured here by `benchmarks/conv_loop_diagnostic.py`),
-and a convolution vmapped over per-client kernels becomes a grouped convolution that XLA:CPU
-runs slowly too. The patches form turns both into (batched) matmuls, which loops and vmap do
-not slow down. It costs kh·kw times the layer's input in memory, which is why accelerators
-keep ``"xla"`` (see `resolve_conv_impl`).
+Why: on XLA:CPU a convolution's gradient inside a loop body (the `lax.scan` of local steps,
+or the scan over rounds) runs tens of times slower than the same gradient alone (reported
+upstream as jax-ml/jax#12868), and a convolution vmapped over per-client kernels becomes a
+grouped convolution that XLA:CPU runs slowly too; the im2col form is slices, pads and
+(batched) matmuls, which loops and vmap do not slow down (`benchmarks/conv_loop_diagnostic.py`
+measures each program shape). In evaluation mode, on large batches of rows under one model,
+XLA's forward convolution is several times faster than im2col, whose patches take kh·kw
+times the layer's input in memory; hence ``"patches_train"``. Accelerators keep ``"xla"``
+(`resolve_conv_impl`).
 """
 
 from __future__ import annotations
@@ -26,17 +30,38 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-CONV_IMPLS = ("auto", "xla", "patches")
+CONV_IMPLS = ("auto", "xla", "patches", "patches_train")
+DIMS = ("NHWC", "HWIO", "NHWC")
 
 
 def resolve_conv_impl(impl: str, backend: str | None = None) -> str:
-    """``"auto"`` -> ``"patches"`` on the CPU backend, ``"xla"`` elsewhere; others unchanged."""
+    """``"auto"`` -> ``"patches_train"`` on the CPU backend, ``"xla"`` elsewhere."""
     if impl not in CONV_IMPLS:
         raise ValueError(f"unknown conv implementation '{impl}'; choose one of: "
                          f"{', '.join(CONV_IMPLS)}")
     if impl != "auto":
         return impl
-    return "patches" if (backend or jax.default_backend()) == "cpu" else "xla"
+    return "patches_train" if (backend or jax.default_backend()) == "cpu" else "xla"
+
+
+def _pads(x_shape, window, strides, padding) -> tuple[tuple[int, int], ...]:
+    if isinstance(padding, str):
+        padding = jax.lax.padtype_to_pads(x_shape[1:3], window, strides, padding)
+    return tuple((int(lo), int(hi)) for lo, hi in padding)
+
+
+def im2col(x: jax.Array, window: tuple[int, int], strides: tuple[int, int],
+           padding: str | Sequence[tuple[int, int]]) -> jax.Array:
+    """[N, H, W, C] -> patches [N, H_out, W_out, kh*kw*C], rows in (i, j, c) order."""
+    kh, kw = window
+    sh, sw = strides
+    (plo, phi), (qlo, qhi) = _pads(x.shape, window, strides, padding)
+    x = jnp.pad(x, ((0, 0), (plo, phi), (qlo, qhi), (0, 0)))
+    ho = (x.shape[1] - kh) // sh + 1
+    wo = (x.shape[2] - kw) // sw + 1
+    cols = [x[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, :]
+            for i in range(kh) for j in range(kw)]
+    return cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1)
 
 
 def patches_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
@@ -53,17 +78,25 @@ def patches_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
       [N, H_out, W_out, O].
     """
     kh, kw, c, o = kernel.shape
-    sh, sw = strides
-    if isinstance(padding, str):
-        padding = jax.lax.padtype_to_pads(x.shape[1:3], (kh, kw), strides, padding)
-    (plo, phi), (qlo, qhi) = padding
-    x = jnp.pad(x, ((0, 0), (plo, phi), (qlo, qhi), (0, 0)))
-    ho = (x.shape[1] - kh) // sh + 1
-    wo = (x.shape[2] - kw) // sw + 1
-    cols = [x[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, :]
-            for i in range(kh) for j in range(kw)]
-    patches = cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1)
+    patches = im2col(x, (kh, kw), strides, padding)
     return patches @ kernel.reshape(kh * kw * c, o)  # row order (i, j, c) = HWIO row-major
+
+
+def xla_conv(x, kernel, strides, padding):
+    return jax.lax.conv_general_dilated(x, kernel, strides, padding, dimension_numbers=DIMS)
+
+
+CONVS = {"xla": xla_conv, "patches": patches_conv}
+
+
+def conv_for(impl: str, train: bool) -> str:
+    """The implementation a layer runs: "patches_train" -> "patches" in training mode, "xla"
+    in evaluation mode; "xla" and "patches" as they are."""
+    if impl == "patches_train":
+        return "patches" if train else "xla"
+    if impl not in CONVS:
+        raise ValueError(f"Conv.impl must be one of xla, patches, patches_train; got '{impl}'")
+    return impl
 
 
 class Conv(nn.Module):
@@ -75,7 +108,8 @@ class Conv(nn.Module):
       strides: (sh, sw).
       padding: "SAME", "VALID" or explicit ((lo, hi), (lo, hi)).
       use_bias: add a learned bias.
-      impl: "xla" or "patches" (module docstring); resolve "auto" with `resolve_conv_impl`.
+      impl: "xla", "patches" or "patches_train" (module docstring; the call's `train` flag
+        picks for "patches_train"); resolve "auto" with `resolve_conv_impl`.
       kernel_init: as `flax.linen.Conv` (LeCun normal).
     """
 
@@ -88,16 +122,12 @@ class Conv(nn.Module):
     kernel_init: nn.initializers.Initializer = nn.linear.default_kernel_init
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
         kh, kw = self.kernel_size
         kernel = self.param("kernel", self.kernel_init, (kh, kw, x.shape[-1], self.features))
-        if self.impl == "patches":
-            y = patches_conv(x, kernel, tuple(self.strides), self.padding)
-        elif self.impl == "xla":
-            y = jax.lax.conv_general_dilated(x, kernel, tuple(self.strides), self.padding,
-                                             dimension_numbers=("NHWC", "HWIO", "NHWC"))
-        else:
-            raise ValueError(f"Conv.impl must be 'xla' or 'patches', got '{self.impl}'")
+        padding = self.padding if isinstance(self.padding, str) else tuple(
+            tuple(p) for p in self.padding)
+        y = CONVS[conv_for(self.impl, train)](x, kernel, tuple(self.strides), padding)
         if self.use_bias:
             y = y + self.param("bias", nn.initializers.zeros_init(), (self.features,))
         return y

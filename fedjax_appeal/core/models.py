@@ -68,13 +68,13 @@ class CNN(nn.Module):
     num_classes: int
     fc: Sequence[int] = (120, 100, 84, 50)
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
+    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
         for ch in (6, 16):
-            x = nn.relu(Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x))
+            x = nn.relu(Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x, train))
             x = nn.max_pool(x, (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         for h in self.fc:
@@ -87,15 +87,15 @@ class LeNet5(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
+    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
         pad = "SAME" if x.shape[1] < 32 else "VALID"
-        x = nn.relu(Conv(6, (5, 5), padding=pad, impl=self.conv_impl)(x))
+        x = nn.relu(Conv(6, (5, 5), padding=pad, impl=self.conv_impl)(x, train))
         x = nn.max_pool(x, (2, 2), (2, 2))
-        x = nn.relu(Conv(16, (5, 5), padding="VALID", impl=self.conv_impl)(x))
+        x = nn.relu(Conv(16, (5, 5), padding="VALID", impl=self.conv_impl)(x, train))
         x = nn.max_pool(x, (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(120)(x))
@@ -126,6 +126,14 @@ class Model:
     input_dtype: Any = jnp.uint8
     name: str = ""
     objective: str = "xent"  # "xent": softmax cross-entropy; "mse": 0.5 (out - y)^2, 1 output
+
+    def for_grad(self) -> Model:
+        """This model for code that differentiates it in evaluation mode (DivFL's gradient
+        features): "patches_train" convolutions run as "patches" there too (`core/conv.py`);
+        the same function, and every other model unchanged."""
+        if getattr(self.module, "conv_impl", None) == "patches_train":
+            return dataclasses.replace(self, module=self.module.clone(conv_impl="patches"))
+        return self
 
     def init(self, key: jax.Array) -> tuple[Any, Any]:
         x = jnp.zeros((1, *self.input_shape), self.input_dtype)
@@ -187,7 +195,7 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     """Build a registered model; `name='auto'` takes the dataset's default.
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
-    "auto" = "patches" on the CPU backend, "xla" elsewhere. Models without a `conv_impl`
+    "auto" = "patches_train" on the CPU backend, "xla" elsewhere. Models without a `conv_impl`
     field (the MLPs, user-registered modules) ignore it.
     """
     if name == "auto":
@@ -222,13 +230,13 @@ class CNNBN(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
+    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
         for ch in (6, 16):
-            x = Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x)
+            x = Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x, train)
             x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
             x = nn.max_pool(x, (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
@@ -248,12 +256,12 @@ class _BasicBlock(nn.Module):
         bn = lambda: nn.BatchNorm(use_running_average=not train, momentum=0.9)
         conv = lambda k, s=1: Conv(self.channels, (k, k), (s, s), use_bias=False,
                                    impl=self.conv_impl)
-        y = conv(3, self.stride)(x)
+        y = conv(3, self.stride)(x, train)
         y = nn.relu(bn()(y))
-        y = conv(3)(y)
+        y = conv(3)(y, train)
         y = bn()(y)
         if self.stride != 1 or x.shape[-1] != self.channels:
-            x = conv(1, self.stride)(x)
+            x = conv(1, self.stride)(x, train)
             x = bn()(x)
         return nn.relu(x + y)
 
@@ -266,12 +274,12 @@ class ResNet20(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
+    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
-        x = Conv(16, (3, 3), use_bias=False, impl=self.conv_impl)(x)
+        x = Conv(16, (3, 3), use_bias=False, impl=self.conv_impl)(x, train)
         x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
         for stage, ch in enumerate((16, 32, 64)):
             for b in range(3):
@@ -297,14 +305,16 @@ class SimpleCNN(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla" or "patches"
+    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         init = nn.initializers.glorot_uniform()
         x = _as_image(self.norm(x))
-        x = nn.relu(Conv(32, (3, 3), padding="VALID", impl=self.conv_impl, kernel_init=init)(x))
-        x = nn.relu(Conv(64, (3, 3), padding="VALID", impl=self.conv_impl, kernel_init=init)(x))
+        x = nn.relu(Conv(32, (3, 3), padding="VALID", impl=self.conv_impl,
+                         kernel_init=init)(x, train))
+        x = nn.relu(Conv(64, (3, 3), padding="VALID", impl=self.conv_impl,
+                         kernel_init=init)(x, train))
         x = nn.max_pool(x, (2, 2), (2, 2))
         x = nn.Dropout(0.25, deterministic=not train)(x)
         x = x.reshape((x.shape[0], -1))

@@ -76,10 +76,16 @@ class WeightRule(NamedTuple):
     needs: the loss reports the rule reads from `updates.extra`, a subset of
     `REPORTS` ("loss_before" = F_k(w) at the received model, "loss_after" = F_k(w_k));
     the composed local update computes exactly these (`client.reporting`).
+    logits: optional `logits(updates, idx, valid, state, hp) -> z [m]` for rules that are a
+    softmax of per-slot values, fn == masked_softmax(z, valid) (proportional: log n_k,
+    uniform: 0, Exp-alpha: (F_k(w_k) - F_k(w)) / alpha). z_k may read only slot k's own
+    reports, so a chunked round can aggregate in one pass with a running softmax
+    (`execute.cohort.chunked_one_pass`) instead of training every client twice.
     """
 
     fn: WeightFn
     needs: frozenset = frozenset()
+    logits: WeightFn | None = None
 
 
 REPORTS = ("loss_before", "loss_after")

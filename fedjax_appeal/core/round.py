@@ -108,7 +108,11 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
         keys = jax.random.split(k_loc, idx.shape[0])
         c = 0 if uplink is not None else cohort.chunk_size(client_chunk, idx.shape[0],
                                                           state.params)
-        if c:  # two passes over chunks of c clients (see cohort.py)
+        one_pass = bool(c) and weights.logits is not None
+        if one_pass:  # a softmax rule: one pass over chunks of c clients (see cohort.py)
+            upd, pseudo = cohort.chunked_one_pass(local, corrupt, state, data, idx, keys,
+                                                  valid, k_adv, hp, weights.logits, c)
+        elif c:  # two passes over chunks of c clients (see cohort.py)
             upd = cohort.chunked_statistics(local, corrupt, state, data, idx, keys, valid,
                                             k_adv, hp, c)
         else:
@@ -129,10 +133,11 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
         if uplink is not None and uplink.aggregate is not None:
             pseudo, w, mem, m2 = uplink.aggregate(upd, w, valid, k_agg, mem, hp)
             up_metrics.update(m2)
-        else:
-            pseudo = (cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys,
-                                                    valid, k_adv, hp, w, c) if c
-                      else weighted_sum(w, upd.delta))
+        elif c and not one_pass:
+            pseudo = cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys,
+                                                   valid, k_adv, hp, w, c)
+        elif not c:
+            pseudo = weighted_sum(w, upd.delta)
         new = server_step(state, pseudo, tx(hp))
         if uplink is not None:
             new = new.replace(extra={**new.extra, "uplink": mem})

@@ -1,4 +1,4 @@
-"""Large cohorts: the cohort's local updates in chunks of clients (two passes).
+"""Large cohorts: the cohort's local updates in chunks of clients (one or two passes).
 
 When m x |params| does not fit in memory, `make_round` runs the vmapped local update on
 chunks of c clients with `lax.map`/`lax.scan` instead of all m at once, so at most c
@@ -15,11 +15,19 @@ passes over the chunks:
      same Delta_k) and adds sum_{k in chunk} w_k Delta_k to a running sum.
 
 This costs twice the local computation but keeps every weight rule exact; the unchunked
-round (the default) is unchanged. In a chunked round the `ClientUpdate` seen by the weight
-rule, `post` and the selector's `update` has `delta=None` and carries each client's
-||Delta_k||^2 in `extra["delta_sq_norm"]` instead (q-FFL reads it; rules that need the
-per-client deltas themselves cannot use chunking). A `corrupt` hook is applied per chunk
-with the key `fold_in(key, chunk)` in both passes: without Byzantine clients the result equals the
+round (the default) is unchanged.
+
+Rules that are a softmax of per-client values (`WeightRule.logits`: proportional, uniform,
+Exp-alpha) need no second pass: `chunked_one_pass` keeps a running maximum M of the values
+z_k, a running sum S = sum_k exp(z_k - M) and a running sum A = sum_k exp(z_k - M) Delta_k,
+rescaling S and A by exp(M_old - M_new) when a chunk raises M (the online softmax); A / S
+is then sum_k w_k Delta_k, and each client trains once.
+
+In a chunked round the `ClientUpdate` seen by the weight rule, `post` and the selector's
+`update` has `delta=None` and carries each client's ||Delta_k||^2 in
+`extra["delta_sq_norm"]` instead (q-FFL reads it; rules that need the per-client deltas
+themselves cannot use chunking). A `corrupt` hook is applied per chunk with the key
+`fold_in(key, chunk)` in every pass: without Byzantine clients the result equals the
 unchunked round up to float summation order; with them the noise has the same
 distribution but is drawn differently.
 """
@@ -115,3 +123,40 @@ def chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid, k_adv,
     acc0 = jax.tree.map(jnp.zeros_like, state.params)
     acc, _ = jax.lax.scan(body, acc0, (jnp.arange(n), ix, ks, vs, wp))
     return acc
+
+
+def chunked_one_pass(local, corrupt, state, data, idx, keys, valid, k_adv, hp, logits,
+                     c: int):
+    """One pass: the cohort's statistics (as `chunked_statistics`) and the pseudo-gradient
+    sum_k w_k Delta_k with w = masked_softmax(z, valid), z = `logits(...)` per chunk.
+
+    Returns (updates without deltas [m], pseudo-gradient like params). Equal to pass 1 +
+    pass 2 with w from the same softmax, up to float summation order.
+    """
+    m = idx.shape[0]
+    n, (ix, ks, vs) = _chunks(c, m, idx, keys, valid)
+    real = (jnp.arange(n * c) < m).reshape(n, c)  # padded slots repeat client 0: masked
+
+    def body(carry, args):
+        acc, top, tot = carry
+        i, a, b, v, r = args
+        upd = _run_chunk(local, corrupt, state, data, hp, k_adv, i, a, b, v)
+        ok = v & r
+        z = jnp.where(ok, logits(upd, a, ok, state, hp), -jnp.inf)
+        new_top = jnp.maximum(top, jnp.max(z))
+        shift = jnp.where(jnp.isfinite(new_top), new_top, 0.0)
+        keep = jnp.where(jnp.isfinite(top), jnp.exp(top - shift), 0.0)
+        e = jnp.where(ok, jnp.exp(jnp.where(ok, z - shift, 0.0)), 0.0)
+        acc = jax.tree.map(lambda s_, d: keep * s_ + jnp.tensordot(e, d, axes=1), acc,
+                           upd.delta)
+        sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1)
+                 for d in jax.tree.leaves(upd.delta))
+        stats = upd._replace(delta=None, extra={**upd.extra, DELTA_SQ_NORM: sq})
+        return (acc, new_top, keep * tot + jnp.sum(e)), stats
+
+    acc0 = jax.tree.map(jnp.zeros_like, state.params)
+    init = (acc0, jnp.float32(-jnp.inf), jnp.float32(0.0))
+    (acc, _, tot), upd = jax.lax.scan(body, init, (jnp.arange(n), ix, ks, vs, real))
+    scale = jnp.where(tot > 0, 1.0 / jnp.where(tot > 0, tot, 1.0), 0.0)
+    pseudo = jax.tree.map(lambda a: a * scale, acc)
+    return jax.tree.map(lambda a: a.reshape((n * c,) + a.shape[2:])[:m], upd), pseudo

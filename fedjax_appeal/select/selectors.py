@@ -111,6 +111,7 @@ def project_rows(x: jax.Array, dim: int, block: int = 4096) -> jax.Array:
 def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
                 chunk: int = 256):
     """(F_k(w), grad F_k(w)) of client k over all its rows, in fixed masked chunks."""
+    model = model.for_grad()
     chunk = max(1, min(chunk, arrays.max_count))
     n_chunks = -(-arrays.max_count // chunk)
 
