@@ -101,19 +101,17 @@ def main():
     k_init, k_train = split_key(jax.random.key(cfg.seed))
     if "two" in modes and TWO_PASS not in AGGREGATIONS:
         AGGREGATIONS.register(TWO_PASS)(AGGREGATIONS["proportional"]._replace(logits=None))
+    # one chunk size for every mode (the automatic rule reads free memory, which moves)
+    chunk = chunk_size(cfg.client_chunk, m, jax.eval_shape(
+        build("fedavg", model, cfg).init, k_init, data, hp).params)
+    cfg = cfg.replace(client_chunk=chunk or -1)
+    print(f"cohort {m}: chunk {chunk or 'none (one vmap)'}; memory budget "
+          f"{memory_budget() / 2**30:.1f} GiB; data loaded in {load_s:.1f}s", flush=True)
     results = {}
     for mode in modes:
         c = cfg.replace(aggregation=TWO_PASS) if mode == "two" else cfg
-        alg = build("fedavg", model, c)
-        if mode == "one":
-            chunk = chunk_size(cfg.client_chunk, m, jax.eval_shape(
-                alg.init, k_init, data, hp).params)
-            print(f"cohort {m}: chunk {chunk or 'none (one vmap)'}; memory budget "
-                  f"{memory_budget() / 2**30:.1f} GiB; data loaded in {load_s:.1f}s",
-                  flush=True)
-        results[mode] = timed(alg, data, hp, k_init, k_train, args.repeats, f"{mode} pass")
-    chunk = chunk_size(cfg.client_chunk, m, jax.eval_shape(
-        build("fedavg", model, cfg).init, k_init, data, hp).params)
+        results[mode] = timed(build("fedavg", model, c), data, hp, k_init, k_train,
+                              args.repeats, f"{mode} pass")
     result = {"machine": machine(), "backend": jax.default_backend(), "cohort": m,
               "clients": m, "workload": WORKLOAD, "chunk": chunk, "modes": results,
               "memory_budget": memory_budget(), "load_average": os.getloadavg()}
