@@ -21,7 +21,11 @@ Roofline: the same run measures the device's fp32 matmul peak (best `jnp.dot` of
 2048 x 2048 matrices, at the start and the end) and reports our achieved FLOP/s (cohort x
 tau x XLA's FLOP count of one local step, over our best s/round) as a share of it.
 
-    python benchmarks/round_throughput.py --cohorts 10,100 --repeats 5 --fedjax
+`--cpu-devices N` also times our round with the host CPU split into N JAX devices and the
+cohort sharded over them (`run --cpu-devices N --devices N`): XLA:CPU runs a vmapped
+cohort's small batched matmuls on about one core, and each device then computes its share.
+
+    python benchmarks/round_throughput.py --cohorts 10,100 --repeats 5 --fedjax --cpu-devices 2
 """
 
 from __future__ import annotations
@@ -53,7 +57,9 @@ from torch_peer import LABELS, VARIANTS, make_torch_round  # noqa: E402
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import HParams, RunConfig  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
+from fedjax_appeal.core.parts import Executor  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
+from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
 from fedjax_appeal.run.simulate import make_chunk, split_key  # noqa: E402
 
 FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
@@ -81,10 +87,13 @@ def jax_round_calls(cfg, hp, rounds_per_call):
     """
     data, ds = load_federated(cfg)
     model = model_for(cfg.model, data, ds)
-    alg = build("fedavg", model, cfg)
+    mesh = make_mesh(cfg.devices)  # None for one device
+    alg = build("fedavg", model, cfg,
+                executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
+    data = replicate(data, mesh)
     hp = hp.as_arrays()
     k_init, k_train = split_key(jax.random.key(cfg.seed))
-    state = jax.jit(alg.init)(k_init, data, hp)
+    state = replicate(jax.jit(alg.init)(k_init, data, hp), mesh)
     rounds = jnp.arange(rounds_per_call, dtype=jnp.int32)
     t = time.perf_counter()
     chunk = jax.jit(make_chunk(alg)).lower(state, data, k_train, hp, rounds).compile()
@@ -165,11 +174,16 @@ def main():
     ap.add_argument("--client-lanes", default="",
                     help="also time ours with these --client-lanes values, comma list (e.g. "
                          "1,10: clients side by side, the groups in a loop), interleaved")
+    ap.add_argument("--cpu-devices", type=int, default=0,
+                    help="also time ours with the CPU split into this many devices and the "
+                         "cohort sharded over them (0 = no such column)")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
     ap.add_argument("--no-append", action="store_true",
                     help="do not append a section to benchmarks/RESULTS.md")
     ap.add_argument("--out", default=str(HERE / "results" / "round_throughput.json"))
     args = ap.parse_args()
+    if args.cpu_devices > 1:
+        split_cpu(args.cpu_devices)  # before JAX's first operation
 
     hp = HP
     on_gpu = jax.default_backend() == "gpu"
@@ -200,6 +214,9 @@ def main():
         for lanes in lane_set:
             f, _, _, _, _ = jax_round_calls(cfg.replace(client_lanes=lanes), hp, rpc)
             calls[f"lanes{lanes}"] = (f, rpc)
+        if args.cpu_devices > 1:
+            f, _, _, _, _ = jax_round_calls(cfg.replace(devices=args.cpu_devices), hp, rpc)
+            calls["cpudev"] = (f, rpc)
         threads = {}
         if m <= args.torch_max_cohort:
             for v in variants:
@@ -216,8 +233,7 @@ def main():
                **{k: stats(v) for k, v in secs.items()}, "torch_threads": threads}
         row["achieved_flops"] = flops_round / row["ours"]["min"]
         row["share_of_peak"] = row["achieved_flops"] / peak["best_flops"]
-        for lanes in lane_set:
-            k = f"lanes{lanes}"
+        for k in [f"lanes{lanes}" for lanes in lane_set] + ["cpudev"] * (args.cpu_devices > 1):
             row[f"speedup_{k}"] = row["ours"]["median"] / row[k]["median"]
             row[f"achieved_flops_{k}"] = flops_round / row[k]["min"]
         if fedjax_py is not None:
@@ -230,6 +246,8 @@ def main():
         for k in [*variants, "fedjax"]:
             if k in row:
                 row[f"ratio_{k}"] = row[k]["median"] / row["ours"]["median"]
+                if "cpudev" in row:
+                    row[f"ratio_{k}_vs_cpudev"] = row[k]["median"] / row["cpudev"]["median"]
         print(f"cohort {m:5d}: ours {_cell(row['ours'])} s/round, "
               f"{row['achieved_flops'] / 1e9:.1f} GFLOP/s ({100 * row['share_of_peak']:.0f}% "
               "of peak); " + ", ".join(f"{k} {row[k]['median']:.4f} ({row['ratio_' + k]:.2f}x)"
@@ -248,8 +266,11 @@ def main():
     lane_keys = sorted({k for r in rows for k in r if k.startswith("speedup_")})
     lane_keys = [k.removeprefix("speedup_") for k in lane_keys]
     head = (["cohort", "ours s/round (min / median)", "GFLOP/s (share of matmul peak)"]
-            + [f"ours, --client-lanes {k.removeprefix('lanes')} (min / median; speed-up; "
-               "share of peak)" for k in lane_keys]
+            + [(f"ours, --client-lanes {k.removeprefix('lanes')} (min / median; speed-up; "
+                "share of peak)") if k != "cpudev" else
+               (f"ours, --cpu-devices {args.cpu_devices} --devices {args.cpu_devices} (min / "
+                "median; speed-up; share of peak; each peer's ratio to it)")
+               for k in lane_keys]
             + [f"{LABELS.get(k, 'FedJAX 0.0.17')} (min / median; ratio)" for k in peers])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -257,13 +278,16 @@ def main():
                  f"{r['achieved_flops'] / 1e9:.1f} ({100 * r['share_of_peak']:.0f}%)"]
         cells += [f"{_cell(r[k])}; {r['speedup_' + k]:.2f}×; "
                   f"{100 * r['achieved_flops_' + k] / peak['best_flops']:.0f}%"
+                  + "".join(f"; {LABELS.get(v, 'FedJAX')} {r[f'ratio_{v}_vs_{k}']:.2f}×"
+                            for v in peers if f"ratio_{v}_vs_{k}" in r)
                   if k in r else "—" for k in lane_keys]
         cells += [f"{_cell(r.get(k))}; {r['ratio_' + k]:.2f}×" if k in r else "—" for k in peers]
         lines.append("| " + " | ".join(cells) + " |")
     notes = ("Workload: " + WORKLOAD + f"; {args.repeats} interleaved repeats per side "
              "(ours, then each PyTorch variant, in turn; FedJAX in its own process after them). "
              "Ratio = peer median / ours median (ours = one vmap over the cohort); "
-             "speed-up of a --client-lanes column = ours median / its median. GFLOP/s = "
+             "speed-up of a --client-lanes or --cpu-devices column = ours median / its "
+             "median. GFLOP/s = "
              "cohort x tau x XLA's FLOPs of one local step / our best s/round; matmul peak = "
              "best fp32 jnp.dot "
              f"({peak['n']}x{peak['n']}) measured in the same run: "

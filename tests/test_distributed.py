@@ -117,12 +117,15 @@ from fedjax_appeal.execute.stderr_filter import run as filter_stderr  # noqa: E4
     (["--coordinator-address", "h:1234", "--num-processes", "2", "--process-id", "2"],
      "--process-id 2 must lie in 0 .. 1"),
     (["--heartbeat-timeout", "0"], "--heartbeat-timeout must be >= 1"),
+    (["--cpu-devices", "-1"], "--cpu-devices must be >= 0"),
+    (["--cpu-devices", "2"], "--cpu-devices must be set before JAX runs"),  # JAX runs here
 ])
 def test_process_flags_refused_in_one_line(tmp_path, capsys, monkeypatch, flags, msg):
     def never(*a, **k):
         raise AssertionError("the runtime was started")
 
     monkeypatch.setattr(jax.distributed, "initialize", never)
+    assert jax.device_count() >= 1  # JAX has run in this process (for --cpu-devices 2)
     assert main(["run", "--dataset", "synthetic", *flags, "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fedjax-appeal: error:") and msg in err[0]
@@ -200,3 +203,27 @@ def test_runtime_that_cannot_start_is_one_line(tmp_path):
     assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
     assert "multi-process runtime did not start" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_cpu_devices_shard_the_cohort_and_keep_the_history(tmp_path):
+    """`--cpu-devices 2 --devices 2` in a fresh process: two CPU devices, the cohort sharded
+    over them, and the one-device history up to float summation order."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    flags = ["run", "--dataset", "synthetic", "--clients", "8", "--unseen-clients", "0",
+             "--cohort", "4", "--rounds", "3", "--local-steps", "3", "--batch-size", "8",
+             "--eval-every", "1", "--min-samples", "4", "--partition", "natural",
+             "--no-appeal", "--client-lr", "0.3"]
+    res = {}
+    for name, extra in (("one", []), ("two", ["--cpu-devices", "2", "--devices", "2"])):
+        r = subprocess.run([sys.executable, "-m", "fedjax_appeal", *flags, *extra, "--out",
+                            str(tmp_path / name)], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        res[name] = json.loads((tmp_path / name / "results.json").read_text())
+    assert res["one"]["environment"]["devices"] == 1
+    assert res["two"]["environment"]["devices"] == 2
+    for a, b in zip(res["one"]["history"], res["two"]["history"], strict=True):
+        for k in ("train_loss", "test_acc_seen", "test_loss_seen"):
+            assert b[k] == pytest.approx(a[k], rel=1e-5), (a["round"], k)

@@ -135,13 +135,17 @@ def parse_hp_args(items: list[str]) -> dict[str, float]:
 
 # Flags of the process, not of the simulation (never part of a RunConfig).
 PROCESS_KEYS = ("coordinator_address", "num_processes", "process_id", "heartbeat_timeout",
-                "overwrite")
+                "overwrite", "cpu_devices")
 
 
 def add_process_flags(p: argparse.ArgumentParser) -> None:
     """--overwrite and the multi-process flags (see `distributed.initialize`)."""
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results and checkpoint of another run in --out")
+    p.add_argument("--cpu-devices", type=int, default=0, metavar="N",
+                   help="split the host CPU into N JAX devices (jax_num_cpu_devices), so that "
+                        "--devices N (or 0) shards the cohort over the cores: each device runs "
+                        "its own share of the clients' matmuls (0 = JAX's default, one device)")
     g = p.add_argument_group("several processes (one simulation over all their devices)")
     g.add_argument("--coordinator-address", default="", metavar="HOST:PORT",
                    help="address of process 0 (with --num-processes, --process-id); without "
@@ -157,10 +161,11 @@ def add_process_flags(p: argparse.ArgumentParser) -> None:
 
 def start_processes(args: argparse.Namespace) -> bool:
     """Start the multi-process runtime from the flags / the environment (before JAX runs)."""
-    from ..execute.distributed import initialize
+    from ..execute.distributed import initialize, split_cpu
 
     if not hasattr(args, "coordinator_address"):
         return False
+    split_cpu(args.cpu_devices)
     if args.heartbeat_timeout < 1:
         raise ConfigError(f"--heartbeat-timeout must be >= 1 second (got "
                           f"{args.heartbeat_timeout})")

@@ -94,7 +94,7 @@ REPORTS = ("loss_before", "loss_after")
 class Executor(NamedTuple):
     """How a round runs its cohort's local updates (an explicit argument of `make_round`).
 
-    client_chunk: > 0 runs the cohort in chunks of that many clients (two passes, see
+    client_chunk: > 0 runs the cohort in chunks of that many clients (one or two passes, see
       `cohort`); 0 chunks only when the cohort's copies of the model exceed the memory
       budget (`memory.memory_budget`); -1 always runs one `vmap` over the whole cohort.
     mesh: a `distributed` mesh whose devices share the cohort axis (None = one device).
@@ -116,7 +116,7 @@ VMAP = Executor(client_chunk=-1)  # always one vmap over the whole cohort
 
 
 def chunked(clients: int) -> Executor:
-    """Chunks of `clients` clients (two passes, see `cohort`)."""
+    """Chunks of `clients` clients (one or two passes, see `cohort`)."""
     return Executor(client_chunk=clients)
 
 

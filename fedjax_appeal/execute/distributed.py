@@ -198,6 +198,26 @@ def fetch(tree):
     return jax.tree.map(one, tree)
 
 
+def split_cpu(n: int) -> None:
+    """Make the host CPU appear as `n` JAX devices (`jax_num_cpu_devices`; 0 = leave it).
+
+    XLA:CPU runs a vmapped cohort's small batched matmuls on about one core; with the cohort
+    sharded over n CPU devices (`make_mesh`) each device computes its share of the clients
+    at once (benchmarks/RESULTS.md: the FedAvg MLP round at cohort 100 on 2 cores). Must run
+    before JAX's first operation in the process.
+    """
+    if n < 0:
+        raise ConfigError(f"--cpu-devices must be >= 0 (got {n})")
+    if n == 0:
+        return
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except RuntimeError:
+        raise ConfigError("--cpu-devices must be set before JAX runs; in Python call "
+                          "jax.config.update('jax_num_cpu_devices', N) right after "
+                          "`import jax`") from None
+
+
 def make_mesh(devices: int = 0) -> Mesh | None:
     """A 1-D mesh over the first `devices` devices (0 = all); None for a single device.
 

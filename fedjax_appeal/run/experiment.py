@@ -72,7 +72,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         **({"privacy": privacy_summary(cfg, hp, data.num_clients, cfg.rounds)}
            if cfg.dp != "off" else {}),
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,
-                        "backend": jax.default_backend(), "python": platform.python_version(),
+                        "backend": jax.default_backend(), "devices": jax.device_count(),
+                        "python": platform.python_version(),
                         "machine": platform.machine()},
     }
     return results, sim
