@@ -88,6 +88,18 @@ def _run_chunk(local, corrupt, state, data, hp, k_adv, i, ix, ks, vs):
 DELTA_SQ_NORM = "delta_sq_norm"  # extra statistic of a chunked round: ||Delta_k||^2
 
 
+def _statistics(upd):
+    """A chunk's updates without deltas, each client's ||Delta_k||^2 in the extras."""
+    sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1)
+             for d in jax.tree.leaves(upd.delta))
+    return upd._replace(delta=None, extra={**upd.extra, DELTA_SQ_NORM: sq})
+
+
+def _unchunk(tree, m: int):
+    """[n, c, ...] leaves back to the cohort's [m, ...] (padding dropped)."""
+    return jax.tree.map(lambda a: a.reshape((-1,) + a.shape[2:])[:m], tree)
+
+
 def chunked_statistics(local, corrupt, state, data, idx, keys, valid, k_adv, hp, c: int):
     """Pass 1: the cohort's `ClientUpdate` without deltas ([m] leaves, `delta=None`).
 
@@ -99,13 +111,9 @@ def chunked_statistics(local, corrupt, state, data, idx, keys, valid, k_adv, hp,
 
     def one(args):
         i, a, b, v = args
-        upd = _run_chunk(local, corrupt, state, data, hp, k_adv, i, a, b, v)
-        sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1)
-                 for d in jax.tree.leaves(upd.delta))
-        return upd._replace(delta=None, extra={**upd.extra, DELTA_SQ_NORM: sq})
+        return _statistics(_run_chunk(local, corrupt, state, data, hp, k_adv, i, a, b, v))
 
-    upd = jax.lax.map(one, (jnp.arange(n), ix, ks, vs))
-    return jax.tree.map(lambda a: a.reshape((n * c,) + a.shape[2:])[:m], upd)
+    return _unchunk(jax.lax.map(one, (jnp.arange(n), ix, ks, vs)), m)
 
 
 def chunked_weighted_delta(local, corrupt, state, data, idx, keys, valid, k_adv, hp, w, c: int):
@@ -149,14 +157,11 @@ def chunked_one_pass(local, corrupt, state, data, idx, keys, valid, k_adv, hp, l
         e = jnp.where(ok, jnp.exp(jnp.where(ok, z - shift, 0.0)), 0.0)
         acc = jax.tree.map(lambda s_, d: keep * s_ + jnp.tensordot(e, d, axes=1), acc,
                            upd.delta)
-        sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1)
-                 for d in jax.tree.leaves(upd.delta))
-        stats = upd._replace(delta=None, extra={**upd.extra, DELTA_SQ_NORM: sq})
-        return (acc, new_top, keep * tot + jnp.sum(e)), stats
+        return (acc, new_top, keep * tot + jnp.sum(e)), _statistics(upd)
 
     acc0 = jax.tree.map(jnp.zeros_like, state.params)
     init = (acc0, jnp.float32(-jnp.inf), jnp.float32(0.0))
     (acc, _, tot), upd = jax.lax.scan(body, init, (jnp.arange(n), ix, ks, vs, real))
     scale = jnp.where(tot > 0, 1.0 / jnp.where(tot > 0, tot, 1.0), 0.0)
     pseudo = jax.tree.map(lambda a: a * scale, acc)
-    return jax.tree.map(lambda a: a.reshape((n * c,) + a.shape[2:])[:m], upd), pseudo
+    return _unchunk(upd, m), pseudo
