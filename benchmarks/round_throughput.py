@@ -24,8 +24,11 @@ tau x XLA's FLOP count of one local step, over our best s/round) as a share of i
 `--cpu-devices N` also times our round with the host CPU split into N JAX devices and the
 cohort sharded over them (`run --cpu-devices N --devices N`): XLA:CPU runs a vmapped
 cohort's small batched matmuls on about one core, and each device then computes its share.
+`--cpu-lanes 0,1` gives one such column per `--client-lanes` value (0 = each device's share
+in one vmap; L = L of them at a time in a loop on each device).
 
-    python benchmarks/round_throughput.py --cohorts 10,100 --repeats 5 --fedjax --cpu-devices 2
+    python benchmarks/round_throughput.py --cohorts 10,100 --repeats 5 --fedjax \
+        --cpu-devices 2 --cpu-lanes 0,1
 """
 
 from __future__ import annotations
@@ -154,6 +157,11 @@ def torch_round_times(data, ds, cfg, hp, repeats, device, variant="loop", thread
     return time_repeats(f, repeats), torch.__version__, n
 
 
+def _cpu_key(lanes: int) -> str:
+    """Row key of the --cpu-devices column with these --client-lanes."""
+    return "cpudev" if lanes <= 0 else f"cpudev_lanes{lanes}"
+
+
 def _cell(st: dict | None) -> str:
     return "—" if not st else f"{st['min']:.4f} / {st['median']:.4f}"
 
@@ -177,6 +185,9 @@ def main():
     ap.add_argument("--cpu-devices", type=int, default=0,
                     help="also time ours with the CPU split into this many devices and the "
                          "cohort sharded over them (0 = no such column)")
+    ap.add_argument("--cpu-lanes", default="0",
+                    help="with --cpu-devices: one column per --client-lanes value, comma "
+                         "list (0 = each device's clients in one vmap)")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
     ap.add_argument("--no-append", action="store_true",
                     help="do not append a section to benchmarks/RESULTS.md")
@@ -184,6 +195,8 @@ def main():
     args = ap.parse_args()
     if args.cpu_devices > 1:
         split_cpu(args.cpu_devices)  # before JAX's first operation
+    cpu_lanes = ([int(x) for x in args.cpu_lanes.split(",") if x] if args.cpu_devices > 1
+                 else [])
 
     hp = HP
     on_gpu = jax.default_backend() == "gpu"
@@ -214,9 +227,10 @@ def main():
         for lanes in lane_set:
             f, _, _, _, _ = jax_round_calls(cfg.replace(client_lanes=lanes), hp, rpc)
             calls[f"lanes{lanes}"] = (f, rpc)
-        if args.cpu_devices > 1:
-            f, _, _, _, _ = jax_round_calls(cfg.replace(devices=args.cpu_devices), hp, rpc)
-            calls["cpudev"] = (f, rpc)
+        for lanes in cpu_lanes:
+            f, _, _, _, _ = jax_round_calls(cfg.replace(devices=args.cpu_devices,
+                                                        client_lanes=lanes), hp, rpc)
+            calls[_cpu_key(lanes)] = (f, rpc)
         threads = {}
         if m <= args.torch_max_cohort:
             for v in variants:
@@ -233,7 +247,7 @@ def main():
                **{k: stats(v) for k, v in secs.items()}, "torch_threads": threads}
         row["achieved_flops"] = flops_round / row["ours"]["min"]
         row["share_of_peak"] = row["achieved_flops"] / peak["best_flops"]
-        for k in [f"lanes{lanes}" for lanes in lane_set] + ["cpudev"] * (args.cpu_devices > 1):
+        for k in [f"lanes{lanes}" for lanes in lane_set] + [_cpu_key(x) for x in cpu_lanes]:
             row[f"speedup_{k}"] = row["ours"]["median"] / row[k]["median"]
             row[f"achieved_flops_{k}"] = flops_round / row[k]["min"]
         if fedjax_py is not None:
@@ -246,8 +260,8 @@ def main():
         for k in [*variants, "fedjax"]:
             if k in row:
                 row[f"ratio_{k}"] = row[k]["median"] / row["ours"]["median"]
-                if "cpudev" in row:
-                    row[f"ratio_{k}_vs_cpudev"] = row[k]["median"] / row["cpudev"]["median"]
+                for c in [_cpu_key(x) for x in cpu_lanes]:
+                    row[f"ratio_{k}_vs_{c}"] = row[k]["median"] / row[c]["median"]
         print(f"cohort {m:5d}: ours {_cell(row['ours'])} s/round, "
               f"{row['achieved_flops'] / 1e9:.1f} GFLOP/s ({100 * row['share_of_peak']:.0f}% "
               "of peak); " + ", ".join(f"{k} {row[k]['median']:.4f} ({row['ratio_' + k]:.2f}x)"
@@ -267,9 +281,10 @@ def main():
     lane_keys = [k.removeprefix("speedup_") for k in lane_keys]
     head = (["cohort", "ours s/round (min / median)", "GFLOP/s (share of matmul peak)"]
             + [(f"ours, --client-lanes {k.removeprefix('lanes')} (min / median; speed-up; "
-                "share of peak)") if k != "cpudev" else
-               (f"ours, --cpu-devices {args.cpu_devices} --devices {args.cpu_devices} (min / "
-                "median; speed-up; share of peak; each peer's ratio to it)")
+                "share of peak)") if not k.startswith("cpudev") else
+               (f"ours, --cpu-devices {args.cpu_devices} --devices {args.cpu_devices}"
+                + (f" --client-lanes {k.removeprefix('cpudev_lanes')}" if k != "cpudev" else "")
+                + " (min / median; speed-up; share of peak; each peer's ratio to it)")
                for k in lane_keys]
             + [f"{LABELS.get(k, 'FedJAX 0.0.17')} (min / median; ratio)" for k in peers])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

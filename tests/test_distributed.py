@@ -32,40 +32,60 @@ from fedjax_appeal.algorithms import build
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
 from fedjax_appeal.run.simulate import simulate
+from fedjax_appeal.core.round import for_each_client
 from fedjax_appeal.execute.distributed import make_mesh
 
 assert len(jax.devices()) == 8, jax.devices()
 data = make_tiny_data(num_clients=16, unseen=2)
 model = make_model("mlp", "tiny", 3, (5,), np.float32, scale=1.0)
 out = {}
-for dev in (1, 8):
+# (devices, lanes): 2 devices x 4 clients one at a time / 3 then 1; 3 devices do not divide 8
+for dev, lanes in ((1, 0), (8, 0), (2, 1), (2, 3), (3, 2)):
     cfg = RunConfig(clients=16, unseen_clients=2, cohort=8, local_steps=3, batch_size=4,
-                    devices=dev)
+                    devices=dev, client_lanes=lanes)
     alg = build("fedavg", model, cfg)
     res = simulate(alg, data, HParams(client_lr=0.1), jax.random.key(0), rounds=4,
                    eval_every=2, mesh=make_mesh(dev))
-    out[dev] = {"history": res.history,
+    out[f"{dev}/{lanes}"] = {"history": res.history,
                 "idx": np.asarray(res.round_metrics["cohort_idx"]).tolist(),
                 "devices": len(jax.tree.leaves(res.final_state.params)[0].sharding.device_set)}
+# lanes under a mesh: each device loops over its m / D clients (a scan of m / D / lanes)
+def scans(lanes, dev):
+    f = for_each_client(lambda st, d, k, key, hp: 2.0 * k, lanes, make_mesh(dev))
+    idx = jax.numpy.arange(8)
+    keys = jax.random.split(jax.random.key(0), 8)
+    got = jax.jit(f)(None, None, idx, keys, None)
+    assert np.array_equal(np.asarray(got), 2.0 * np.arange(8)), got
+    jaxpr = jax.make_jaxpr(f)(None, None, idx, keys, None)
+    return sorted(e.params["length"] for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan")
+out["scans"] = {"2/1": scans(1, 2), "2/3": scans(3, 2), "2/0": scans(0, 2),
+                "3/2": scans(2, 3)}
 print(json.dumps(out))
 """
 
 
 @pytest.mark.slow
 def test_eight_fake_devices_equal_one_device():
+    """8 devices, and 2 devices each running its clients in lanes, give the 1-device
+    history."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
            "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT / "tests")], env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    one, eight = out["1"], out["8"]
-    assert one["devices"] == 1 and eight["devices"] == 8  # replicated over the mesh
-    assert one["idx"] == eight["idx"]  # same cohorts
-    for a, b in zip(one["history"], eight["history"], strict=True):
-        assert a["round"] == b["round"]
-        for k in ("train_loss", "test_loss_seen", "test_acc_seen", "test_loss_unseen"):
-            np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5)
+    # lanes 1: 4 clients per device one by one; lanes 3: a scan of 1 (3 clients) + the rest
+    # of 1; no lanes, or 3 devices for 8 clients: one sharded vmap, no scan
+    assert out.pop("scans") == {"2/1": [4], "2/3": [1], "2/0": [], "3/2": []}
+    one = out.pop("1/0")
+    assert one["devices"] == 1
+    for name, other in out.items():
+        assert other["devices"] == int(name.split("/")[0]), name  # replicated over the mesh
+        assert one["idx"] == other["idx"], name  # same cohorts
+        for a, b in zip(one["history"], other["history"], strict=True):
+            assert a["round"] == b["round"]
+            for k in ("train_loss", "test_loss_seen", "test_acc_seen", "test_loss_unseen"):
+                np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 @pytest.mark.slow

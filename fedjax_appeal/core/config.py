@@ -359,7 +359,8 @@ class RunConfig:
                               "budget; -1 = never)")
     client_lanes: int = _f(0, "clients of an unchunked cohort trained side by side in one "
                               "vmap, the rest following in a loop inside the same program "
-                              "(0 = the whole cohort in one vmap)")
+                              "(0 = the whole cohort in one vmap; with --devices D, "
+                              "each device's share of the cohort)")
     devices: int = _f(1, "devices to shard the cohort over (0 = all)")
     log: str = _f("", "experiment trackers, comma-separated: tensorboard (event files in "
                       "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)")

@@ -102,7 +102,8 @@ class Executor(NamedTuple):
       groups of `lanes` follow one another in a `lax.map` inside the same program (one
       pass, same results up to float reassociation). 0 = the whole cohort in one vmap (the
       faster layout measured for the MLP round on a 2-core CPU, see benchmarks/RESULTS.md;
-      narrow lanes bound the working set of large models). Ignored with a mesh.
+      narrow lanes bound the working set of large models). With a mesh of D devices, each
+      device runs its m / D clients `lanes` at a time (see `round.for_each_client`).
     The default, `Executor()`, is the automatic single-device round.
     """
 

@@ -58,10 +58,16 @@ def server_step(state: ServerState, pseudo_grad, tx: optax.GradientTransformatio
     return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
 
 
-def for_each_client(local: LocalFn, lanes: int = 0):
+def for_each_client(local: LocalFn, lanes: int = 0, mesh=None):
     """`local(state, data, k, key, hp)` over the cohort (`k`, `key` stacked [m]): `lanes`
     clients side by side in a vmap, the groups of lanes in turn in a `lax.map` (0 or >= m:
-    one vmap over all m)."""
+    one vmap over all m).
+
+    With a `mesh` of D devices and lanes > 0, each device takes m / D consecutive clients
+    and runs them `lanes` at a time: the cohort is viewed as [D, m / D], the outer axis is
+    sharded over the devices (a vmap), and the inner one goes through the `lax.map`
+    (a cohort that D does not divide runs as one sharded vmap instead).
+    """
     vf = jax.vmap(local, in_axes=(None, None, 0, 0, None))
     if lanes <= 0:
         return vf
@@ -72,7 +78,20 @@ def for_each_client(local: LocalFn, lanes: int = 0):
         return jax.lax.map(lambda a: local(state, data, a[0], a[1], hp), (idx, keys),
                            batch_size=lanes if lanes > 1 else None)
 
-    return mapped
+    if mesh is None:
+        return mapped
+    d = mesh.size
+
+    def per_device(state, data, idx, keys, hp):
+        m = idx.shape[0]
+        if d <= 1 or m % d or lanes >= m // d:
+            return vf(state, data, idx, keys, hp)
+        rows = constrain_cohort((idx.reshape(d, m // d), keys.reshape(d, m // d)), mesh)
+        out = jax.vmap(mapped, in_axes=(None, None, 0, 0, None))(state, data, *rows, hp)
+        out = constrain_cohort(out, mesh)
+        return jax.tree.map(lambda a: a.reshape(m, *a.shape[2:]), out)
+
+    return per_device
 
 
 def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,
@@ -100,7 +119,6 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
     """
 
     client_chunk, mesh, lanes = executor
-    lanes = 0 if mesh is not None else lanes
 
     def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
         k_sel, k_loc, k_adv = jax.random.split(key, 3)
@@ -117,7 +135,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
                                             k_adv, hp, c)
         else:
             idx_s, keys_s = constrain_cohort((idx, keys), mesh)
-            upd = for_each_client(local, lanes)(state, data, idx_s, keys_s, hp)
+            upd = for_each_client(local, lanes, mesh)(state, data, idx_s, keys_s, hp)
             upd = constrain_cohort(upd, mesh)
             if corrupt is not None:
                 upd = corrupt(upd, idx, valid, k_adv, data, hp)
