@@ -60,6 +60,25 @@ def scans(lanes, dev):
     return sorted(e.params["length"] for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan")
 out["scans"] = {"2/1": scans(1, 2), "2/3": scans(3, 2), "2/0": scans(0, 2),
                 "3/2": scans(2, 3)}
+
+# a sweep's batch of 4 runs sharded over 2 devices: one vmap, or each device's 2 runs in turn
+from fedjax_appeal.data import load_federated
+from fedjax_appeal.run.sweep import combine_lanes, sweep
+g = combine_lanes(lambda st, d, key, hp, r: st * hp, 1, 4, make_mesh(2))
+x = jax.numpy.arange(4.0)
+got = jax.jit(g, static_argnums=4)(x, None, jax.random.split(jax.random.key(0), 4), x + 1, 1)
+assert np.array_equal(np.asarray(got), np.arange(4.0) * np.arange(1.0, 5.0)), got
+jp = jax.make_jaxpr(g, static_argnums=4)(x, None, jax.random.split(jax.random.key(0), 4),
+                                         x, 1)
+out["sweep_scans"] = [e.params["length"] for e in jp.jaxpr.eqns if e.primitive.name == "scan"]
+scfg = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", clients=5,
+                 unseen_clients=2, cohort=3, rounds=2, local_steps=2, batch_size=4,
+                 eval_every=1, min_samples=4, appeal=False)
+sdata, sds = load_federated(scfg)
+for dev, lanes in ((1, 0), (2, 0), (2, 1)):
+    res = sweep(scfg, {"client_lr": [0.3, 0.05]}, [0, 3], data=sdata, dataset=sds,
+                max_parallel=4, lanes=lanes, mesh=make_mesh(dev))
+    out[f"sweep {dev}/{lanes}"] = [r["history"] for r in res.rows]
 print(json.dumps(out))
 """
 
@@ -77,6 +96,14 @@ def test_eight_fake_devices_equal_one_device():
     # lanes 1: 4 clients per device one by one; lanes 3: a scan of 1 (3 clients) + the rest
     # of 1; no lanes, or 3 devices for 8 clients: one sharded vmap, no scan
     assert out.pop("scans") == {"2/1": [4], "2/3": [1], "2/0": [], "3/2": []}
+    assert out.pop("sweep_scans") == [2]  # 2 runs per device, one at a time
+    swept = {k: out.pop(k) for k in list(out) if k.startswith("sweep")}
+    for name in ("sweep 2/0", "sweep 2/1"):  # every row of every layout equals 1 device's
+        for rows_a, rows_b in zip(swept["sweep 1/0"], swept[name], strict=True):
+            for a, b in zip(rows_a, rows_b, strict=True):
+                for k in a:
+                    np.testing.assert_allclose(a[k], b[k], rtol=2e-4, atol=2e-5,
+                                               err_msg=f"{name} {k}")
     one = out.pop("1/0")
     assert one["devices"] == 1
     for name, other in out.items():

@@ -172,19 +172,37 @@ def auto_lanes() -> int:
     return 1 if jax.default_backend() == "cpu" else 0
 
 
-def combine_lanes(fn: Callable, lanes: int, p: int) -> Callable:
+def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
     """`fn(state, data, key, hp, rounds)` over P combinations (state, key, hp stacked [P]):
     `lanes` of them side by side in a vmap, the groups of lanes one after another in a
-    `lax.map` inside the same program (lanes <= 0 or >= P: one vmap over all P)."""
+    `lax.map` inside the same program (lanes <= 0 or >= P: one vmap over all P).
+
+    With a `mesh` of D devices (D divides P), each device takes P / D consecutive
+    combinations and runs them `lanes` at a time: the batch is viewed as [D, P / D], the
+    outer axis sharded over the devices (a vmap), the inner one through the `lax.map`.
+    """
     vf = jax.vmap(fn, in_axes=(0, None, 0, 0, None))
-    if lanes <= 0 or lanes >= p:
+    d = 1 if mesh is None else int(mesh.devices.size)
+    if lanes <= 0 or lanes >= p // d:
         return vf
 
     def mapped(state, data, key, hp, rounds):
         return jax.lax.map(lambda a: fn(a[0], data, a[1], a[2], rounds), (state, key, hp),
                            batch_size=lanes if lanes > 1 else None)
 
-    return mapped
+    if d == 1:
+        return mapped
+    from ..execute.distributed import constrain_cohort
+
+    def per_device(state, data, key, hp, rounds):
+        rows = jax.tree.map(lambda a: a.reshape(d, p // d, *a.shape[1:]), (state, key, hp))
+        rows = constrain_cohort(rows, mesh)
+        out = jax.vmap(mapped, in_axes=(0, None, 0, 0, None))(
+            rows[0], data, rows[1], rows[2], rounds)
+        out = constrain_cohort(out, mesh)
+        return jax.tree.map(lambda a: a.reshape(p, *a.shape[2:]), out)
+
+    return per_device
 
 
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
@@ -206,8 +224,8 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
       save, save_every: `save(state, round, histories, per_round)` every `save_every`
         rounds (and, on Ctrl-C, at the last finished chunk before `KeyboardInterrupt` is
         raised again).
-      lanes: combinations trained side by side (`combine_lanes`; 0 = all P, a mesh always
-        uses all P); the rest of the batch follows inside the same program.
+      lanes: combinations trained side by side (`combine_lanes`; 0 = all P; with a mesh,
+        of each device's P / D); the rest follows inside the same program.
     """
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -233,7 +251,7 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
         compiled["eval"] = jax.jit(jax.vmap(alg.evaluate, in_axes=(0, None, 0)), **out).lower(
             state, data, hps).compile()
         timing["compile_s"] += time.perf_counter() - t
-    chunk = combine_lanes(make_chunk(alg), 0 if mesh is not None else lanes, p)
+    chunk = combine_lanes(make_chunk(alg), lanes, p, mesh)
     histories: list[list[dict]] = [[] for _ in range(p)]
     per_round: list[dict[str, np.ndarray]] = []
 
@@ -459,7 +477,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         n_batches = -(-len(combos) // par)
         compiled: dict = {}
         g_t = {"static": st, "runs": len(combos), "parallel": par, "batches": n_batches,
-               "lanes": min(lanes, par) if lanes and mesh is None else par,
+               "lanes": min(lanes, par // n_dev) if lanes else par // n_dev,
                "compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
         gname = ", ".join(f"{k}={v}" for k, v in st.items()) or "all"
         for bi in range(n_batches):
