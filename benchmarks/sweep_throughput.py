@@ -30,6 +30,14 @@ compile seconds and whole wall times (compile + evaluation + training) apart.
                                                            #   and each group as one wide vmap
     python benchmarks/sweep_throughput.py --cpu-mode       # = --rounds 5 --subset 2 (~10 min
                                                            #   on 2 CPU cores)
+
+`--cpu-devices N` splits the host CPU into N JAX devices (`run --cpu-devices N`) and times
+both sides in their multi-device layouts: the sweep shards each batch's runs over the devices
+(`sweep --devices N`), and each one-by-one run shards its cohort over them (`run --devices N`),
+both with `--client-lanes` (default 1: a device trains its clients one at a time, the fastest
+single-run layout measured on CPU, see round_throughput.py --cpu-lanes).
+
+    python benchmarks/sweep_throughput.py --rounds 5 --cpu-devices 2
 """
 
 from __future__ import annotations
@@ -50,7 +58,9 @@ from round_throughput import FMNIST_DIR, WORKLOAD, workload  # noqa: E402
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import HParams  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
+from fedjax_appeal.core.parts import Executor  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
+from fedjax_appeal.execute.distributed import make_mesh, split_cpu  # noqa: E402
 from fedjax_appeal.run.simulate import simulate  # noqa: E402
 from fedjax_appeal.run.sweep import sweep  # noqa: E402
 
@@ -73,12 +83,12 @@ def pick(n_combos: int, n: int, seed: int) -> list[int]:
 
 
 def run_sweep(cfg, g: dict[str, list], data, ds, max_parallel: int, quiet: bool,
-              lanes: int | None = None):
+              lanes: int | None = None, mesh=None):
     """`sweep` of grid `g`: per static group its timing, per run its final evaluation."""
     say = None if quiet else (lambda msg: print("  " + msg, file=sys.stderr, flush=True))
     t = time.perf_counter()
     res = sweep(cfg, g, SEEDS, hp=HParams(), max_parallel=max_parallel, data=data,
-                dataset=ds, progress=say, lanes=lanes)
+                dataset=ds, progress=say, lanes=lanes, mesh=mesh)
     wall = time.perf_counter() - t
     groups = {}
     for g in res.timing["groups"]:
@@ -90,20 +100,22 @@ def run_sweep(cfg, g: dict[str, list], data, ds, max_parallel: int, quiet: bool,
     return groups, final, wall
 
 
-def run_one_by_one(cfg, data, ds, subset: int, quiet: bool, statics):
-    """Per static group (b, tau): measured runs (train_s, compile_s, wall_s, final loss)."""
+def run_one_by_one(cfg, data, ds, subset: int, quiet: bool, statics, mesh=None):
+    """Per static group (b, tau): measured runs (train_s, compile_s, wall_s, final loss);
+    with a `mesh`, each run's cohort is sharded over it."""
     combos = [(lr, s) for lr in LRS for s in SEEDS]  # the sweep's order inside a group
     out = {}
     for b, tau in statics:
         gi = BATCH_SIZES.index(b) * len(LOCAL_STEPS) + LOCAL_STEPS.index(tau)
         cfg_g = cfg.replace(batch_size=b, local_steps=tau)
-        alg = build(cfg_g.algorithm, model_for(cfg_g.model, data, ds), cfg_g)
+        alg = build(cfg_g.algorithm, model_for(cfg_g.model, data, ds), cfg_g,
+                    executor=Executor(cfg_g.client_chunk, mesh, cfg_g.client_lanes))
         runs = []
         for ci in pick(len(combos), subset, seed=gi):
             lr, seed = combos[ci]
             t = time.perf_counter()
             res = simulate(alg, data, HParams(client_lr=lr), jax.random.key(seed),
-                           rounds=cfg.rounds, eval_every=cfg.eval_every)
+                           rounds=cfg.rounds, eval_every=cfg.eval_every, mesh=mesh)
             wall = time.perf_counter() - t
             tm = res.timing
             runs.append({"client_lr": lr, "seed": seed,
@@ -141,18 +153,29 @@ def main():
                     help="run the whole grid as one sweep call, then the one-by-one runs "
                          "(default: per static group, its sweep then its one-by-one runs, so "
                          "that both sides see the same machine load)")
+    ap.add_argument("--cpu-devices", type=int, default=0,
+                    help="split the CPU into this many JAX devices: the sweep shards its "
+                         "batches, each one-by-one run its cohort, over them (0 = one device)")
+    ap.add_argument("--client-lanes", type=int, default=None,
+                    help="clients a device trains side by side, both sides (default: 1 with "
+                         "--cpu-devices, else 0 = the whole cohort in one vmap)")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--no-append", action="store_true",
                     help="do not append a section to benchmarks/RESULTS.md (smoke tests)")
     ap.add_argument("--out", default=str(HERE / "results" / "sweep_throughput.json"))
     args = ap.parse_args()
+    if args.cpu_devices > 1:
+        split_cpu(args.cpu_devices)  # before JAX's first operation
+    mesh = make_mesh(args.cpu_devices) if args.cpu_devices > 1 else None
+    client_lanes = (args.client_lanes if args.client_lanes is not None
+                    else (1 if mesh is not None else 0))
     lanes = None if args.lanes < 0 else args.lanes
     rounds = args.rounds if args.rounds is not None else (5 if args.cpu_mode else 20)
     subset = args.subset if args.subset is not None else (2 if args.cpu_mode else 0)
 
     cfg = workload(args.cohort, clients=args.clients, fmnist_dir=args.fmnist_dir).replace(
-        appeal=False, rounds=rounds, eval_every=rounds)
+        appeal=False, rounds=rounds, eval_every=rounds, client_lanes=client_lanes)
     t = time.perf_counter()
     data, ds = load_federated(cfg)
     load_s = time.perf_counter() - t
@@ -166,22 +189,23 @@ def main():
     per_group = len(LRS) * len(SEEDS)
     if args.no_interleave:
         sw_groups, sw_final, sw_wall = run_sweep(cfg, grid(), data, ds, args.max_parallel,
-                                                 args.quiet, lanes)
-        vm_groups = (run_sweep(cfg, grid(), data, ds, args.max_parallel, args.quiet, 0)[0]
-                     if args.vs_vmap else {})
-        seq = run_one_by_one(cfg, data, ds, subset, args.quiet, statics)
+                                                 args.quiet, lanes, mesh)
+        vm_groups = (run_sweep(cfg, grid(), data, ds, args.max_parallel, args.quiet, 0,
+                               mesh)[0] if args.vs_vmap else {})
+        seq = run_one_by_one(cfg, data, ds, subset, args.quiet, statics, mesh)
     else:
         sw_groups, sw_final, sw_wall, seq, vm_groups = {}, {}, 0.0, {}, {}
         for b, tau in statics:
             g = {"client_lr": LRS, "batch_size": [b], "local_steps": [tau]}
-            gr, fi, wall = run_sweep(cfg, g, data, ds, args.max_parallel, args.quiet, lanes)
+            gr, fi, wall = run_sweep(cfg, g, data, ds, args.max_parallel, args.quiet, lanes,
+                                     mesh)
             sw_groups.update(gr)
             sw_final.update(fi)
             sw_wall += wall
             if args.vs_vmap:  # the same group as one wide vmap (lanes = all runs)
                 vm_groups.update(run_sweep(cfg, g, data, ds, args.max_parallel, args.quiet,
-                                           0)[0])
-            seq.update(run_one_by_one(cfg, data, ds, subset, args.quiet, [(b, tau)]))
+                                           0, mesh)[0])
+            seq.update(run_one_by_one(cfg, data, ds, subset, args.quiet, [(b, tau)], mesh))
     print(f"sweep: wall {sw_wall:.1f}s", flush=True)
 
     rows, diffs = [], []
@@ -226,7 +250,10 @@ def main():
     extrapolated = measured < n_runs
     result = {
         "machine": machine(), "backend": jax.default_backend(), "workload": WORKLOAD
-        + f"; tau, b, lr from the grid; cohort {cfg.cohort}, {cfg.clients} clients, appeal off",
+        + f"; tau, b, lr from the grid; cohort {cfg.cohort}, {cfg.clients} clients, appeal off"
+        + (f"; CPU split into {args.cpu_devices} devices: the sweep shards its batches, each "
+           f"one-by-one run its cohort over them; --client-lanes {client_lanes} on both sides"
+           if mesh is not None else ""),
         "grid": grid(), "seeds": SEEDS, "rounds": rounds, "runs": n_runs,
         "one_by_one_measured": measured, "one_by_one_extrapolated": extrapolated,
         "subset_per_group": subset, "runs_per_group": per_group,
