@@ -43,7 +43,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     s.add_argument("--lanes", type=int, default=None, metavar="N",
                    help="runs of a batch trained side by side in one vmap; the others follow "
                         "in a loop inside the same compiled program (default: 1 on CPU, "
-                        "where a wide vmap spills the caches; all on GPU/TPU; 0 = all)")
+                        "where a wide vmap spills the caches; all on GPU/TPU; 0 = all; with "
+                        "--devices D, of each device's share)")
     p.epilog = ("Checkpoints: finished batches of combinations are kept in "
                 "OUT/sweep-checkpoint/ as they finish, the running batch every "
                 "--checkpoint-every rounds and on Ctrl-C; `sweep --resume OUT` continues "
