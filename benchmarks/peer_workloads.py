@@ -44,6 +44,8 @@ RESULTS.md header).
     python benchmarks/peer_workloads.py --rounds 10 --ours-rounds 2 --peer flower
     python benchmarks/peer_workloads.py --workloads cifar10_pfl --rounds 10 --ours-rounds 3 \
         --program round --local-unroll 0 --peer flower --no-append --out B.json
+    python benchmarks/peer_workloads.py --rounds 10 --cpu-devices 2 --client-lanes 1 \
+        --peer flower          # ours on both cores: the cohort sharded over 2 CPU devices
     python benchmarks/peer_workloads.py --combine A.json,B.json   # one RESULTS.md section
     python benchmarks/peer_workloads.py --quick --peer none
 """
@@ -71,9 +73,11 @@ from _common import HERE, append_results, machine, stats, write_json  # noqa: E4
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import PARTITIONS, HParams, RunConfig  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
+from fedjax_appeal.core.parts import Executor  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.data.pool import register_partition  # noqa: E402
 from fedjax_appeal.evaluate.evaluation import evaluate_split  # noqa: E402
+from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
 from fedjax_appeal.run.simulate import make_chunk, split_key  # noqa: E402
 
 FLOWER_VENV = HERE / ".flower_venv"
@@ -156,14 +160,17 @@ def epoch_steps(count: np.ndarray, batch_size: int) -> np.ndarray:
 
 def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
          cache_dir: str = "", rounds_per_call: int = 1, program: str = "chunk",
-         local_unroll: int = 1, conv_impl: str = "auto") -> dict:
+         local_unroll: int = 1, conv_impl: str = "auto", devices: int = 1,
+         client_lanes: int = 0) -> dict:
     """Time `rounds` rounds of our FedAvg on a workload (evaluation every `eval_every`).
 
     Each call of the compiled program runs `rounds_per_call` rounds (one `lax.scan` over
     rounds). `program`: ``chunk`` = the library's compiled chunk (`make_chunk`, a scan over
     the rounds of a call, as `simulate` runs it); ``round`` = the algorithm's round jitted
     alone, one call per round (no loop around it). `local_unroll`: `RunConfig.local_unroll`;
-    `conv_impl`: `RunConfig.conv_impl` (core/conv.py; auto = patches on CPU).
+    `conv_impl`: `RunConfig.conv_impl` (core/conv.py; auto = patches on CPU). `devices` > 1
+    shards the cohort over that many devices (`run --devices`; on CPU after `split_cpu`),
+    `client_lanes`: `RunConfig.client_lanes` (each device's clients that many at a time).
 
     Returns a dict: seconds per round (one value per call), seconds per evaluation, compile
     seconds, local steps, test accuracy at each evaluation, and the data that the peer must
@@ -177,12 +184,16 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     steps = int(round(float(epoch_steps(counts, cfg.batch_size).mean())))
     steps = min(steps, w.max_local_steps or steps)
     cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds, local_unroll=local_unroll,
-                              conv_impl=conv_impl)
+                              conv_impl=conv_impl, client_lanes=client_lanes)
     model = model_for(cfg.model, data, ds, cfg.conv_impl)
-    alg = build("fedavg", model, cfg)
+    mesh = make_mesh(devices) if devices > 1 else None
+    alg = build("fedavg", model, cfg,
+                executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     hpa = hp.as_arrays()
     k_init, k_train = split_key(jax.random.key(cfg.seed))
-    state = jax.jit(alg.init)(k_init, data, hpa)
+    host_data = data
+    data = replicate(data, mesh)
+    state = replicate(jax.jit(alg.init)(k_init, data, hpa), mesh)
     every = min(cfg.eval_every, rounds)
     rpc = 1 if program == "round" else max(1, min(rounds_per_call, every))
     if every % rpc:
@@ -218,13 +229,14 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     return {"workload": name, "clients": cfg.clients, "cohort": cfg.cohort,
             "batch_size": cfg.batch_size, "local_steps": steps, "eval_every": every,
             "rounds_per_call": rpc, "program": program, "local_unroll": local_unroll,
-            "conv_impl": model.module.conv_impl,
+            "conv_impl": model.module.conv_impl, "devices": devices,
+            "client_lanes": client_lanes,
             "rounds": done, "train_rows": int(counts.sum()),
             "test_rows": int(np.asarray(data.test.count).sum()),
             "mean_epoch_steps": float(epoch_steps(counts, cfg.batch_size).mean()),
             "client_lr": hp.client_lr, "n_params": n_params, "load_s": load_s,
             "compile_s": compile_s, "sec_per_round": per_round, "eval_s": eval_s,
-            "test_acc": accs, "data": data, "ds": ds}
+            "test_acc": accs, "data": host_data, "ds": ds}
 
 
 def derived_100(sec_round: list[float], eval_s: list[float], every: int) -> float:
@@ -481,7 +493,10 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
             cell = (f"{o['derived_100_s'] / f['derived_100_s']:.3g}×; {per_round:.3g}×; "
                     f"{per_round * work:.3g}×")
         prog = (f"{o.get('program', 'chunk')}, conv {o.get('conv_impl', 'xla')}, local_unroll "
-                f"{o.get('local_unroll', 1)}, {o['rounds']} rounds")
+                f"{o.get('local_unroll', 1)}"
+                + (f", --cpu-devices {o['devices']} --devices {o['devices']} --client-lanes "
+                   f"{o.get('client_lanes', 0)}" if o.get("devices", 1) > 1 else "")
+                + f", {o['rounds']} rounds")
         lines.append(f"| {name} | fedjax_appeal ({prog}) | {_cell(o['sec_per_round'])} | "
                      f"{_cell(o['eval_s'])} | {o['local_steps'] * o['cohort']} | "
                      f"{o['derived_100_s']:.1f} | {cell} |")
@@ -544,6 +559,12 @@ def main(argv=None):
                     help="RunConfig.local_unroll of our side (0 = local steps unrolled)")
     ap.add_argument("--conv-impl", default="auto", choices=("auto", "xla", "patches"),
                     help="RunConfig.conv_impl of our side (auto = patches on CPU)")
+    ap.add_argument("--cpu-devices", type=int, default=0,
+                    help="our side: split the CPU into this many devices and shard the cohort "
+                         "over them (0 = one device)")
+    ap.add_argument("--client-lanes", type=int, default=0,
+                    help="our side: RunConfig.client_lanes (with --cpu-devices: each device's "
+                         "clients that many at a time)")
     ap.add_argument("--peer", default="flower", choices=("flower", "none"),
                     help="flower: Flower's simulation in benchmarks/.flower_venv; none: ours only")
     ap.add_argument("--quick", action="store_true",
@@ -560,6 +581,8 @@ def main(argv=None):
                     help="comma list of result JSONs (this script's --out files) to render as "
                          "one RESULTS.md section instead of running")
     args = ap.parse_args(argv)
+    if args.cpu_devices > 1:
+        split_cpu(args.cpu_devices)  # before JAX's first operation
     if args.combine:
         rows = [r for p in args.combine.split(",") for r in json.loads(Path(p).read_text())["rows"]]
         publish(rows, args.client_cpus, append=not args.no_append)
@@ -582,7 +605,8 @@ def main(argv=None):
     for name in names:
         res = ours(name, min(rounds, args.ours_rounds or rounds), args.quick, args.data_dir,
                    args.cache_dir, program=args.program, local_unroll=args.local_unroll,
-                   conv_impl=args.conv_impl)
+                   conv_impl=args.conv_impl, devices=max(1, args.cpu_devices),
+                   client_lanes=args.client_lanes)
         data, ds = res.pop("data"), res.pop("ds")
         every = QUICK[name]["eval_every"] if args.quick else WORKLOADS[name].eval_every
         res["derived_100_s"] = derived_100(res["sec_per_round"], res["eval_s"], every)
