@@ -17,7 +17,7 @@ import optax
 
 from ..data.arrays import FederatedData
 from ..execute import cohort
-from ..execute.distributed import constrain_cohort
+from ..execute.distributed import constrain_cohort, per_device
 from .config import HParams
 from .parts import (  # noqa: F401  (the round's types, re-exported)
     AUTO,
@@ -80,18 +80,15 @@ def for_each_client(local: LocalFn, lanes: int = 0, mesh=None):
 
     if mesh is None:
         return mapped
-    d = mesh.size
+    d = int(mesh.devices.size)
 
-    def per_device(state, data, idx, keys, hp):
+    def sharded_lanes(state, data, idx, keys, hp):
         m = idx.shape[0]
         if d <= 1 or m % d or lanes >= m // d:
             return vf(state, data, idx, keys, hp)
-        rows = constrain_cohort((idx.reshape(d, m // d), keys.reshape(d, m // d)), mesh)
-        out = jax.vmap(mapped, in_axes=(None, None, 0, 0, None))(state, data, *rows, hp)
-        out = constrain_cohort(out, mesh)
-        return jax.tree.map(lambda a: a.reshape(m, *a.shape[2:]), out)
+        return per_device(lambda r: mapped(state, data, r[0], r[1], hp), (idx, keys), mesh)
 
-    return per_device
+    return sharded_lanes
 
 
 def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,

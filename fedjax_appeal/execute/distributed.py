@@ -288,6 +288,21 @@ def constrain_cohort(tree, mesh: Mesh | None):
     return jax.tree.map(one, tree)
 
 
+def per_device(fn, rows, mesh: Mesh):
+    """Inside jit: `fn` once per device of `mesh`, each on its own consecutive share.
+
+    Every leaf of `rows` has the same leading axis of length n (a multiple of the D devices
+    of `mesh`). It is viewed as [D, n / D], the outer axis is sharded over the devices and
+    vmapped, so `fn(share)` sees each device's n / D rows (and may loop over them, e.g. a
+    `lax.map`); the outputs come back with a leading axis of n, still sharded.
+    """
+    d = int(mesh.devices.size)
+    n = jax.tree.leaves(rows)[0].shape[0]
+    split = jax.tree.map(lambda a: a.reshape(d, n // d, *a.shape[1:]), rows)
+    out = constrain_cohort(jax.vmap(fn)(constrain_cohort(split, mesh)), mesh)
+    return jax.tree.map(lambda a: a.reshape(n, *a.shape[2:]), out)
+
+
 def check_processes(devices: int) -> None:
     """With several processes, the simulation must span them: `--devices 0`."""
     if jax.process_count() > 1 and devices != 0 and devices != len(jax.devices()):

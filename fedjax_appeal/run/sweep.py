@@ -192,17 +192,13 @@ def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
 
     if d == 1:
         return mapped
-    from ..execute.distributed import constrain_cohort
+    from ..execute.distributed import per_device
 
-    def per_device(state, data, key, hp, rounds):
-        rows = jax.tree.map(lambda a: a.reshape(d, p // d, *a.shape[1:]), (state, key, hp))
-        rows = constrain_cohort(rows, mesh)
-        out = jax.vmap(mapped, in_axes=(0, None, 0, 0, None))(
-            rows[0], data, rows[1], rows[2], rounds)
-        out = constrain_cohort(out, mesh)
-        return jax.tree.map(lambda a: a.reshape(p, *a.shape[2:]), out)
+    def sharded_lanes(state, data, key, hp, rounds):
+        return per_device(lambda r: mapped(r[0], data, r[1], r[2], rounds), (state, key, hp),
+                          mesh)
 
-    return per_device
+    return sharded_lanes
 
 
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
