@@ -177,13 +177,13 @@ def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
     `lanes` of them side by side in a vmap, the groups of lanes one after another in a
     `lax.map` inside the same program (lanes <= 0 or >= P: one vmap over all P).
 
-    With a `mesh` of D devices (D divides P), each device takes P / D consecutive
+    With a `mesh` of D devices that divide P, each device takes P / D consecutive
     combinations and runs them `lanes` at a time: the batch is viewed as [D, P / D], the
     outer axis sharded over the devices (a vmap), the inner one through the `lax.map`.
     """
     vf = jax.vmap(fn, in_axes=(0, None, 0, 0, None))
     d = 1 if mesh is None else int(mesh.devices.size)
-    if lanes <= 0 or lanes >= p // d:
+    if lanes <= 0 or p % d or lanes >= p // d:  # (a batch D does not divide: one vmap)
         return vf
 
     def mapped(state, data, key, hp, rounds):
