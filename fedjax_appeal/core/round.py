@@ -17,7 +17,7 @@ import optax
 
 from ..data.arrays import FederatedData
 from ..execute import cohort
-from ..execute.distributed import constrain_cohort, per_device
+from ..execute.distributed import constrain_cohort, over_rows
 from .config import HParams
 from .parts import (  # noqa: F401  (the round's types, re-exported)
     AUTO,
@@ -66,29 +66,14 @@ def for_each_client(local: LocalFn, lanes: int = 0, mesh=None):
     With a `mesh` of D devices and lanes > 0, each device takes m / D consecutive clients
     and runs them `lanes` at a time: the cohort is viewed as [D, m / D], the outer axis is
     sharded over the devices (a vmap), and the inner one goes through the `lax.map`
-    (a cohort that D does not divide runs as one sharded vmap instead).
+    (a cohort that D does not divide runs as one sharded vmap instead). See `over_rows`.
     """
-    vf = jax.vmap(local, in_axes=(None, None, 0, 0, None))
-    if lanes <= 0:
-        return vf
 
-    def mapped(state, data, idx, keys, hp):
-        if lanes >= idx.shape[0]:
-            return vf(state, data, idx, keys, hp)
-        return jax.lax.map(lambda a: local(state, data, a[0], a[1], hp), (idx, keys),
-                           batch_size=lanes if lanes > 1 else None)
+    def run(state, data, idx, keys, hp):
+        return over_rows(lambda r: local(state, data, r[0], r[1], hp), (idx, keys), lanes,
+                         mesh)
 
-    if mesh is None:
-        return mapped
-    d = int(mesh.devices.size)
-
-    def sharded_lanes(state, data, idx, keys, hp):
-        m = idx.shape[0]
-        if d <= 1 or m % d or lanes >= m // d:
-            return vf(state, data, idx, keys, hp)
-        return per_device(lambda r: mapped(state, data, r[0], r[1], hp), (idx, keys), mesh)
-
-    return sharded_lanes
+    return run
 
 
 def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,

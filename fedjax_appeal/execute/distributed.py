@@ -303,6 +303,25 @@ def per_device(fn, rows, mesh: Mesh):
     return jax.tree.map(lambda a: a.reshape(n, *a.shape[2:]), out)
 
 
+def over_rows(fn, rows, lanes: int = 0, mesh: Mesh | None = None):
+    """Inside jit: `fn(row)` over the leading axis (length n) of every leaf of `rows`.
+
+    lanes <= 0: one vmap over all n rows. lanes > 0: `lanes` rows side by side in a vmap,
+    the groups one after another in a `lax.map` inside the same program. With a `mesh` of
+    D devices that divide n, each device takes its n / D consecutive rows and runs them
+    `lanes` at a time (`per_device`); otherwise the vmap is sharded as its inputs are.
+    """
+    n = jax.tree.leaves(rows)[0].shape[0]
+    d = 1 if mesh is None else int(mesh.devices.size)
+    if lanes <= 0 or n % d or lanes >= n // d:
+        return jax.vmap(fn)(rows)
+
+    def mapped(share):
+        return jax.lax.map(fn, share, batch_size=lanes if lanes > 1 else None)
+
+    return mapped(rows) if d == 1 else per_device(mapped, rows, mesh)
+
+
 def check_processes(devices: int) -> None:
     """With several processes, the simulation must span them: `--devices 0`."""
     if jax.process_count() > 1 and devices != 0 and devices != len(jax.devices()):

@@ -178,27 +178,15 @@ def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
     `lax.map` inside the same program (lanes <= 0 or >= P: one vmap over all P).
 
     With a `mesh` of D devices that divide P, each device takes P / D consecutive
-    combinations and runs them `lanes` at a time: the batch is viewed as [D, P / D], the
-    outer axis sharded over the devices (a vmap), the inner one through the `lax.map`.
+    combinations and runs them `lanes` at a time (`distributed.over_rows`).
     """
-    vf = jax.vmap(fn, in_axes=(0, None, 0, 0, None))
-    d = 1 if mesh is None else int(mesh.devices.size)
-    if lanes <= 0 or p % d or lanes >= p // d:  # (a batch D does not divide: one vmap)
-        return vf
+    from ..execute.distributed import over_rows
 
-    def mapped(state, data, key, hp, rounds):
-        return jax.lax.map(lambda a: fn(a[0], data, a[1], a[2], rounds), (state, key, hp),
-                           batch_size=lanes if lanes > 1 else None)
+    def run(state, data, key, hp, rounds):
+        return over_rows(lambda r: fn(r[0], data, r[1], r[2], rounds), (state, key, hp), lanes,
+                         mesh)
 
-    if d == 1:
-        return mapped
-    from ..execute.distributed import per_device
-
-    def sharded_lanes(state, data, key, hp, rounds):
-        return per_device(lambda r: mapped(r[0], data, r[1], r[2], rounds), (state, key, hp),
-                          mesh)
-
-    return sharded_lanes
+    return run
 
 
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
