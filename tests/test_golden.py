@@ -38,16 +38,31 @@ def test_every_registered_algorithm_has_a_golden_history():
     assert set(golden.CASES) == set(STORED)
 
 
+# Cases that amplify float round-off: FedBN's per-client BatchNorm on a batch of 4 under
+# Exp-alpha's softmax of loss gaps / alpha turns kernel-level round-off (which differs
+# between CPUs, e.g. with and without AVX-512) into relative changes of about 1e-4 by
+# round 3 (measured: cohort weights 2.5e-4, test loss 8.6e-5). A changed rule moves them
+# by far more. Values: (rtol, atol of the parameter digest).
+TOL = {"fedbn-exp-alpha": (1e-3, 1e-4)}
+
+
 def _compare(name):
     got, ref = golden.run_case(name), STORED[name]
+    rtol, digest_atol = TOL.get(name, (1e-6, 1e-5))
     assert got["cohort_idx"] == ref["cohort_idx"]
     assert [sorted(e) for e in got["history"]] == [sorted(e) for e in ref["history"]]
     for e_got, e_ref in zip(got["history"], ref["history"], strict=True):
         for k in e_ref:
-            np.testing.assert_allclose(e_got[k], e_ref[k], rtol=1e-6, atol=1e-9, err_msg=k)
-    for k in ("cohort_weights", "cohort_loss", "params_digest"):
-        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(ref[k]), rtol=1e-6,
+            np.testing.assert_allclose(e_got[k], e_ref[k], rtol=rtol, atol=1e-9, err_msg=k)
+    for k in ("cohort_weights", "cohort_loss"):
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(ref[k]), rtol=rtol,
                                    atol=1e-9, err_msg=k)
+    # Leaves whose gradient is zero in exact arithmetic (a bias feeding BatchNorm, the
+    # output bias's sum over classes) hold float rounding of order 1e-6 that differs
+    # between CPUs' kernels; their digests are compared to 1e-5 absolute (see TOL).
+    np.testing.assert_allclose(np.asarray(got["params_digest"]),
+                               np.asarray(ref["params_digest"]), rtol=rtol, atol=digest_atol,
+                               err_msg="params_digest")
 
 
 @pytest.mark.parametrize("name", FAST)

@@ -5,6 +5,8 @@ and an FMNIST DP run that learns."""
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
+from math import comb
 
 import dp_accounting as dpa
 import jax
@@ -112,6 +114,21 @@ def test_adaptive_clip_moves_to_target_quantile():
     assert 20.0 <= float(clip) <= 42.0
 
 
+def _exact_tail(n: int, q: Fraction, b: int) -> float:
+    """P(Binomial(n, q) > b) in exact rational arithmetic."""
+    return float(sum(comb(n, k) * q ** k * (1 - q) ** (n - k) for k in range(b + 1, n + 1)))
+
+
+@pytest.mark.parametrize("m,n", [(20, 200), (1, 1000), (50, 1000), (4, 40)])
+def test_poisson_buffer_is_smallest_size_below_the_bound(m, n):
+    size = privacy.poisson_buffer(m, n)
+    q = Fraction(m, n)
+    assert _exact_tail(n, q, size) <= privacy.OVERFLOW_BOUND
+    assert _exact_tail(n, q, size - 1) > privacy.OVERFLOW_BOUND
+    assert privacy.binomial_tail(n, m / n, size) == pytest.approx(_exact_tail(n, q, size),
+                                                                  rel=1e-6)
+
+
 def test_poisson_selector_rate_and_mask():
     cfg = RunConfig(clients=200, cohort=20, dp="fixed", aggregation="uniform")
     sel = privacy.poisson_selector(cfg)
@@ -120,7 +137,6 @@ def test_poisson_selector_rate_and_mask():
         pool = jnp.ones(200, bool).at[:10].set(False)  # 10 clients unavailable
 
     size = privacy.poisson_buffer(20, 200)
-    assert size == int(np.ceil(20 + 7 * np.sqrt(200 * 0.1 * 0.9))) + 2
 
     def one(k):
         idx, valid = sel.select(k, S, None, None)
@@ -139,6 +155,138 @@ def test_poisson_selector_rate_and_mask():
     assert abs(hits[10:].mean() / 2000 - 0.1) < 0.005
 
 
+def test_poisson_overflow_is_counted(monkeypatch):
+    """A buffer at the mean overflows often; `dp_overflow` counts the chosen clients beyond
+    it, recomputed by hand from the same uniform draws."""
+    monkeypatch.setattr(privacy, "OVERFLOW_BOUND", 0.5)
+    privacy.poisson_buffer.cache_clear()
+    try:
+        cfg = RunConfig(clients=100, cohort=10, dp="fixed", aggregation="uniform")
+        sel = privacy.poisson_selector(cfg)
+        size = privacy.poisson_buffer(10, 100, 0.5)
+
+        class S:
+            pool = jnp.ones(100, bool)
+
+        def one(k):
+            idx, valid = sel.select(k, S, None, None)
+            return idx, valid, sel.metrics(k, S, idx, valid, None, None)["dp_overflow"]
+
+        keys = jax.random.split(jax.random.key(3), 400)
+        idx, valid, over = map(np.asarray, jax.vmap(one)(keys))
+        assert idx.shape[1] == size <= 11
+        chosen = np.asarray(jax.vmap(lambda k: jax.random.uniform(k, (100,)) < 0.1)(keys))
+        want = np.maximum(chosen.sum(1) - size, 0)
+        np.testing.assert_array_equal(over, want)
+        assert (want > 0).sum() > 50  # the overflow branch is exercised
+        np.testing.assert_array_equal(valid.sum(1), np.minimum(chosen.sum(1), size))
+    finally:
+        privacy.poisson_buffer.cache_clear()
+
+
+def test_overflow_probability_is_added_to_delta():
+    cfg = RunConfig(clients=40, cohort=4, dp="fixed", aggregation="uniform", dp_delta=1e-5)
+    hp = HParams(dp_noise=1.0)
+    s = accounting.summary(cfg, hp, 40, 100)
+    b = privacy.poisson_buffer(4, 40)
+    assert s["buffer"] == b
+    p = 100 * _exact_tail(40, Fraction(1, 10), b)
+    assert 0 < s["overflow_probability"] == pytest.approx(p, rel=1e-6)
+    eps = max(s["dp_epsilon_rdp"], s["dp_epsilon_pld"])
+    assert s["dp_delta_total"] == pytest.approx(1e-5 + (1 + np.exp(eps)) * p, rel=1e-9)
+    assert s["dp_delta_total"] > 1e-5
+
+
+def _sensitivities(clip: float, sigma_b: float, replace: bool):
+    """Largest change of the two released sums (update sum, centred count) over every
+    neighbour of a 6-client cohort: one client removed (add/remove), or replaced by an
+    update pointing the other way (replace-one)."""
+    d = _deltas(m=6, seed=2)
+    norms_all = np.linalg.norm(np.concatenate([d["w"].reshape(6, -1), d["b"]], 1), axis=1)
+    assert (norms_all > clip).any() and (norms_all < clip).any()
+    tree = jax.tree.map(jnp.asarray, d)
+    full = np.ones(6, bool)
+
+    def released(tree, valid):
+        s, norms = privacy.dp_sum(tree, jnp.asarray(valid), jax.random.key(0),
+                                  jnp.float32(clip), jnp.float32(0.0), 1.0)
+        flat = np.concatenate([np.ravel(s["w"]), np.ravel(s["b"])])
+        return flat, float(privacy.centred_count(norms, jnp.float32(clip), jnp.asarray(valid)))
+
+    base_sum, base_count = released(tree, full)
+    ds, dc = [], []
+    for j in range(6):
+        if replace:  # client j sends the opposite update, clipped (3C) or not (C / 2)
+            for size in (3.0 * clip, 0.5 * clip):
+                scale = size / norms_all[j]
+                other = jax.tree.map(lambda a, j=j, scale=scale: a.at[j].multiply(-scale),
+                                     tree)
+                s2, c2 = released(other, full)
+                ds.append(np.linalg.norm(s2 - base_sum))
+                dc.append(abs(c2 - base_count))
+        else:
+            s2, c2 = released(tree, full & (np.arange(6) != j))
+            ds.append(np.linalg.norm(s2 - base_sum))
+            dc.append(abs(c2 - base_count))
+    return float(max(ds)), float(max(dc))
+
+
+def test_adaptive_epsilon_from_the_queries_actual_sensitivities():
+    """Measure the two queries' sensitivities on a cohort, derive the pair's effective noise
+    multiplier, and compare epsilon with dp_accounting's composed events."""
+    z, sigma_b, clip, q, rounds, delta = 1.0, 2.5, 3.6, 0.05, 200, 1e-3
+    s_sum, s_count = _sensitivities(clip, sigma_b, replace=False)
+    assert s_sum == pytest.approx(clip, rel=1e-5)  # a clipped client removed
+    assert s_count == pytest.approx(0.5)  # centred bits: one user moves the count by 1/2
+    sigma = float(privacy.delta_noise_multiplier(jnp.float32(z), jnp.float32(sigma_b), True))
+    z_sum, z_count = float(sigma * clip / s_sum), float(sigma_b / s_count)  # per query
+    z_eff = (z_sum ** -2 + z_count ** -2) ** -0.5
+    assert z_eff == pytest.approx(z, rel=1e-5)
+    reported = accounting.epsilons(q, z, rounds, delta)
+    composed = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(
+        q, dpa.ComposedDpEvent([dpa.GaussianDpEvent(z_sum), dpa.GaussianDpEvent(z_count)])),
+        rounds)
+    r = rdp.RdpAccountant()
+    r.compose(composed)
+    assert reported["dp_epsilon_rdp"] == pytest.approx(r.get_epsilon(delta), rel=1e-4)
+    want_rdp, want_pld = _direct(q, z_eff, rounds, delta)
+    assert reported["dp_epsilon_pld"] == pytest.approx(want_pld, rel=1e-3)
+    assert reported["dp_epsilon_rdp"] == pytest.approx(3.7514, abs=1e-3)
+    # uncentred bits (sensitivity 1) would make the same noise a weaker mechanism
+    z_unc = (z_sum ** -2 + sigma_b ** -2) ** -0.5
+    assert _direct(q, z_unc, rounds, delta)[0] > 1.1 * reported["dp_epsilon_rdp"]
+
+
+def test_adaptive_share_is_the_unclipped_share_without_noise():
+    norms = jnp.asarray([0.5, 1.5, 2.5, 3.5, 0.1, 9.0])
+    valid = jnp.asarray([True, True, True, True, False, True])
+    hp = HParams(dp_quantile=0.5, dp_clip_lr=0.2).as_arrays()
+    _, b = privacy.adaptive_clip(jnp.float32(2.0), norms, valid, jax.random.key(0), hp,
+                                 jnp.float32(0.0), 5.0)
+    assert float(b) == pytest.approx(2 / 5)  # 0.5 and 1.5 of the 5 valid norms are <= 2
+    assert float(privacy.centred_count(norms, jnp.float32(2.0), valid)) == pytest.approx(-0.5)
+
+
+def test_fixed_size_sampling_accounted_under_replace_one():
+    """m of N without replacement: replace-one sensitivity 2C, so Gaussian(z / 2), RDP."""
+    s_sum, s_count = _sensitivities(5.0, 2.5, replace=True)
+    assert s_sum == pytest.approx(10.0, rel=1e-5)  # 2C: a clipped update turned around
+    assert s_count == pytest.approx(1.0)  # the centred bit flips from -1/2 to +1/2
+    e = accounting.epsilons_fixed(1000, 50, 1.0, 200, 1e-3)
+    ev = dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(
+        1000, 50, dpa.GaussianDpEvent(0.5)), 200)
+    r = rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    r.compose(ev)
+    assert e == {"dp_epsilon_rdp": pytest.approx(r.get_epsilon(1e-3), rel=1e-9)}
+    assert e["dp_epsilon_rdp"] == pytest.approx(53.8, abs=0.1)  # vs 3.75 as Poisson q = 0.05
+    cfg = RunConfig(clients=1000, cohort=50, dp="fixed", dp_sampling="fixed",
+                    aggregation="uniform", dp_delta=1e-3)
+    s = accounting.summary(cfg, HParams(dp_noise=1.0), 1000, 200)
+    assert s["dp_epsilon_rdp"] == e["dp_epsilon_rdp"] and s["dp_epsilon_pld"] is None
+    assert "replace-one" in s["mechanism"] and "RDP accountant" in s["accounting"]
+    assert "RDP only" in accounting.header(cfg.replace(rounds=200), HParams(dp_noise=1.0), 1000)
+
+
 def _cfg(**kw):
     base = dict(algorithm="fedavg", dp="fixed", aggregation="uniform")
     return RunConfig(**{**base, **kw})
@@ -153,6 +301,7 @@ def _cfg(**kw):
     (dict(client_chunk=4), "--client-chunk"),
     (dict(dp_delta=0.0), "--dp-delta"),
     (dict(model="cnn_bn"), "BatchNorm statistics"),
+    (dict(dp_sampling="fixed", availability="bernoulli"), "--dp-sampling poisson"),
 ])
 def test_refused_combinations(kw, needle):
     with pytest.raises(ConfigError, match=needle.replace("(", r"\(")) as e:
@@ -191,9 +340,9 @@ def test_noiseless_unclipped_dp_round_equals_uniform_fedavg():
                            jax.tree.leaves(plain.final_state.params)[0])
     h = noisy.history
     assert h[0]["dp_epsilon_rdp"] == 0.0
-    want = accounting.epsilons(4 / 8, 1.0, 3, 1e-5)
+    want = accounting.epsilons_fixed(8, 4, 1.0, 3, 1e-5)  # fixed-size: replace-one RDP
     assert h[-1]["dp_epsilon_rdp"] == pytest.approx(want["dp_epsilon_rdp"])
-    assert h[-1]["dp_epsilon_pld"] == pytest.approx(want["dp_epsilon_pld"])
+    assert "dp_epsilon_pld" not in h[-1]
 
 
 def test_adaptive_round_updates_clip_in_state():
@@ -201,13 +350,62 @@ def test_adaptive_round_updates_clip_in_state():
                     aggregation="uniform", dp="adaptive")
     res = _run(cfg, HParams(dp_clip=1e-4, dp_noise=0.0, dp_clip_lr=0.5), rounds=4)
     clips = res.round_metrics["dp_clip"]
-    b = res.round_metrics["dp_unclipped_share"]  # (0 unclipped + N(0, sigma_b^2)) / 4
-    assert np.abs(b).max() < 4 * 0.2 / 4  # sigma_b = 4 / 20
-    # every update is longer than 1e-4, so C <- C exp(-0.5 (b - 0.5)) with b ~ 0: C grows
+    b = res.round_metrics["dp_unclipped_share"]  # (n x (0 - 1/2) + N(0, sigma_b^2)) / 4 + 1/2
+    n = res.round_metrics["cohort_size"]
+    assert np.abs(b - 0.5 + n / 8).max() < 4 * 0.2 / 4  # sigma_b = 4 / 20
+    # every update is longer than 1e-4, so C <- C exp(-0.5 (b - 0.5))
     want = 1e-4 * np.exp(np.cumsum(-0.5 * (b - 0.5)))
     np.testing.assert_allclose(clips[1:], want[:-1], rtol=1e-4)
     assert float(res.final_state.extra["uplink"]["clip"]) == pytest.approx(want[-1], rel=1e-4)
     assert (res.round_metrics["dp_clipped"] == 1.0).all()
+    assert (res.round_metrics["dp_overflow"] == 0).all()
+
+
+def _dp_results(**kw):
+    from fedjax_appeal.run.experiment import run_config
+
+    cfg = RunConfig(**{**dict(dataset="synthetic", model="logistic", clients=20,
+                              unseen_clients=0, cohort=5, rounds=3, eval_every=3,
+                              local_steps=2, batch_size=8, dp="fixed", dp_delta=1e-3,
+                              aggregation="uniform"), **kw})
+    shown = []
+    res, _ = run_config(cfg, HParams(), on_eval=shown.append)
+    return res, shown
+
+
+PRIVATE = ("train_loss", "train_acc", "train_loss_clients")
+
+
+def test_dp_results_hold_only_what_the_guarantee_covers():
+    res, shown = _dp_results()
+    assert "final_clients" not in res and "participation" not in res
+    for entry in res["history"] + shown:
+        assert not set(PRIVATE) & set(entry)
+        assert "test_acc_seen" in entry and "dp_epsilon_rdp" in entry
+    assert set(res["round_metrics"]) <= {"dp_clip", "dp_noise_std", "dp_overflow",
+                                         "params_finite"}
+    for k in ("cohort_idx", "cohort_size", "cohort_loss", "dp_clipped"):
+        assert f"round_metrics.{k}" in res["privacy"]["withheld"]
+    assert "history.train_loss" in res["privacy"]["withheld"]
+    assert res["privacy"]["outside_guarantee"] == []
+    # asked for: everything is written and named as outside the guarantee
+    full, shown = _dp_results(dp_publish_client_stats=True)
+    assert "final_clients" in full and "cohort_idx" in full["round_metrics"]
+    assert "train_loss" in full["history"][-1] and "train_loss" in shown[-1]
+    out = full["privacy"]["outside_guarantee"]
+    for k in ("history.train_loss", "round_metrics.cohort_idx", "final_clients",
+              "participation"):
+        assert k in out
+    assert not any(k.startswith("history.test_") for k in out)
+    # the published model and test metrics are the same either way
+    assert full["history"][-1]["test_acc_seen"] == res["history"][-1]["test_acc_seen"]
+
+
+def test_publish_flag_without_dp_is_refused():
+    from fedjax_appeal.run.validate import check_ignored
+
+    with pytest.raises(ConfigError, match="--dp-publish-client-stats has no effect"):
+        check_ignored(RunConfig(), {"dp_publish_client_stats"})
 
 
 @pytest.mark.data

@@ -216,6 +216,20 @@ MUTANTS: list[Mutant] = [
            "jnp.where(jnp.asarray(hp.solo_lr) > 0, hp.solo_lr, hp.client_lr)",
            "jnp.where(jnp.asarray(hp.solo_lr) > 0, hp.client_lr, hp.solo_lr)",
            (R_APP, "-k", "solo"), "solo models trained with lr 0 when --solo-lr is 'same'"),
+    Mutant("dp-count-uncentred", f"{PKG}/aggregate/privacy.py",
+           "bits = (norms <= clip).astype(jnp.float32) - 0.5",
+           "bits = (norms <= clip).astype(jnp.float32)",
+           ("tests/test_privacy.py", "-k", "sensitivities or unclipped_share"),
+           "adaptive clipping counts uncentred bits (sensitivity 1, not the accounted 1/2)"),
+    Mutant("dp-fixed-size-as-poisson", f"{PKG}/aggregate/accounting.py",
+           "    if cfg.dp_sampling == \"fixed\":\n        return epsilons_fixed(",
+           "    if False:\n        return epsilons_fixed(",
+           ("tests/test_privacy.py", "-k", "replace_one or equals_uniform"),
+           "fixed-size cohorts accounted as Poisson sampling at q = m / N"),
+    Mutant("dp-overflow-uncounted", f"{PKG}/aggregate/privacy.py",
+           "return {\"dp_overflow\": jnp.maximum(over, 0)}",
+           "return {\"dp_overflow\": jnp.maximum(over, 0) * 0}",
+           ("tests/test_privacy.py", "-k", "overflow"), "Poisson buffer overflow not counted"),
 ]
 
 

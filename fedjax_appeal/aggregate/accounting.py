@@ -1,18 +1,26 @@
 """Privacy accounting of DP-FedAvg with the `dp-accounting` package (extra `privacy`).
 
-Each round is one Poisson-subsampled Gaussian mechanism on the users: sampling rate
-q = cohort / N and noise multiplier z (`HParams.dp_noise`; with adaptive clipping the
-update sum and the clip count together are accounted as one Gaussian mechanism with
-multiplier z, Andrew et al. 2021, Theorem 1). After r rounds the history reports epsilon at
-`--dp-delta` from two accountants of the package:
+Each round is one subsampled Gaussian mechanism on the users with noise multiplier z
+(`HParams.dp_noise`; with adaptive clipping the update sum and the centred clip count
+together are one Gaussian mechanism with multiplier z, Andrew et al. 2021, Theorem 1, see
+`privacy.py`). How the cohort is drawn decides the event and the neighbouring relation:
 
-  * `dp_epsilon_rdp`: the Renyi-DP accountant (Mironov 2017; Mironov, Talwar, Zhang 2019),
-  * `dp_epsilon_pld`: the privacy-loss-distribution accountant (Koskela et al. 2020;
-    Doroshenko et al. 2022), which is tighter.
+  * `--dp-sampling poisson` (each client independently with rate q = cohort / N):
+    `PoissonSampledDpEvent(q, GaussianDpEvent(z))` under add/remove-one adjacency, accounted
+    by the Renyi-DP accountant (Mironov 2017; Mironov, Talwar, Zhang 2019; `dp_epsilon_rdp`)
+    and the privacy-loss-distribution accountant (Koskela et al. 2020; Doroshenko et al.
+    2022; `dp_epsilon_pld`, tighter).
+  * `--dp-sampling fixed` (exactly m = cohort of the N clients, uniformly without
+    replacement): `SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(z / 2))` under
+    replace-one adjacency (Wang, Balle, Kasiviswanathan 2019), by the RDP accountant only
+    (the package's PLD accountant does not support this event, so `dp_epsilon_pld` is
+    absent). Replacing one user moves the clipped sum by up to 2C (and the centred count
+    by up to 1), hence the multiplier z / 2 of the unit-sensitivity event.
 
-Fixed-size cohorts (`--dp-sampling fixed`, m of N without replacement) are accounted with
-the same Poisson event at q = m / N: the usual approximation, not a proof, since uniform
-fixed-size subsampling is analysed under replace-one adjacency with other bounds.
+Poisson cohorts run in a padded buffer (`privacy.poisson_buffer`); the probability that
+some round overflows it, p = rounds x P(Bin(N, q) > B), is a failure event outside the
+mechanism: the run is (epsilon, delta + (1 + e^epsilon) p)-DP, reported as
+`dp_delta_total` (with the larger of the two epsilons, so it holds for both).
 
 The accountant runs on the host between evaluations (`simulate` calls `account`), never
 inside the jitted rounds.
@@ -44,9 +52,19 @@ def event(q: float, z: float, steps: int):
     return dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), steps)
 
 
+def event_fixed(n: int, m: int, z: float, steps: int):
+    """The DpEvent of `steps` rounds of m-of-n sampling without replacement (replace-one):
+    Gaussian(z / 2), the sum's replace-one sensitivity being 2C."""
+    import dp_accounting as dpa
+
+    return dpa.SelfComposedDpEvent(
+        dpa.SampledWithoutReplacementDpEvent(n, m, dpa.GaussianDpEvent(z / 2.0)), steps)
+
+
 @functools.lru_cache(maxsize=256)
 def epsilons(q: float, z: float, steps: int, delta: float) -> dict[str, float]:
-    """{"dp_epsilon_rdp", "dp_epsilon_pld"} after `steps` rounds (0 before any; inf if z = 0)."""
+    """Poisson sampling: {"dp_epsilon_rdp", "dp_epsilon_pld"} after `steps` rounds (0 before
+    any; inf if z = 0)."""
     if steps <= 0 or q <= 0:
         return {"dp_epsilon_rdp": 0.0, "dp_epsilon_pld": 0.0}
     if z <= 0:
@@ -62,37 +80,103 @@ def epsilons(q: float, z: float, steps: int, delta: float) -> dict[str, float]:
             "dp_epsilon_pld": float(p.get_epsilon(delta))}
 
 
+@functools.lru_cache(maxsize=256)
+def epsilons_fixed(n: int, m: int, z: float, steps: int, delta: float) -> dict[str, float]:
+    """Fixed-size sampling: {"dp_epsilon_rdp"} after `steps` rounds (replace-one RDP)."""
+    if steps <= 0 or m <= 0:
+        return {"dp_epsilon_rdp": 0.0}
+    if z <= 0:
+        return {"dp_epsilon_rdp": math.inf}
+    import dp_accounting as dpa
+    from dp_accounting import rdp
+
+    r = rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    r.compose(event_fixed(n, m, z, steps))
+    return {"dp_epsilon_rdp": float(r.get_epsilon(delta))}
+
+
+def run_epsilons(cfg: RunConfig, z: float, num_clients: int, rounds: int) -> dict[str, float]:
+    """The epsilons of `cfg`'s sampling after `rounds` rounds at `cfg.dp_delta`."""
+    if cfg.dp_sampling == "fixed":
+        return epsilons_fixed(num_clients, min(cfg.cohort, num_clients), z, rounds,
+                              float(cfg.dp_delta))
+    return epsilons(cfg.cohort / num_clients, z, rounds, float(cfg.dp_delta))
+
+
+def overflow_probability(cfg: RunConfig, num_clients: int, rounds: int) -> float:
+    """P(some round's Poisson draw overflows its buffer) <= rounds x P(Bin(N, q) > B)."""
+    if cfg.dp_sampling != "poisson" or rounds <= 0:
+        return 0.0
+    from .privacy import binomial_tail, poisson_buffer
+
+    b = poisson_buffer(cfg.cohort, num_clients)
+    return min(1.0, rounds * binomial_tail(num_clients, cfg.cohort / num_clients, b))
+
+
+def overflow_delta(eps: dict[str, float], p: float, delta: float) -> float:
+    """delta + (1 + e^epsilon) p with the largest finite epsilon of `eps` (inf if none)."""
+    finite = [e for e in eps.values() if math.isfinite(e)]
+    if p <= 0:
+        return delta
+    if not finite:
+        return math.inf
+    return delta + (1.0 + math.exp(min(max(finite), 700.0))) * p
+
+
 def accountant(cfg: RunConfig):
     """`account(rounds, hp, num_clients) -> {name: epsilon}` of a DP run, or None."""
     if getattr(cfg, "dp", "off") == "off":
         return None
 
     def account(rounds: int, hp, num_clients: int) -> dict[str, float]:
-        return epsilons(cfg.cohort / num_clients, float(hp.dp_noise), int(rounds),
-                        float(cfg.dp_delta))
+        return run_epsilons(cfg, float(hp.dp_noise), num_clients, int(rounds))
 
     return account
 
 
+def describe(cfg: RunConfig) -> str:
+    """How `cfg`'s epsilon is accounted, in one phrase (results.json, run header)."""
+    if cfg.dp_sampling == "fixed":
+        return ("fixed-size cohorts (m of N without replacement), replace-one adjacency: "
+                "SampledWithoutReplacement(N, m, Gaussian(z/2)), RDP accountant of "
+                "dp-accounting (its PLD accountant does not support this event)")
+    return ("Poisson cohorts (rate q = m/N), add/remove adjacency: PoissonSampled(q, "
+            "Gaussian(z)), RDP and PLD accountants of dp-accounting")
+
+
 def summary(cfg: RunConfig, hp, num_clients: int, rounds: int) -> dict:
     """The `privacy` block of results.json: mechanism, parameters, final epsilons."""
+    from .privacy import OVERFLOW_BOUND, poisson_buffer
+
     q = cfg.cohort / num_clients
-    return {
-        "mechanism": f"DP-FedAvg ({cfg.dp} clipping), user-level, add/remove adjacency",
+    eps = run_epsilons(cfg, float(hp.dp_noise), num_clients, rounds)
+    p = overflow_probability(cfg, num_clients, rounds)
+    relation = "replace-one" if cfg.dp_sampling == "fixed" else "add/remove"
+    out = {
+        "mechanism": f"DP-FedAvg ({cfg.dp} clipping), user-level, {relation} adjacency",
         "sampling": cfg.dp_sampling, "q": q, "expected_cohort": cfg.cohort,
         "noise_multiplier": float(hp.dp_noise), "clip": float(hp.dp_clip),
         "delta": cfg.dp_delta, "rounds": rounds,
-        "accounting": ("Poisson-subsampled Gaussian, RDP and PLD accountants of dp-accounting"
-                       + ("; fixed-size cohorts accounted as Poisson at q = m/N "
-                          "(approximation)" if cfg.dp_sampling == "fixed" else "")),
-        **epsilons(q, float(hp.dp_noise), rounds, float(cfg.dp_delta)),
+        "accounting": describe(cfg),
+        "dp_epsilon_rdp": eps["dp_epsilon_rdp"],
+        "dp_epsilon_pld": eps.get("dp_epsilon_pld"),
     }
+    if cfg.dp_sampling == "poisson":
+        out.update(buffer=poisson_buffer(cfg.cohort, num_clients),
+                   overflow_bound_per_round=OVERFLOW_BOUND, overflow_probability=p,
+                   dp_delta_total=overflow_delta(eps, p, float(cfg.dp_delta)))
+    else:
+        out["dp_delta_total"] = float(cfg.dp_delta)
+    return out
 
 
 def header(cfg: RunConfig, hp, num_clients: int) -> str:
     """One phrase for the run header: the DP setting and the epsilon the run will reach."""
-    e = epsilons(cfg.cohort / num_clients, float(hp.dp_noise), cfg.rounds, float(cfg.dp_delta))
+    e = run_epsilons(cfg, float(hp.dp_noise), num_clients, cfg.rounds)
+    pld = (f" / {e['dp_epsilon_pld']:.3g} (PLD)" if "dp_epsilon_pld" in e
+           else " (RDP only: no PLD accountant for fixed-size cohorts)")
+    total = overflow_delta(e, overflow_probability(cfg, num_clients, cfg.rounds),
+                           float(cfg.dp_delta))
     return (f"DP-FedAvg {cfg.dp} (C={float(hp.dp_clip):g}, z={float(hp.dp_noise):g}, "
             f"{cfg.dp_sampling} q={cfg.cohort / num_clients:.4g}): after {cfg.rounds} rounds "
-            f"epsilon {e['dp_epsilon_rdp']:.3g} (RDP) / {e['dp_epsilon_pld']:.3g} (PLD) at "
-            f"delta {cfg.dp_delta:g}")
+            f"epsilon {e['dp_epsilon_rdp']:.3g} (RDP){pld} at delta {total:.3g}")

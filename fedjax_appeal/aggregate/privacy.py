@@ -15,13 +15,24 @@ Models"), with the adaptive clipping of Andrew, Thakkar, McMahan, Ramaswamy 2021
   4. the server optimizer consumes this noisy average as its pseudo-gradient, so DP
      composes with FedAvgM / FedAdam / FedYogi (post-processing).
 
-Adaptive clipping (Andrew et al., Algorithm 1): each client also reports the bit
-b_k = [||Delta_k|| <= C]; the server forms b = (sum_k b_k + N(0, sigma_b^2)) / (q N) and
-updates C <- C exp(-eta_C (b - gamma)), moving C towards the gamma-quantile of the update
-norms. Both released sums are Gaussian mechanisms of the same users; with the accounted
-noise multiplier z the update sum gets sigma = (z^-2 - (2 sigma_b)^-2)^(-1/2) (their
-Theorem 1), so that the pair is exactly as private as one Gaussian mechanism with
-multiplier z; this needs 2 sigma_b > z.
+Adaptive clipping (Andrew et al., Algorithm 1): each client also reports the centred bit
+b_k - 1/2 with b_k = [||Delta_k|| <= C]; the server forms
+b = (sum_k (b_k - 1/2) + N(0, sigma_b^2)) / (q N) + 1/2 and updates
+C <- C exp(-eta_C (b - gamma)), moving C towards the gamma-quantile of the update norms.
+Centring makes the count's sensitivity to adding or removing one user 1/2 (an uncentred
+bit moves the sum by 1). Both released sums are Gaussian mechanisms of the same users: the
+update sum (sensitivity C, noise sigma C) and the count (sensitivity 1/2, noise sigma_b)
+together are one Gaussian mechanism with multiplier (sigma^-2 + (2 sigma_b)^-2)^(-1/2)
+(their Theorem 1). With the accounted multiplier z the update sum therefore gets
+sigma = (z^-2 - (2 sigma_b)^-2)^(-1/2), so that the pair is exactly as private as one
+Gaussian mechanism with multiplier z; this needs 2 sigma_b > z. (TensorFlow Privacy's
+quantile estimator centres its bits the same way.)
+
+Poisson cohorts run in a padded buffer of B slots (`poisson_buffer`): B is the smallest
+size whose overflow probability P(Binomial(N, q) > B) is at most `OVERFLOW_BOUND` per
+round. A round whose draw exceeds B would leave the clients beyond it out, so the report
+adds that failure probability to delta (`accounting.overflow_delta`) and every round counts
+the clients left out (round metric `dp_overflow`, 0 in practice).
 
 Weight rules whose sensitivity C does not bound (sample-proportional, Exp-alpha, q-FFL,
 MaxFL, MW-Fed) are refused by `check` with one line: DP runs use `--aggregation uniform`,
@@ -30,7 +41,7 @@ whose slot weights are replaced by the fixed 1 / (q N).
 
 from __future__ import annotations
 
-import math
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -44,32 +55,63 @@ STATEFUL_MODELS = ("cnn_bn", "resnet20")
 DP_ALGORITHMS = ("fedavg", "fedprox")
 
 
-def poisson_buffer(expected: int, n: int, sds: float = 7.0) -> int:
-    """Slots of the padded Poisson cohort: expected + 7 standard deviations (+ 2), at most n.
+# Largest allowed probability that one round's Poisson draw overflows its buffer.
+OVERFLOW_BOUND = 1e-12
 
-    Binomial(n, q) exceeds its mean by more than 7 standard deviations with probability
-    far below 1e-9 (Chernoff), so a realised cohort practically never overflows the buffer;
-    if it did, the clients beyond it would be left out of that round.
+
+def binomial_tail(n: int, q: float, b: int) -> float:
+    """P(Binomial(n, q) > b), in float64 (scipy's regularised incomplete beta)."""
+    from scipy.stats import binom
+
+    return float(binom.sf(b, n, q))
+
+
+@functools.lru_cache(maxsize=256)
+def poisson_buffer(expected: int, n: int, bound: float | None = None) -> int:
+    """Slots of the padded Poisson cohort: the smallest B <= n with P(Bin(n, q) > B) <= bound.
+
+    q = expected / n; bound None is `OVERFLOW_BOUND`. With B = n nothing can overflow. The
+    overflow probability of the chosen size is `binomial_tail(n, q, B)` (see
+    `accounting.overflow_delta`).
     """
     q = expected / n
-    return min(n, int(math.ceil(expected + sds * math.sqrt(n * q * (1 - q)))) + 2)
+    if q >= 1.0:
+        return n
+    bound = OVERFLOW_BOUND if bound is None else bound
+    from scipy.stats import binom
+
+    b = int(max(0, min(n, binom.isf(bound, n, q)) - 2))
+    while b < n and binomial_tail(n, q, b) > bound:
+        b += 1
+    return b
 
 
 def poisson_selector(cfg: RunConfig) -> Selector:
     """Poisson sampling with rate q = cohort / N in a buffer of `poisson_buffer` slots.
 
     N is the length of the client pool (static), so the buffer's shape is fixed per run.
+    The selector's round metric `dp_overflow` counts the chosen clients that did not fit
+    (recomputed from the same key; 0 unless the overflow event of probability at most
+    `OVERFLOW_BOUND` happened).
     """
 
-    def select(key, state, data, hp):
+    def chosen(key, state):
         n = state.pool.shape[0]
-        q = cfg.cohort / n
         u = jax.random.uniform(key, state.pool.shape)
-        chosen = state.pool & (u < q)
-        _, idx = jax.lax.top_k(jnp.where(chosen, 1.0 + u, u), poisson_buffer(cfg.cohort, n))
-        return idx, chosen[idx]  # the chosen clients first, then padding slots
+        return state.pool & (u < cfg.cohort / n), u
 
-    return Selector(lambda key, state, data, hp: {}, select)
+    def select(key, state, data, hp):
+        c, u = chosen(key, state)
+        size = poisson_buffer(cfg.cohort, state.pool.shape[0])
+        _, idx = jax.lax.top_k(jnp.where(c, 1.0 + u, u), size)
+        return idx, c[idx]  # the chosen clients first, then padding slots
+
+    def metrics(key, state, idx, valid, data, hp):
+        c, _ = chosen(key, state)
+        over = jnp.sum(c).astype(jnp.int32) - idx.shape[0]
+        return {"dp_overflow": jnp.maximum(over, 0)}
+
+    return Selector(lambda key, state, data, hp: {}, select, metrics=metrics)
 
 
 def tree_norms(delta) -> jax.Array:
@@ -118,11 +160,25 @@ def dp_sum(delta, valid: jax.Array, key: jax.Array, clip: jax.Array, sigma: jax.
     return jax.tree.unflatten(treedef, out), norms
 
 
+def centred_count(norms: jax.Array, clip: jax.Array, valid: jax.Array) -> jax.Array:
+    """sum over valid slots of ([||Delta_k|| <= C] - 1/2): the count query before noise.
+
+    One user moves it by exactly 1/2 (sensitivity 1/2), the value Andrew et al.'s
+    Theorem 1 and `delta_noise_multiplier` assume.
+    """
+    bits = (norms <= clip).astype(jnp.float32) - 0.5
+    return jnp.sum(jnp.where(valid, bits, 0.0))
+
+
 def adaptive_clip(clip: jax.Array, norms: jax.Array, valid: jax.Array, key: jax.Array,
                   hp, sigma_b: jax.Array, denom: float) -> tuple[jax.Array, jax.Array]:
-    """(next C, noisy unclipped share b) of Andrew et al.'s geometric update."""
-    b = jnp.sum(jnp.where(valid, norms <= clip, False).astype(jnp.float32))
-    b = (b + sigma_b * jax.random.normal(key, ())) / denom
+    """(next C, noisy unclipped share b) of Andrew et al.'s geometric update.
+
+    b = (centred_count + N(0, sigma_b^2)) / denom + 1/2, an estimate of the share of
+    updates with norm <= C (exact for a full cohort of `denom` clients without noise).
+    """
+    s = centred_count(norms, clip, valid) + sigma_b * jax.random.normal(key, ())
+    b = s / denom + 0.5
     return clip * jnp.exp(-hp.dp_clip_lr * (b - hp.dp_quantile)), b
 
 
@@ -134,6 +190,11 @@ def check(cfg: RunConfig, hp) -> None:
         raise ConfigError(f"--dp-sampling must be poisson or fixed (got {cfg.dp_sampling!r})")
     if cfg.dp == "off":
         return
+    if cfg.dp_sampling == "fixed" and getattr(cfg, "availability", "always") != "always":
+        raise ConfigError(f"--dp-sampling fixed cannot be combined with --availability "
+                          f"{cfg.availability}: m of the available clients includes an "
+                          "often-available client at more than m/N, which the accountant "
+                          "does not see; use --dp-sampling poisson")
     if not 0.0 < cfg.dp_delta < 1.0:
         raise ConfigError(f"--dp-delta must lie in (0, 1) (got {cfg.dp_delta}); use less "
                           "than 1 / --clients")

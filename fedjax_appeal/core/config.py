@@ -411,6 +411,11 @@ class RunConfig:
                                      "q = cohort/clients; --cohort is the expected size) or "
                                      "fixed (exactly --cohort clients)", ("poisson", "fixed"))
     dp_delta: float = _f(1e-5, "DP: the delta at which epsilon is reported")
+    dp_publish_client_stats: bool = _f(False, "DP: also write the statistics the guarantee "
+                                              "does not cover (train-split losses, per-client "
+                                              "results, cohort ids and sizes, clipped share); "
+                                              "results.json lists them under "
+                                              "privacy.outside_guarantee")
     compress: str = _f("none", "compression of what a client sends: none, qsgd (stochastic "
                                "quantisation to --compress-levels levels) or topk (the "
                                "--compress-fraction largest coordinates)",

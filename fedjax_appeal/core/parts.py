@@ -56,14 +56,15 @@ class Selector(NamedTuple):
     init(key, state, data, hp) -> dict          # initial selector memory (e.g. features)
     select(key, state, data, hp) -> (idx [m], valid [m])
     update(state, updates, idx, valid, data, hp) -> state   # after the server step, or None
-    metrics(state, idx, valid, data, hp) -> dict   # round metrics it adds/overrides, or None
+    metrics(key, state, idx, valid, data, hp) -> dict   # round metrics it adds/overrides,
+        # or None; `key` is the one `select` drew with
     """
 
     init: Callable[[jax.Array, ServerState, FederatedData, HParams], dict]
     select: SelectFn
     update: Callable[[ServerState, ClientUpdate, jax.Array, jax.Array, FederatedData, HParams],
                      ServerState] | None = None
-    metrics: Callable[[ServerState, jax.Array, jax.Array, FederatedData, HParams],
+    metrics: Callable[[jax.Array, ServerState, jax.Array, jax.Array, FederatedData, HParams],
                       dict] | None = None
 
 

@@ -161,7 +161,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
             **up_metrics,  # bits_up, dp_clip, ... (with an uplink only)
         }
         if select.metrics is not None:  # e.g. availability: `available`, `dropped`
-            metrics = {**metrics, **select.metrics(state, idx, valid, data, hp)}
+            metrics = {**metrics, **select.metrics(k_sel, state, idx, valid, data, hp)}
         return new, metrics
 
     return round_fn

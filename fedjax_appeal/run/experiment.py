@@ -19,6 +19,7 @@ from ..data import Dataset, FederatedData
 from ..execute.distributed import fetch
 from ..protocols.appeal.appeal import personalize
 from .assemble import assemble
+from .publish import covered_entry, restrict
 from .simulate import SimulationResult, simulate
 from .validate import validate
 
@@ -50,6 +51,10 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     algorithms); otherwise the data are loaded and partitioned from `cfg` (seeded).
     """
     validate(cfg, hp)
+    dp_restricted = cfg.dp != "off" and not cfg.dp_publish_client_stats
+    if dp_restricted and on_eval is not None:  # progress shows only what may be published
+        shown = on_eval
+        on_eval = lambda entry: shown(covered_entry(entry))
     ckpt, mesh = _scale_options(cfg, hp)  # the mesh is built once, here
     alg, model, data, dataset, load_s = assemble(cfg, data=data, dataset=dataset, mesh=mesh)
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
@@ -76,6 +81,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
                         "python": platform.python_version(),
                         "machine": platform.machine()},
     }
+    if cfg.dp != "off":  # only what the guarantee covers, unless asked
+        results = restrict(results, cfg.dp_publish_client_stats)
     return results, sim
 
 

@@ -237,8 +237,10 @@ def progress_printer(alg_name: str, total: int, stream=None) -> Callable:
         r = int(entry["round"])
         el = time.perf_counter() - t0
         eta = el / r * (total - r) if r else float("nan")
-        parts = [f"[{alg_name}] round {r:>4}/{total}", f"train_loss {entry['train_loss']:.4f}",
-                 f"test_acc_seen {entry.get('test_acc_seen', float('nan')):.4f}"]
+        parts = [f"[{alg_name}] round {r:>4}/{total}"]
+        if "train_loss" in entry:  # absent from what a DP run publishes
+            parts.append(f"train_loss {entry['train_loss']:.4f}")
+        parts.append(f"test_acc_seen {entry.get('test_acc_seen', float('nan')):.4f}")
         if "test_acc_unseen" in entry:
             parts.append(f"unseen {entry['test_acc_unseen']:.4f}")
         parts.append(f"elapsed {el:.0f}s" + (f" eta {eta:.0f}s" if r else ""))

@@ -203,7 +203,8 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
 
 def _uplink_ignored(key: str, cfg: RunConfig) -> str | None:
     """DP and compression options that the combination `cfg` ignores."""
-    if key in ("dp_sampling", "dp_delta", "dp_clip", "dp_noise") and cfg.dp == "off":
+    if key in ("dp_sampling", "dp_delta", "dp_clip", "dp_noise",
+               "dp_publish_client_stats") and cfg.dp == "off":
         return "it configures DP-FedAvg (--dp fixed or adaptive)"
     if key in ("dp_quantile", "dp_clip_lr", "dp_count_noise") and cfg.dp != "adaptive":
         return "it configures adaptive clipping (--dp adaptive)"

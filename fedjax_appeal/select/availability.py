@@ -103,14 +103,16 @@ def with_availability(selector: Selector, cfg) -> Selector:
         _, on = pool_now(prev, hp)
         return new.replace(extra={**new.extra, "hetero": {**new.extra["hetero"], "on": on}})
 
-    def metrics(state, idx, valid, data, hp):
+    def metrics(key, state, idx, valid, data, hp):
         pool, _ = pool_now(state, hp)
+        inner = ({} if selector.metrics is None else
+                 selector.metrics(key, state.replace(pool=pool), idx, valid, data, hp))
         t = times(cfg, hetero.root_key(state), state.round, idx, hp, data.train.count[idx])
         cut = t > cfg.deadline if cfg.deadline > 0 else jnp.zeros(idx.shape, bool)
         # the server waits for its slowest on-time client, or until the deadline if it cut one
         slowest = jnp.max(jnp.where(valid, t, 0.0))
         wait = jnp.where(jnp.any(pool[idx] & cut), cfg.deadline, slowest)
-        return {"available": jnp.sum(pool).astype(jnp.int32),
+        return {**inner, "available": jnp.sum(pool).astype(jnp.int32),
                 "dropped": jnp.sum(pool[idx] & cut).astype(jnp.int32),
                 "round_time": wait}
 
