@@ -346,7 +346,7 @@ def test_bad_options_are_refused(kw, msg):
 
 
 def test_bad_probability_is_refused():
-    with pytest.raises(ConfigError, match="--avail-p must be a probability"):
+    with pytest.raises(ConfigError, match=r"--avail-p must be in \[0, 1\]"):
         validate(RunConfig(availability="bernoulli"), HParams(avail_p=1.5))
 
 
@@ -390,11 +390,11 @@ CLI_TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "0",
 
 @pytest.mark.parametrize("extra,msg", [
     (["--algorithm", "pfedme", "--local-steps-dist", "uniform"], "--local-steps-dist uniform"),
-    (["--availability", "markov", "--avail-off-on", "2"], "--avail-off-on must be a"),
+    (["--availability", "markov", "--avail-off-on", "2"], "--avail-off-on must be in [0, 1]"),
     (["--algorithm", "fedbuff", "--deadline", "10"], "fedbuff runs in simulated time"),
     (["--avail-p", "0.5"], "--avail-p has no effect here"),
     (["--concurrency", "4"], "--concurrency has no effect here"),
-    (["--local-steps-dist", "sometimes"], "--local-steps-dist must be fixed, uniform"),
+    (["--local-steps-dist", "sometimes"], "--local-steps-dist must be one of: fixed, uniform"),
 ])
 def test_cli_refuses_bad_heterogeneity_options(tmp_path, capsys, extra, msg):
     out = tmp_path / "r"

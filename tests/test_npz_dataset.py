@@ -75,7 +75,7 @@ def test_loader_pools_splits_and_scales(tmp_path):
     ({"x": np.zeros((4, 2), np.uint8), "y": np.zeros(4)}, [], "non-negative integer class"),
     ({"x": np.zeros((4, 2), np.uint8), "y": np.zeros(5, int)}, [], "same number of rows"),
     ({"x": np.zeros((40, 2), np.uint8), "y": np.zeros(40, int)}, ["--input-scale", "-1"],
-     "--input-scale -1.0: must be > 0"),
+     "--input-scale must be >= 0 (got -1.0)"),
 ])
 def test_bad_files_are_one_line_and_nothing_written(tmp_path, capsys, arrays, extra, msg):
     f = tmp_path / "bad.npz"

@@ -56,46 +56,61 @@ def _hp_float(v: Any) -> float:
 
 
 def registries() -> dict[str, Any]:
-    """RunConfig field -> the Registry of its allowed names (built-ins and plugins)."""
-    from ..aggregate.aggregation import AGGREGATIONS
-    from ..aggregate.server import SERVER_OPTS
-    from ..algorithms import ALGORITHMS
-    from ..core.config import DATASETS, PARTITIONS
-    from ..core.models import MODELS
-    from ..select.selectors import SELECTORS
+    """RunConfig field -> the Registry of its allowed names (built-ins and plugins), from
+    the fields' declarations (`registry=` or a Registry of choices)."""
+    from ..core.config import Registry, declarations
+    from ..run.validate import component_registries
 
-    return {"algorithm": ALGORITHMS, "dataset": DATASETS, "partition": PARTITIONS,
-            "model": MODELS, "server_opt": SERVER_OPTS, "selector": SELECTORS,
-            "aggregation": AGGREGATIONS}
+    comps = component_registries()
+    out = {}
+    for f in declarations(RunConfig):
+        if f.metadata.get("registry"):
+            out[f.name] = comps[f.metadata["registry"]]
+        elif isinstance(f.metadata.get("choices"), Registry):
+            out[f.name] = f.metadata["choices"]
+    return out
+
+
+def _declared_help(f, named: dict[str, Any]) -> str:
+    """A field's help line: its text, default, choices or range (all from its declaration)."""
+    from ..core.config import range_text
+
+    meta = f.metadata
+    allowed = (named[f.name].choices() if f.name in named else meta.get("choices") or ())
+    extra = [f"default: {f.default!r}"]
+    if allowed:
+        extra.append(f"one of: {', '.join(map(str, allowed))}")
+    if meta.get("range"):
+        extra.append(range_text(meta["range"]))
+    return f"{meta.get('help', '')} ({'; '.join(extra)})"
 
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per RunConfig/HParams field, defaulting to 'not given'."""
-    g = p.add_argument_group("run configuration")
+    """One flag per declared RunConfig/HParams field, defaulting to 'not given', in one
+    argument group per section (`core.config.GROUPS`); hyperparameters are marked
+    vmappable."""
+    from ..core.config import GROUPS, declarations
+
+    p.usage = "%(prog)s [--config FILE] [--OPTION VALUE ...]  (options by section below)"
+    groups = {name: p.add_argument_group(title) for name, title in GROUPS.items()}
     named = registries()
-    for f in dataclasses.fields(RunConfig):
-        allowed = (named[f.name].choices() if f.name in named
-                   else f.metadata.get("choices") or ())
-        one_of = f"; one of: {', '.join(map(str, allowed))}" if allowed else ""
+    for f in declarations(RunConfig):
         kw: dict[str, Any] = dict(default=argparse.SUPPRESS, dest=f.name,
-                                  help=f"{f.metadata.get('help', '')} (default: {f.default!r}"
-                                       f"{one_of})")
-        t = _type_of(f)
+                                  help=_declared_help(f, named))
         if f.type in ("bool", bool):
             kw["action"] = argparse.BooleanOptionalAction
         else:
-            kw["type"] = t
+            kw["type"] = _type_of(f)
             kw["metavar"] = f.name.upper()
-        g.add_argument(_flag(f.name), **kw)
-    g.add_argument("--no-appeal", dest="appeal", action="store_const", const="off",
-                   default=argparse.SUPPRESS, help="same as --appeal off")
-    h = p.add_argument_group("hyperparameters (vmappable)")
-    for f in dataclasses.fields(HParams):
-        if f.name == "extra":  # the user tunables, below
-            continue
-        h.add_argument(_flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
-                       metavar="X", help=f"{f.metadata.get('help', '')} (default: {f.default})")
-    add_tunable_flags(h)
+        groups[f.metadata["group"]].add_argument(_flag(f.name), **kw)
+    groups["appeal"].add_argument("--no-appeal", dest="appeal", action="store_const",
+                                  const="off", default=argparse.SUPPRESS,
+                                  help="same as --appeal off")
+    for f in declarations(HParams):
+        groups[f.metadata["group"]].add_argument(
+            _flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
+            metavar="X", help=f"{_declared_help(f, {})} [vmappable]")
+    add_tunable_flags(groups["algorithm"])
     p.add_argument("--config", default=None, metavar="FILE",
                    help="TOML or JSON file with the same keys as the flags")
 

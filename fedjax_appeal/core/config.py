@@ -24,15 +24,44 @@ import jax.numpy as jnp
 from flax import struct
 
 from .errors import ConfigError
-from .registry import Registry
+from .registry import Registry, did_you_mean
 from .tunables import TUNABLES, check_tunable, reserve
 
+# The sections of the configuration: every field declares one (`group=`), and
+# `fedjax-appeal run --help` lists the options section by section in this order.
+GROUPS = {
+    "data": "data: dataset, partition, generated clients, label noise",
+    "federation": "federation: clients, cohort, rounds, local training, Byzantine clients",
+    "algorithm": "algorithm: local objective, aggregation, server optimizer, model",
+    "selection": "client selection: Power-of-Choice, DivFL, SubTrunc, UnionFL",
+    "uplink": "uplink: update compression and differential privacy",
+    "hetero": "heterogeneous and unreliable clients",
+    "appeal": "appeal protocol: requirements, GM-Appeal, opt-out, fine-tuning",
+    "scale": "scale and layout: devices, chunks, lanes, checkpoints",
+    "output": "output: schedule, seeds, folder",
+    "tracking": "tracking",
+}
 
-def _f(default: Any, help: str, choices: tuple | None = None, *, data: bool = False, **kw):
-    """A RunConfig field: its CLI help, its choices, and whether it changes the data."""
-    meta = {"help": help, "data": data}
+
+def _meta(help: str, group: str, choices, ge, gt, le, lt, hint: str, **extra) -> dict:
+    if group not in GROUPS:
+        raise ValueError(f"unknown configuration group {group!r}")
+    meta = {"help": help, "group": group, "hint": hint, **extra}
     if choices is not None:
         meta["choices"] = choices
+    meta["range"] = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt))
+                     if v is not None}
+    return meta
+
+
+def _f(default: Any, help: str, choices: tuple | None = None, *, group: str,
+       data: bool = False, ge=None, gt=None, le=None, lt=None, hint: str = "",
+       registry: str = "", prefixes: tuple = (), **kw):
+    """A RunConfig field, declared once: default, CLI help, section (`GROUPS`), allowed
+    values (`choices`, or the name of a component `registry`), range (`ge`/`gt`/`le`/`lt`),
+    a `hint` appended to a refusal, and whether it changes the data."""
+    meta = _meta(help, group, choices, ge, gt, le, lt, hint, data=data, registry=registry,
+                 prefixes=prefixes)
     return dataclasses.field(default=default, metadata=meta, **kw)
 
 
@@ -41,8 +70,11 @@ def _data(default: Any, help: str, choices: tuple | None = None, **kw):
     return _f(default, help, choices, data=True, **kw)
 
 
-def _hp(default: float, help: str):
-    return struct.field(default=default, metadata={"help": help})
+def _hp(default: float, help: str, *, group: str, ge=None, gt=None, le=None, lt=None,
+        hint: str = ""):
+    """A vmappable hyperparameter, declared like `_f` (always a float)."""
+    return struct.field(default=default,
+                        metadata=_meta(help, group, None, ge, gt, le, lt, hint))
 
 
 @struct.dataclass
@@ -56,77 +88,97 @@ class HParams:
     with `HParams.make(**values)` / `hp.with_values(**values)`, which take both kinds.
     """
 
-    client_lr: float = _hp(0.05, "client (local) SGD learning rate")
-    server_lr: float = _hp(1.0, "server learning rate applied to the pseudo-gradient")
+    client_lr: float = _hp(0.05, "client (local) SGD learning rate", group="federation", gt=0)
+    server_lr: float = _hp(1.0, "server learning rate applied to the pseudo-gradient",
+                           group="federation", gt=0)
     # FedProx / local objectives
-    prox_mu: float = _hp(0.01, "FedProx proximal coefficient mu")
+    prox_mu: float = _hp(0.01, "FedProx proximal coefficient mu", group="algorithm", ge=0)
     # Server optimizers (FedAvgM / FedAdam / FedYogi)
-    server_momentum: float = _hp(0.9, "server momentum (FedAvgM) / Adam beta1")
-    server_beta2: float = _hp(0.99, "server Adam/Yogi beta2")
-    server_eps: float = _hp(1e-3, "server Adam/Yogi epsilon (the adaptivity tau of Reddi et al.)")
+    server_momentum: float = _hp(0.9, "server momentum (FedAvgM) / Adam beta1", group="algorithm")
+    server_beta2: float = _hp(0.99, "server Adam/Yogi beta2", group="algorithm")
+    server_eps: float = _hp(1e-3, "server Adam/Yogi epsilon (the adaptivity tau of Reddi et al.)",
+                            group="algorithm")
     # Byzantine clients
-    byzantine_noise: float = _hp(1.0, "std of the Gaussian noise Byzantine clients add to updates")
+    byzantine_noise: float = _hp(1.0, "std of the Gaussian noise Byzantine clients add to updates",
+                                 group="federation")
     byzantine_loss_scale: float = _hp(10.0, "factor by which Byzantine clients inflate the "
-                                            "losses they report")
+                                            "losses they report", group="federation")
     # Appeal protocol: solo models (requirements rho_k)
     solo_lr: float = _hp(0.0, "learning rate of the solo models that set the requirements "
                               "rho_k and the preferred-model metrics ('same' or 0 = the client "
                               "lr, as MaxFL D.1); fix "
                               "it when comparing or tuning algorithms, so that all of them face "
-                              "the same requirements")
+                              "the same requirements",
+                         group="appeal", ge=0, hint="0 = same = the client lr")
     # MaxFL
-    maxfl_eps: float = _hp(1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)")
+    maxfl_eps: float = _hp(1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)",
+                           group="algorithm", ge=0)
     # Baselines of the appeal experiments (branch baselines)
-    qffl_q: float = _hp(1.0, "q-FFL fairness exponent q (q = 0 is uniform FedAvg)")
-    afl_q: float = _hp(10.0, "q of the `afl` algorithm (q-FFL used as the AFL stand-in)")
+    qffl_q: float = _hp(1.0, "q-FFL fairness exponent q (q = 0 is uniform FedAvg)",
+                        group="algorithm", ge=0)
+    afl_q: float = _hp(10.0, "q of the `afl` algorithm (q-FFL used as the AFL stand-in)",
+                       group="algorithm", ge=0)
     mwfed_eta: float = _hp(1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) when "
-                                "the client's requirement is unmet")
-    perfedavg_alpha: float = _hp(0.02, "Per-FedAvg inner (adaptation) step size alpha")
-    perfedavg_beta: float = _hp(0.05, "Per-FedAvg outer (meta) step size beta")
+                                "the client's requirement is unmet", group="algorithm", ge=0)
+    perfedavg_alpha: float = _hp(0.02, "Per-FedAvg inner (adaptation) step size alpha",
+                                 group="algorithm", ge=0)
+    perfedavg_beta: float = _hp(0.05, "Per-FedAvg outer (meta) step size beta",
+                                group="algorithm", gt=0)
     perfedavg_delta: float = _hp(1e-3, "Per-FedAvg HF: finite-difference delta of the "
-                                       "Hessian-vector product (0 = exact jvp)")
-    pfedme_lambda: float = _hp(15.0, "pFedMe regularisation lambda of the personal models")
-    pfedme_lr: float = _hp(0.05, "pFedMe personal learning rate (K inner steps)")
-    pfedme_beta: float = _hp(1.0, "pFedMe server mixing beta: w <- (1-beta) w + beta avg(w_k)")
+                                       "Hessian-vector product (0 = exact jvp)",
+                                 group="algorithm", ge=0)
+    pfedme_lambda: float = _hp(15.0, "pFedMe regularisation lambda of the personal models",
+                               group="algorithm", gt=0)
+    pfedme_lr: float = _hp(0.05, "pFedMe personal learning rate (K inner steps)",
+                           group="algorithm", gt=0)
+    pfedme_beta: float = _hp(1.0, "pFedMe server mixing beta: w <- (1-beta) w + beta avg(w_k)",
+                             group="algorithm", gt=0)
     # --- client selection (SubTrunc / UnionFL) ---
-    subtrunc_lambda: float = _hp(0.5, "SubTrunc weight lambda of the truncated loss term")
-    subtrunc_b: float = _hp(1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))")
-    union_mu: float = _hp(1.0, "UnionFL penalty mu per selected client of the recent window")
+    subtrunc_lambda: float = _hp(0.5, "SubTrunc weight lambda of the truncated loss term",
+                                 group="selection", ge=0)
+    subtrunc_b: float = _hp(1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))",
+                            group="selection")
+    union_mu: float = _hp(1.0, "UnionFL penalty mu per selected client of the recent window",
+                          group="selection", ge=0)
     # Exp-alpha
     exp_alpha: float = _hp(0.2, "Exp-alpha temperature alpha in rho_i ∝ exp((F_i(w_i) - "
-                                "F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)")
+                                "F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)",
+                           group="algorithm", gt=0)
     fedfor_lambda: float = _hp(0.1, "FedFor first-order regularisation weight lambda of "
                                     "lambda <g, w - w_t>, g = the last global update over "
-                                    "(local steps x client lr)")
+                                    "(local steps x client lr)", group="algorithm")
     # --- user-level DP-FedAvg (aggregate/privacy.py) ---
     dp_clip: float = _hp(1.0, "DP: L2 clip norm C of each client's update (the initial C with "
-                              "--dp adaptive)")
+                              "--dp adaptive)", group="uplink", gt=0)
     dp_noise: float = _hp(1.0, "DP: noise multiplier z; the sum of clipped updates gets "
                                "N(0, z^2 C^2) noise (with --dp adaptive z is the accounted "
-                               "multiplier, shared with the clip count)")
+                               "multiplier, shared with the clip count)", group="uplink", ge=0)
     dp_quantile: float = _hp(0.5, "DP adaptive clipping: target quantile gamma of the update "
-                                  "norms")
+                                  "norms", group="uplink", ge=0, le=1)
     dp_clip_lr: float = _hp(0.2, "DP adaptive clipping: learning rate eta_C of the geometric "
-                                 "update C <- C exp(-eta_C (b - gamma))")
+                                 "update C <- C exp(-eta_C (b - gamma))", group="uplink", ge=0)
     dp_count_noise: float = _hp(0.0, "DP adaptive clipping: std sigma_b of the noise on the "
-                                     "clip count (0 = expected cohort / 20, the paper's choice)")
+                                     "clip count (0 = expected cohort / 20, the paper's choice)",
+                                group="uplink", ge=0)
 
     # --- heterogeneous and unreliable clients (local/hetero.py, select/availability.py,
     # algorithms/fedbuff.py) ---
     steps_sigma: float = _hp(0.5, "--local-steps-dist lognormal: sigma of log tau_k (median "
-                                  "sqrt(min x max local steps))")
+                                  "sqrt(min x max local steps))", group="hetero", ge=0)
     step_time_sigma: float = _hp(0.5, "simulated seconds per local step ~ LogNormal(0, sigma) "
-                                      "per client and round (deadline, fedbuff durations)")
+                                      "per client and round (deadline, fedbuff durations)",
+                                 group="hetero", ge=0)
     avail_p: float = _hp(0.8, "--availability bernoulli: mean probability p_k that a client "
-                              "is available in a round")
+                              "is available in a round", group="hetero", ge=0, le=1)
     avail_spread: float = _hp(0.0, "--availability bernoulli: p_k = clip(avail_p + spread x "
-                                   "U(-1, 1), 0, 1), drawn once per client")
+                                   "U(-1, 1), 0, 1), drawn once per client", group="hetero", ge=0)
     avail_on_off: float = _hp(0.1, "--availability markov: P(available -> unavailable) per "
-                                   "round")
+                                   "round", group="hetero", ge=0, le=1)
     avail_off_on: float = _hp(0.3, "--availability markov: P(unavailable -> available) per "
-                                   "round")
+                                   "round", group="hetero", ge=0, le=1)
     staleness_power: float = _hp(0.5, "fedbuff: an update of staleness s weighs (1 + s)^-power "
-                                      "(0.5 = 1/sqrt(1 + s) of Nguyen et al. 2022)")
+                                      "(0.5 = 1/sqrt(1 + s) of Nguyen et al. 2022)",
+                                 group="hetero", ge=0)
 
     # User tunables (`extend.register_tunable`): name -> scalar, part of the pytree.
     extra: Mapping[str, Any] = struct.field(
@@ -229,158 +281,202 @@ class RunConfig:
     """Static configuration of one simulation (fixes shapes and program structure)."""
 
     # What to run
-    algorithm: str = _f("fedavg", "federated algorithm (see `fedjax-appeal list`)")
-    dataset: str = _data("fmnist", "dataset name", DATASETS)
-    model: str = _f("auto", "model name, or 'auto' for the dataset's default")
+    algorithm: str = _f("fedavg", "federated algorithm (see `fedjax-appeal list`)",
+                        registry="algorithm", group="algorithm")
+    dataset: str = _data("fmnist", "dataset name (or npz:PATH, your own arrays)", DATASETS,
+                         group="data", prefixes=("npz:",))
+    model: str = _f("auto", "model name, or 'auto' for the dataset's default",
+                    registry="model", group="algorithm")
     # Data sources
-    data_dir: str = _data("", "directory with the npz data files (default: $FEDJAX_APPEAL_DATA)")
+    data_dir: str = _data("", "directory with the npz data files (default: $FEDJAX_APPEAL_DATA)",
+                          group="data")
     fmnist_dir: str = _data("/usr/share/datasets/fashion-mnist",
-                         "directory with the Fashion-MNIST IDX .gz files")
+                         "directory with the Fashion-MNIST IDX .gz files", group="data")
     cache_dir: str = _data("", "cache for decoded arrays (default: $FEDJAX_APPEAL_CACHE or "
-                            "~/.cache/fedjax_appeal)")
-    max_samples: int = _data(0, "use at most this many samples of the dataset (0 = all)")
+                            "~/.cache/fedjax_appeal)", group="data")
+    max_samples: int = _data(0, "use at most this many samples of the dataset (0 = all)",
+                             group="data", ge=0)
     input_scale: float = _data(0.0, "dataset npz:PATH: the model multiplies its inputs by this "
-                                    "first (0 = 1/255 for uint8 inputs, 1 for float inputs)")
+                                    "first (0 = 1/255 for uint8 inputs, 1 for float inputs)",
+                               group="data", ge=0,
+                                hint="0 = 1/255 for uint8 inputs, 1 for float inputs")
     # Partition
-    partition: str = _data("dirichlet", "how samples are split over clients", PARTITIONS)
-    alpha: float = _data(0.5, "Dirichlet concentration (partition=dirichlet)")
-    num_clusters: int = _data(5, "number of label clusters (partition=clusters)")
-    labels_per_cluster: int = _data(2, "disjoint labels per cluster (partition=clusters)")
+    partition: str = _data("dirichlet", "how samples are split over clients", PARTITIONS,
+                           group="data")
+    alpha: float = _data(0.5, "Dirichlet concentration (partition=dirichlet)", group="data", gt=0)
+    num_clusters: int = _data(5, "number of label clusters (partition=clusters)",
+                              group="data", ge=1)
+    labels_per_cluster: int = _data(2, "disjoint labels per cluster (partition=clusters)",
+                                    group="data", ge=1)
     cluster_labels: str = _data("random", "labels of each cluster (partition=clusters): random "
                                        "(a seeded permutation) or pairs (cluster c gets labels "
-                                       "c*L .. c*L+L-1: (0,1), (2,3), ...)", ("random", "pairs"))
-    classes_per_client: int = _data(3, "classes per client (partition=classes)")
-    min_samples: int = _data(10, "minimum samples per client (all partitions)")
+                                       "c*L .. c*L+L-1: (0,1), (2,3), ...)", ("random", "pairs"),
+                                group="data")
+    classes_per_client: int = _data(3, "classes per client (partition=classes)", group="data", ge=1)
+    min_samples: int = _data(10, "minimum samples per client (all partitions)", group="data", ge=0)
     train_fraction: float = _data(0.6, "per-client train share; the rest is the client's test "
-                                       "split")
+                                       "split", group="data", gt=0, lt=1)
     label_flip_fraction: float = _data(0.0, "fraction of clients (seen and unseen alike) whose "
-                                         "labels are flipped by a fixed random derangement")
-    flip_ratio: float = _data(1.0, "share of the classes a flipped client has wrong (1.0 = all)")
+                                         "labels are flipped by a fixed random derangement",
+                                       group="data", ge=0, le=1)
+    flip_ratio: float = _data(1.0, "share of the classes a flipped client has wrong (1.0 = all)",
+                              group="data", ge=0, le=1)
     byzantine_fraction: float = _data(0.0, "fraction of seen clients that are Byzantine (inflated "
-                                        "reported loss, noisy updates)")
-    synthetic_alpha: float = _data(1.0, "Synthetic(alpha, beta): model heterogeneity alpha")
-    synthetic_beta: float = _data(1.0, "Synthetic(alpha, beta): data heterogeneity beta")
+                                        "reported loss, noisy updates)",
+                                      group="federation", ge=0, le=1)
+    synthetic_alpha: float = _data(1.0, "Synthetic(alpha, beta): model heterogeneity alpha",
+                                   group="data")
+    synthetic_beta: float = _data(1.0, "Synthetic(alpha, beta): data heterogeneity beta",
+                                  group="data")
     # Federation
-    clients: int = _data(100, "number of seen (training) clients")
-    unseen_clients: int = _data(100, "number of unseen clients (never trained on; 0 = none)")
-    cohort: int = _f(10, "clients sampled per round")
-    rounds: int = _f(200, "communication rounds")
-    local_steps: int = _f(50, "local SGD steps per round (tau)")
-    batch_size: int = _f(64, "local minibatch size")
+    clients: int = _data(100, "number of seen (training) clients", group="federation", ge=1)
+    unseen_clients: int = _data(100, "number of unseen clients (never trained on; 0 = none)",
+                                group="federation", ge=0)
+    cohort: int = _f(10, "clients sampled per round", group="federation", ge=1)
+    rounds: int = _f(200, "communication rounds",
+                     group="federation", ge=1,
+                     hint="a run trains at least one round; to only evaluate the initial "
+                          "model use --rounds 1")
+    local_steps: int = _f(50, "local SGD steps per round (tau)", group="federation", ge=1)
+    batch_size: int = _f(64, "local minibatch size", group="federation", ge=1)
     local_unroll: int = _f(1, "unroll factor of FedAvg/FedProx's local-steps scan (0 = every "
-                              "step)")
+                              "step)", group="federation", ge=0)
     conv_impl: str = _f("auto", "how convolutional models convolve (core/conv.py): xla "
                                 "(lax.conv), patches (im2col slices + matmul) or "
                                 "patches_train (patches in training, xla in evaluation: XLA "
                                 "on CPU runs a convolution's gradient inside a loop tens of "
                                 "times slower, benchmarks/RESULTS.md); auto = patches_train "
                                 "on CPU, xla elsewhere",
-                        ("auto", "xla", "patches", "patches_train"))
+                        ("auto", "xla", "patches", "patches_train"), group="algorithm")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
-                         ("sgd", "momentum", "nesterov", "adam", "yogi"))
-    selector: str = _f("random", "cohort selector (random = uniform from the available pool)")
-    aggregation: str = _f("proportional", "aggregation weight rule of FedAvg-style algorithms")
+                         registry="server_opt", group="algorithm")
+    selector: str = _f("random", "cohort selector (random = uniform from the available pool)",
+                       registry="selector", group="selection")
+    aggregation: str = _f("proportional", "aggregation weight rule of FedAvg-style algorithms",
+                          registry="aggregation", group="algorithm")
     rho_steps: int = _f(100, "local SGD steps of each client's solo model (MaxFL requirement "
-                             "rho_k, preferred-model metrics)")
+                             "rho_k, preferred-model metrics)", group="appeal", ge=0)
     # Baselines (branch baselines)
     perfedavg_variant: str = _f("fo", "Per-FedAvg variant: fo (first-order) or hf "
-                                      "(Hessian-free)", ("fo", "hf"))
-    pfedme_k: int = _f(5, "pFedMe inner steps K per local step")
+                                      "(Hessian-free)", ("fo", "hf"), group="algorithm")
+    pfedme_k: int = _f(5, "pFedMe inner steps K per local step", group="algorithm", ge=1)
     # --- client selection (Power-of-Choice, DivFL, SubTrunc, UnionFL) ---
     poc_d: int = _f(0, "Power-of-Choice candidates d drawn per round (0 = 2 x cohort, at most "
-                       "the number of clients)")
+                       "the number of clients)", group="selection", ge=0)
     greedy_candidates: int = _f(0, "stochastic greedy: random candidates r scored per pick "
-                                   "(0 = exact greedy over all clients)")
+                                   "(0 = exact greedy over all clients)", group="selection", ge=0)
     greedy_epsilon: float = _f(0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
                                     "candidates per pick, the (1-1/e-eps) guarantee; 0 = "
-                                    "use --greedy-candidates")
+                                    "use --greedy-candidates",
+                               group="selection", ge=0, lt=1, hint="0 = use --greedy-candidates")
     selector_features: str = _f("grad", "DivFL client features: full local gradient at the "
                                         "received model, or the last update Delta_k",
-                                ("grad", "delta"))
+                                ("grad", "delta"), group="selection")
     feature_refresh: int = _f(0, "recompute every client's selector features every R rounds "
-                                 "(0 = only at round 0; selected clients refresh every round)")
+                                 "(0 = only at round 0; selected clients refresh every round)",
+                              group="selection", ge=0)
     feature_dim: int = _f(0, "random Gaussian projection of the selector features to this "
-                             "many dimensions (0 = the flattened parameter-sized vector)")
+                             "many dimensions (0 = the flattened parameter-sized vector)",
+                          group="selection", ge=0)
     distance_budget_mb: float = _f(256.0, "largest N x N distance matrix (MB) the exact greedy "
-                                          "materialises; above it columns are computed in blocks")
+                                          "materialises; above it columns are computed in blocks",
+                                   group="selection", gt=0)
     union_window: int = _f(5, "UnionFL window u: number of past rounds whose cohorts are "
-                              "penalised")
-    union_base: str = _f("divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"))
-    subtrunc_phi: str = _f("log", "SubTrunc phi: log = ln(1+x), or identity", ("log", "identity"))
+                              "penalised", group="selection", ge=1)
+    union_base: str = _f("divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"),
+                         group="selection")
+    subtrunc_phi: str = _f("log", "SubTrunc phi: log = ln(1+x), or identity", ("log", "identity"),
+                           group="selection")
     selector_objective: str = _f("raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the "
                                         "paper's sum of ||g_i - g_j|| over clients; normalized "
                                         "= distances / (2 max ||g||), averaged over clients",
-                                 ("raw", "normalized"))
+                                 ("raw", "normalized"), group="selection")
     # Schedule and output
-    eval_every: int = _f(10, "evaluate all clients every this many rounds")
-    seed: int = _data(0, "random seed (training; also the data unless --data-seed is given)")
+    eval_every: int = _f(10, "evaluate all clients every this many rounds",
+                         group="output", ge=1,
+                         hint="to evaluate only at the start and the end use --eval-every "
+                              "equal to --rounds")
+    seed: int = _data(0, "random seed (training; also the data unless --data-seed is given)",
+                      group="output", ge=0)
     data_seed: int = _data(-1, "seed of the data: partition, train/test split, label flips, "
-                               "generated clients (-1 = --seed)")
-    out: str = _f("", "output directory (results.json, history.csv, accuracy.png)")
+                               "generated clients (-1 = --seed)", group="data", ge=-1)
+    out: str = _f("", "output directory (results.json, history.csv, accuracy.png)", group="output")
     # --- appeal protocol (fedjax_appeal/protocols/appeal/appeal.py, requirement.py) ---
     appeal: str = _f("auto", "the appeal protocol (solo models, GM-Appeal and preferred-model "
                              "metrics, opt-out participation, fine-tuning evaluation): on, off, "
                              "or auto = on for algorithms that need requirements (maxfl, incfl, "
                              "mwfed) or when one of its options is given, else off",
-                     ("auto", "on", "off"))
+                     ("auto", "on", "off"), group="appeal")
     requirement: str = _f("solo", "client requirement rho_k: 'solo' (train loss of the solo "
-                                  "model), a constant, or a .npy/.txt file of M (or M+U) values")
+                                  "model), a constant, or a .npy/.txt file of M (or M+U) values",
+                          group="appeal")
     appeal_def: str = _f("test-vs-solo-test", "appeal definition (global-model loss vs "
                                               "requirement) used by GM-Appeal, preferred acc, "
                                               "the 'appealed' metric and opt-out: test-vs-solo-"
                                               "test, test-vs-solo-train, train-vs-solo-train, "
-                                              "train-vs-solo-minibatch", APPEAL_DEFS)
+                                              "train-vs-solo-minibatch", APPEAL_DEFS,
+                         group="appeal")
     opt_out_after: int = _f(0, "flexible participation (MaxFL's protocol uses 10): after this "
                                "many rounds only clients the global model appeals to (on their "
-                               "train data) are available; 0 = off, everyone always available")
+                               "train data) are available; 0 = off, everyone always available",
+                            group="appeal", ge=0)
     finetune_steps: int = _f(5, "local SGD steps of the personalization evaluation from the "
-                                "final global model (0 = skip)")
+                                "final global model (0 = skip)", group="appeal", ge=0)
     # --- heterogeneity generators (Exp-alpha) ---
     imbalance_ratios: str = _data("", "generated pool of class-imbalanced clients (LDAM recipe "
                                    "n_c = n_max ratio^(c/(C-1))): 'random' draws each client's "
                                    "ratio from {1,.5,.1,.05,.01,.005,.001}, or a composition "
-                                   "like '1.0x4,0.01x3,0.1x3'; '' = off (use --partition)")
-    imbalance_nmax: int = _data(100, "rows of the largest class of each imbalanced client (n_max)")
+                                   "like '1.0x4,0.01x3,0.1x3'; '' = off (use --partition)",
+                                  group="data")
+    imbalance_nmax: int = _data(100, "rows of the largest class of each imbalanced client (n_max)",
+                                group="data", ge=1)
     imbalance_test_per_class: int = _data(20, "balanced test rows per class of each generated "
                                            "client (its test split; a proxy for the global test "
-                                           "set)")
+                                           "set)", group="data", ge=1)
     cohort_groups: str = _f("", "selector 'stratified': cohort slots per client group, e.g. "
                                 "'4,2' (group = composition entry of --imbalance-ratios, else "
-                                "0 clean / 1 flipped); '' = derived from the pool's mix")
+                                "0 clean / 1 flipped); '' = derived from the pool's mix",
+                            group="data")
     domains: str = _data("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
-                                           "round-robin from this list")
-    domain_samples: int = _data(500, "dataset 'digits': rows per client (train + test)")
+                                           "round-robin from this list", group="data")
+    domain_samples: int = _data(500, "dataset 'digits': rows per client (train + test)",
+                                group="data", ge=1)
     # --- scale: checkpoints, devices, large cohorts ---
     checkpoint_every: int = _f(0, "save a checkpoint into --out every this many rounds "
-                                  "(0 = only when interrupted with Ctrl-C)")
-    resume: str = _f("", "continue the run whose checkpoint is in this folder")
+                                  "(0 = only when interrupted with Ctrl-C)", group="scale", ge=0)
+    resume: str = _f("", "continue the run whose checkpoint is in this folder", group="scale")
     client_chunk: int = _f(0, "run the cohort's local updates in chunks of this many clients "
                               "(0 = auto: only when cohort x params exceeds the memory "
-                              "budget; -1 = never)")
+                              "budget; -1 = never)",
+                           group="scale", ge=-1, hint="0 = auto, -1 = never")
     client_lanes: int = _f(0, "clients of an unchunked cohort trained side by side in one "
                               "vmap, the rest following in a loop inside the same program "
                               "(0 = the whole cohort in one vmap; with --devices D, "
-                              "each device's share of the cohort)")
-    devices: int = _f(1, "devices to shard the cohort over (0 = all)")
+                              "each device's share of the cohort)",
+                           group="scale", ge=0, hint="0 = the whole cohort in one vmap")
+    devices: int = _f(1, "devices to shard the cohort over (0 = all)",
+                      group="scale", ge=0, hint="0 = all")
     log: str = _f("", "experiment trackers, comma-separated: tensorboard (event files in "
-                      "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)")
+                      "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)",
+                  group="tracking")
     # --- Exp-alpha experiments: equal-size clients, flip protocols, global test set ---
     imbalance_size: int = _data(0, "equal-size imbalanced clients: every generated client holds "
                                 "this many train rows, class shares ∝ ratio^(c/(C-1)) "
-                                "(0 = LDAM counts from --imbalance-nmax)")
+                                "(0 = LDAM counts from --imbalance-nmax)", group="data", ge=0)
     imbalance_major: str = _data("shared", "largest class of each generated imbalanced client: "
                                         "class 0 for all (shared) or drawn per client "
                                         "(random; the other classes' order too)",
-                              ("shared", "random"))
+                              ("shared", "random"), group="data")
     flip_protocol: str = _data("static", "label flipping: static = a fixed fraction of clients "
                                       "always flipped; bernoulli = every sampled client "
                                       "flipped with probability --label-flip-fraction each "
                                       "round; fixed = round(fraction x cohort) sampled clients "
                                       "flipped each round (bernoulli/fixed need "
-                                      "--imbalance-ratios)", ("static", "bernoulli", "fixed"))
+                                      "--imbalance-ratios)", ("static", "bernoulli", "fixed"),
+                               group="data")
     global_test_per_class: int = _data(0, "generated pools: hold out this many rows per class "
                                        "as a balanced global test set (test_acc_global); "
-                                       "0 = none")
+                                       "0 = none", group="data", ge=0)
     # --- heterogeneous and unreliable clients (local/hetero.py, select/availability.py) ---
     local_steps_dist: str = _f("fixed", "per-client local steps tau_k, drawn per client and "
                                         "round: fixed (= --local-steps), uniform on "
@@ -389,50 +485,58 @@ class RunConfig:
                                         "runs --local-steps, steps past tau_k are no-ops; "
                                         "epochs = floor(--local-epochs x n_k / batch size), "
                                         "fixed per client, clipped to the same bounds",
-                               ("fixed", "uniform", "lognormal", "epochs"))
+                               ("fixed", "uniform", "lognormal", "epochs"), group="hetero")
     local_epochs: float = _f(1.0, "--local-steps-dist epochs: local epochs E over the "
-                                  "client's train rows (tau_k = floor(E n_k / B))")
-    local_steps_min: int = _f(1, "smallest tau_k of --local-steps-dist uniform|lognormal")
+                                  "client's train rows (tau_k = floor(E n_k / B))",
+                             group="hetero", gt=0)
+    local_steps_min: int = _f(1, "smallest tau_k of --local-steps-dist uniform|lognormal",
+                              group="hetero", ge=1)
     availability: str = _f("always", "client availability per round, applied before "
                                      "selection: always, bernoulli (--avail-p, "
                                      "--avail-spread) or markov (on/off trace, --avail-on-off, "
-                                     "--avail-off-on)", ("always", "bernoulli", "markov"))
+                                     "--avail-off-on)", ("always", "bernoulli", "markov"),
+                           group="hetero")
     deadline: float = _f(0.0, "round deadline in simulated seconds: a selected client whose "
                               "tau_k x step time (--step-time-sigma) exceeds it is dropped "
-                              "from aggregation (round metric 'dropped'); 0 = no deadline")
+                              "from aggregation (round metric 'dropped'); 0 = no deadline",
+                         group="hetero", ge=0, hint="0 = no deadline")
     concurrency: int = _f(0, "fedbuff: clients training at once (0 = 2 x --cohort); the "
-                             "server applies every --cohort arrivals")
+                             "server applies every --cohort arrivals", group="hetero", ge=0)
 
     # --- user-level DP-FedAvg and update compression (aggregate/privacy.py, uplink.py) ---
     dp: str = _f("off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive "
                         "(clip tracks the --dp-quantile of the update norms)",
-                 ("off", "fixed", "adaptive"))
+                 ("off", "fixed", "adaptive"), group="uplink")
     dp_sampling: str = _f("poisson", "DP cohort: poisson (each client joins with rate "
                                      "q = cohort/clients; --cohort is the expected size) or "
-                                     "fixed (exactly --cohort clients)", ("poisson", "fixed"))
-    dp_delta: float = _f(1e-5, "DP: the delta at which epsilon is reported")
+                                     "fixed (exactly --cohort clients)", ("poisson", "fixed"),
+                          group="uplink")
+    dp_delta: float = _f(1e-5, "DP: the delta at which epsilon is reported",
+                         group="uplink", gt=0, lt=1, hint="use less than 1 / --clients")
     dp_publish_client_stats: bool = _f(False, "DP: also write the statistics the guarantee "
                                               "does not cover (train-split losses, per-client "
                                               "results, cohort ids and sizes, clipped share); "
                                               "results.json lists them under "
-                                              "privacy.outside_guarantee")
+                                              "privacy.outside_guarantee", group="uplink")
     compress: str = _f("none", "compression of what a client sends: none, qsgd (stochastic "
                                "quantisation to --compress-levels levels) or topk (the "
                                "--compress-fraction largest coordinates)",
-                       ("none", "qsgd", "topk"))
-    compress_levels: int = _f(4, "qsgd: quantisation levels s per bucket")
-    compress_bucket: int = _f(512, "qsgd: coordinates per bucket (one norm sent per bucket)")
+                       ("none", "qsgd", "topk"), group="uplink")
+    compress_levels: int = _f(4, "qsgd: quantisation levels s per bucket", group="uplink", ge=1)
+    compress_bucket: int = _f(512, "qsgd: coordinates per bucket (one norm sent per bucket)",
+                              group="uplink", ge=1)
     compress_fraction: float = _f(0.01, "topk: share of the coordinates sent (k = max(1, "
-                                        "round(fraction x d)))")
+                                        "round(fraction x d)))", group="uplink", gt=0, le=1)
     compress_feedback: str = _f("auto", "error feedback (per-client residual kept across "
                                         "rounds): auto = on for topk, off for qsgd",
-                                ("auto", "on", "off"))
+                                ("auto", "on", "off"), group="uplink")
 
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)
 
 
 reserve([*(f.name for f in dataclasses.fields(RunConfig)), *_HP_OWN])
+_RUN_NAMES = frozenset(f.name for f in dataclasses.fields(RunConfig))
 
 
 def data_fields() -> tuple[str, ...]:
@@ -459,7 +563,15 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         if key not in known:
             raise ConfigError(f"config file {p}: unknown key '{k}'")
         out[key] = v
-    return check_types(out, f"config file {p}")
+    out = check_types(out, f"config file {p}")
+    fields = {f.name: (f, _field_kind(RunConfig, f.name) if f.name in _RUN_NAMES else "float")
+              for cls in (RunConfig, HParams) for f in dataclasses.fields(cls)}
+    for k, v in out.items():
+        if k in fields and k != "extra":
+            err = declared_error(k, v, fields[k][0].metadata, fields[k][1])
+            if err:
+                raise ConfigError(f"config file {p}: {err}")
+    return out
 
 
 def read_config_raw(path: str | Path) -> dict[str, Any]:
@@ -531,3 +643,80 @@ def split_overrides(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     run_keys, hp_keys = set(field_names(RunConfig)), set(field_names(HParams))
     return ({k: v for k, v in values.items() if k in run_keys},
             {k: v for k, v in values.items() if k in hp_keys})
+
+
+_KINDS = {"int": "an integer (e.g. 10)", "float": "a number (e.g. 0.1)", "bool": "true or false",
+          "str": "a string"}
+
+
+def _type_ok(kind: str, v: Any) -> bool:
+    return {"int": isinstance(v, int) and not isinstance(v, bool),
+            "float": isinstance(v, int | float) and not isinstance(v, bool),
+            "bool": isinstance(v, bool),
+            "str": isinstance(v, str)}.get(kind, True)
+
+
+def range_text(rng: Mapping[str, Any]) -> str:
+    """The declared range in words: ">= 1", "> 0", "in [0, 1]", "in (0, 1)", ..."""
+    lo = ("[", rng["ge"]) if "ge" in rng else ("(", rng["gt"]) if "gt" in rng else None
+    hi = ("]", rng["le"]) if "le" in rng else (")", rng["lt"]) if "lt" in rng else None
+    if lo and hi:
+        return f"in {lo[0]}{lo[1]:g}, {hi[1]:g}{hi[0]}"
+    if lo:
+        return f"{'>=' if lo[0] == '[' else '>'} {lo[1]:g}"
+    return f"{'<=' if hi[0] == ']' else '<'} {hi[1]:g}"
+
+
+def _in_range(v: float, rng: Mapping[str, Any]) -> bool:
+    return (v >= rng.get("ge", v) and v <= rng.get("le", v)
+            and ("gt" not in rng or v > rng["gt"]) and ("lt" not in rng or v < rng["lt"]))
+
+
+def declared_error(name: str, value: Any, meta: Mapping[str, Any], kind: str) -> str | None:
+    """The one-line refusal of `value` for the declared field `name`, or None if it is
+    allowed (type, declared choices, declared range; registry names are checked by the
+    run layer, which knows the registries)."""
+    flag = "--" + name.replace("_", "-")
+    hint = f"; {meta['hint']}" if meta.get("hint") else ""
+    if name == "appeal" and isinstance(value, bool):  # RunConfig(appeal=True) from Python
+        return None
+    if not _type_ok(kind, value):
+        return f"{flag} must be {_KINDS[kind]}, got {value!r} ({type(value).__name__})"
+    choices = meta.get("choices")
+    if isinstance(choices, tuple) and value not in choices:
+        guess = did_you_mean(value, choices)
+        return (f"{flag} must be one of: {', '.join(map(str, choices))} (got {value!r})"
+                + (f"; did you mean '{guess}'?" if guess else ""))
+    if isinstance(choices, Registry) and not any(str(value).startswith(p)
+                                                 for p in meta.get("prefixes", ())):
+        try:
+            choices.check(value)
+        except ConfigError as e:
+            return str(e)
+    rng = meta.get("range") or {}
+    if rng and kind in ("int", "float") and not _in_range(float(value), rng):
+        return f"{flag} must be {range_text(rng)} (got {value}){hint}"
+    return None
+
+
+def check_declared(cfg: RunConfig, hp: HParams | None = None) -> None:
+    """Raise `ConfigError` for the first field of `cfg` (and `hp`) outside its declaration."""
+    for f in dataclasses.fields(RunConfig):
+        err = declared_error(f.name, getattr(cfg, f.name), f.metadata,
+                             _field_kind(RunConfig, f.name))
+        if err:
+            raise ConfigError(err)
+    if hp is None:
+        return
+    for f in dataclasses.fields(HParams):
+        if f.name == "extra":
+            continue
+        err = declared_error(f.name, float(getattr(hp, f.name)), f.metadata, "float")
+        if err:
+            raise ConfigError(err)
+
+
+def declarations(cls) -> list[dataclasses.Field]:
+    """The declared fields of `RunConfig` or `HParams` (their metadata: help, group,
+    choices, registry, range, hint)."""
+    return [f for f in dataclasses.fields(cls) if f.name != "extra"]

@@ -10,6 +10,17 @@ from typing import Any
 from .errors import ConfigError
 
 
+def did_you_mean(name: Any, choices) -> str:
+    """The declared choice closest to `name` (the same but for case first), or ""."""
+    import difflib
+
+    names = [str(c) for c in choices]
+    text = str(name)
+    same_case = [c for c in names if c.lower() == text.lower()]
+    close = same_case or difflib.get_close_matches(text.lower(), names, n=1, cutoff=0.6)
+    return close[0] if close else ""
+
+
 class Registry(Mapping):
     """Names -> values (builders, or None where only the name matters), in order.
 
@@ -59,10 +70,12 @@ class Registry(Mapping):
         return self.extra + tuple(self)
 
     def check(self, name: str) -> None:
-        """Raise `ConfigError` unless `name` is accepted."""
+        """Raise `ConfigError` unless `name` is accepted (with a "did you mean")."""
         if name not in self._items and name not in self.extra:
-            raise ConfigError(f"unknown {self.what} '{name}'; choose one of: "
-                              f"{', '.join(self.choices())}")
+            guess = did_you_mean(name, self.choices())
+            raise ConfigError(f"unknown {self.what} '{name}'; "
+                              + (f"did you mean '{guess}'? " if guess else "")
+                              + f"choose one of: {', '.join(self.choices())}")
 
     def get(self, name: str) -> Any:  # noqa: D102 - Mapping.get with the one-line error
         """The value of `name`, or `ConfigError` naming the choices."""

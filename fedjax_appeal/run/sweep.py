@@ -92,6 +92,24 @@ def _convert(key: str, raw: Any) -> Any:
         raise ConfigError(f"grid {key}: {raw!r} is not a valid {t} value") from None
 
 
+def declared(key: str, value: Any) -> str | None:
+    """The declaration's refusal of one value of a RunConfig or built-in HParams key."""
+    from ..core.config import _field_kind, declarations, declared_error
+    from .validate import component_registries
+
+    for cls, kind in ((RunConfig, None), (HParams, "float")):
+        for f in declarations(cls):
+            if f.name != key:
+                continue
+            if f.metadata.get("registry"):
+                try:
+                    component_registries()[f.metadata["registry"]].check(value)
+                except ConfigError as e:
+                    return str(e)
+            return declared_error(key, value, f.metadata, kind or _field_kind(cls, key))
+    return None  # a plugin tunable
+
+
 def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
     """Validate grid keys and convert values; raises `ConfigError` (one line) on bad input."""
     known_hp, known_run = set(field_names(HParams)), set(field_names(RunConfig))
@@ -110,6 +128,10 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
         if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
             raise ConfigError(f"grid {key}: give a non-empty list of values")
         vals = [_convert(k, v) for v in values]
+        for v in vals:  # each value within its field's declaration
+            err = declared(k, v)
+            if err:
+                raise ConfigError(f"grid {key}: {err}")
         if len(set(vals)) != len(vals):
             raise ConfigError(f"grid {key}: repeated value in {list(values)}")
         out[k] = vals

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..aggregate import accounting, privacy, uplink
 from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS
 from ..algorithms import ALGORITHMS
-from ..core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig, appeal_on
+from ..core.config import (
+    ConfigError,
+    HParams,
+    RunConfig,
+    appeal_on,
+    check_declared,
+    declarations,
+)
 from ..core.models import MODELS
 from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
@@ -14,96 +23,48 @@ from .validate_hetero import ignored_reason as hetero_ignored
 from .validate_hetero import validate_hetero
 
 
+def component_registries() -> dict[str, Any]:
+    """The registry of every field declared with `registry=` (core/config.py), by name."""
+    return {"algorithm": ALGORITHMS, "model": MODELS, "server_opt": SERVER_OPTS,
+            "selector": SELECTORS, "aggregation": AGGREGATIONS}
+
+
 def validate(cfg: RunConfig, hp: HParams) -> None:
-    """Raise `ConfigError` for the first problem found in (cfg, hp)."""
+    """Raise `ConfigError` for the first problem found in (cfg, hp).
+
+    Types, choices and ranges come from the fields' declarations (`check_declared`);
+    what follows checks names against the component registries and the constraints
+    between fields.
+    """
+    check_declared(cfg, hp)
+    regs = component_registries()
+    for f in declarations(RunConfig):
+        if f.metadata.get("registry"):
+            regs[f.metadata["registry"]].check(getattr(cfg, f.name))
     npz = cfg.dataset.startswith("npz:")  # your own arrays: checked by their file
-    for registry, name in ((ALGORITHMS, cfg.algorithm), (DATASETS, None if npz else cfg.dataset),
-                           (PARTITIONS, cfg.partition), (MODELS, cfg.model),
-                           (SELECTORS, cfg.selector), (AGGREGATIONS, cfg.aggregation),
-                           (SERVER_OPTS, cfg.server_opt)):
-        if name is not None:
-            registry.check(name)
     if npz:
         _check_npz(cfg.dataset[4:])
     if cfg.log:
         from .tracking import check_available, parse_kinds
 
         check_available(parse_kinds(cfg.log))
-    if cfg.input_scale < 0:
-        raise ConfigError(f"--input-scale {cfg.input_scale}: must be > 0 (or 0 for the default)")
     if cfg.input_scale and not npz:
         raise ConfigError("--input-scale applies to --dataset npz:PATH only (registered "
                           "datasets carry their own scale)")
-    for name in ("clients", "cohort", "local_steps", "batch_size"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(cfg, name)})")
-    if cfg.rounds < 1:
-        raise ConfigError(f"--rounds must be >= 1 (got {cfg.rounds}): a run trains at least one "
-                          "round; to only evaluate the initial model use --rounds 1")
-    if cfg.eval_every < 1:
-        raise ConfigError(f"--eval-every must be >= 1 (got {cfg.eval_every}): to evaluate only "
-                          f"at the start and the end use --eval-every {max(cfg.rounds, 1)} "
-                          "(= --rounds)")
-    for name in ("unseen_clients", "max_samples", "min_samples", "local_unroll"):
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
     if cfg.cohort > cfg.clients:
         raise ConfigError(f"--cohort {cfg.cohort} is larger than --clients {cfg.clients}: lower "
                           "the cohort or raise the number of clients")
-    if not 0.0 < cfg.train_fraction < 1.0:
-        raise ConfigError(f"--train-fraction must be in (0, 1) (got {cfg.train_fraction})")
-    if cfg.partition == "dirichlet" and cfg.alpha <= 0:
-        raise ConfigError(f"--alpha must be > 0 for the Dirichlet partition (got {cfg.alpha})")
-    for name in ("label_flip_fraction", "flip_ratio", "byzantine_fraction"):
-        if not 0.0 <= getattr(cfg, name) <= 1.0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be in [0, 1] "
-                              f"(got {getattr(cfg, name)})")
     for name in hp.extra:  # user tunables: registered names only
         check_tunable(name)
     for name, v in hp.to_dict().items():
         if v != v or v in (float("inf"), float("-inf")):
             raise ConfigError(f"--{name.replace('_', '-')} must be finite (got {v})")
-    if float(hp.client_lr) <= 0:
-        raise ConfigError(f"--client-lr must be > 0 (got {float(hp.client_lr)})")
-    if float(hp.solo_lr) < 0:
-        raise ConfigError(f"--solo-lr must be >= 0 or 'same' (0 = same = the client lr; got "
-                          f"{float(hp.solo_lr)})")
-    if float(hp.server_lr) <= 0:
-        raise ConfigError(f"--server-lr must be > 0 (got {float(hp.server_lr)})")
-    if float(hp.prox_mu) < 0:
-        raise ConfigError(f"--prox-mu must be >= 0 (got {float(hp.prox_mu)})")
-    # Baselines (branch baselines)
-    if cfg.perfedavg_variant not in ("fo", "hf"):
-        raise ConfigError(f"unknown --perfedavg-variant '{cfg.perfedavg_variant}'; choose fo "
-                          "or hf")
-    if cfg.pfedme_k < 1:
-        raise ConfigError(f"--pfedme-k must be >= 1 (got {cfg.pfedme_k})")
-    for name in ("qffl_q", "afl_q", "mwfed_eta", "perfedavg_alpha", "perfedavg_delta"):
-        if float(getattr(hp, name)) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 "
-                              f"(got {float(getattr(hp, name))})")
-    for name in ("perfedavg_beta", "pfedme_lambda", "pfedme_lr", "pfedme_beta"):
-        if float(getattr(hp, name)) <= 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be > 0 "
-                              f"(got {float(getattr(hp, name))})")
     # --- appeal protocol ---
-    from ..core.config import APPEAL_DEFS
-
-    if cfg.appeal_def not in APPEAL_DEFS:
-        raise ConfigError(f"--appeal-def must be one of: {', '.join(APPEAL_DEFS)} "
-                          f"(got {cfg.appeal_def!r})")
-    if cfg.cluster_labels not in ("random", "pairs"):
-        raise ConfigError(f"--cluster-labels must be random or pairs (got {cfg.cluster_labels!r})")
-    for name in ("rho_steps", "finetune_steps"):
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
     from ..protocols.appeal.requirement import parse_requirement
 
     solo_rho = parse_requirement(cfg.requirement) is None
     if cfg.rho_steps < 1 and (appeal_on(cfg) or (solo_rho and cfg.algorithm in ("maxfl", "incfl"))):
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
-    if float(hp.maxfl_eps) < 0:
-        raise ConfigError(f"--maxfl-eps must be >= 0 (got {float(hp.maxfl_eps)})")
     # --- client selection ---
     _validate_selection(cfg, hp)
     validate_hetero(cfg, hp)  # heterogeneous and unreliable clients
@@ -119,39 +80,6 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
     if cfg.poc_d and not cfg.cohort <= cfg.poc_d <= cfg.clients:
         raise ConfigError(f"--poc-d {cfg.poc_d} must lie between --cohort {cfg.cohort} and "
                           f"--clients {cfg.clients} (0 = 2 x cohort)")
-    for name in ("greedy_candidates", "feature_refresh", "feature_dim"):
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"--{name.replace('_', '-')} must be >= 0 (got {getattr(cfg, name)})")
-    if not 0.0 <= cfg.greedy_epsilon < 1.0:
-        raise ConfigError(f"--greedy-epsilon must lie in [0, 1) (got {cfg.greedy_epsilon}); "
-                          "0 = use --greedy-candidates")
-    if cfg.union_window < 1:
-        raise ConfigError(f"--union-window must be >= 1 (got {cfg.union_window})")
-    if cfg.distance_budget_mb <= 0:
-        raise ConfigError(f"--distance-budget-mb must be > 0 (got {cfg.distance_budget_mb})")
-    for name, choices in (("selector_features", ("grad", "delta")),
-                          ("union_base", ("divfl", "subtrunc")),
-                          ("subtrunc_phi", ("log", "identity")),
-                          ("selector_objective", ("raw", "normalized"))):
-        if getattr(cfg, name) not in choices:
-            raise ConfigError(f"--{name.replace('_', '-')} must be one of: {', '.join(choices)} "
-                              f"(got {getattr(cfg, name)!r})")
-    if float(hp.subtrunc_lambda) < 0 or float(hp.union_mu) < 0:
-        raise ConfigError("--subtrunc-lambda and --union-mu must be >= 0")
-    # --- Exp-alpha, heterogeneity generators
-    if float(hp.exp_alpha) <= 0:
-        raise ConfigError(f"--exp-alpha must be > 0 (got {float(hp.exp_alpha)})")
-    # --- scale ---
-    if cfg.checkpoint_every < 0:
-        raise ConfigError(f"--checkpoint-every must be >= 0 (got {cfg.checkpoint_every})")
-    if cfg.client_lanes < 0:
-        raise ConfigError(f"--client-lanes must be >= 0 (got {cfg.client_lanes}); 0 = the "
-                          "whole cohort in one vmap")
-    if cfg.client_chunk < -1:
-        raise ConfigError(f"--client-chunk must be >= -1 (got {cfg.client_chunk}); 0 = auto, "
-                          "-1 = never")
-    if cfg.devices < 0:
-        raise ConfigError(f"--devices must be >= 0 (got {cfg.devices}); 0 = all")
     if (cfg.selector in ("divfl", "subtrunc", "unionfl") and cfg.selector_features == "delta"
             and 0 < cfg.client_chunk < cfg.cohort):
         raise ConfigError(DELTA_CHUNK_ERROR)
