@@ -51,8 +51,6 @@ from ..core.parts import Selector
 
 # Models with state besides params (BatchNorm statistics), which clients upload unclipped.
 STATEFUL_MODELS = ("cnn_bn", "resnet20")
-# Algorithms whose only upload is the model delta with a uniform slot weight.
-DP_ALGORITHMS = ("fedavg", "fedprox")
 
 
 # Largest allowed probability that one round's Poisson draw overflows its buffer.
@@ -192,10 +190,6 @@ def check(cfg: RunConfig, hp) -> None:
                           f"{cfg.availability}: m of the available clients includes an "
                           "often-available client at more than m/N, which the accountant "
                           "does not see; use --dp-sampling poisson")
-    if cfg.algorithm not in DP_ALGORITHMS:
-        raise ConfigError(f"--dp {cfg.dp} supports --algorithm {' or '.join(DP_ALGORITHMS)}: "
-                          f"{cfg.algorithm}'s weights or uploads are not bounded by the clip "
-                          "norm C")
     if cfg.aggregation != "uniform":
         raise ConfigError(f"--dp {cfg.dp} needs --aggregation uniform: the sensitivity of "
                           f"'{cfg.aggregation}' weights is not bounded by the clip norm C")

@@ -14,6 +14,7 @@ from ..aggregate.adversary import byzantine
 from ..aggregate.privacy import poisson_selector
 from ..aggregate.server import server_optimizer
 from ..aggregate.uplink import make_uplink
+from ..core.capabilities import SUPPORTS, Supports
 from ..core.config import HParams, RunConfig
 from ..core.models import Model
 from ..core.registry import Registry
@@ -133,8 +134,11 @@ Builder = Callable[[Model, RunConfig, Executor | None], FederatedAlgorithm]
 ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
 
 
-def register(name: str):
-    """Decorator adding an algorithm builder `(model, cfg, executor) -> FederatedAlgorithm`."""
+def register(name: str, supports: Supports | None = None):
+    """Decorator adding an algorithm builder `(model, cfg, executor) -> FederatedAlgorithm`
+    with its capability flags (`core.capabilities.Supports`; default: what `compose`
+    provides)."""
+    SUPPORTS[name] = supports if supports is not None else Supports()
     return ALGORITHMS.register(name)
 
 

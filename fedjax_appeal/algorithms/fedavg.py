@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..local import hetero
@@ -19,15 +20,16 @@ from ..local.client import Trained, local_sgd, proximal
 from .base import compose, register
 
 
-def sgd_local(model: Model, cfg: RunConfig, prox: bool = False):
+def sgd_local(model: Model, cfg: RunConfig, prox: bool = False, nova: bool | None = None):
     """The local objective of FedAvg/FedProx: tau SGD steps from the global model.
 
     With `--local-steps-dist` other than fixed, client k takes tau_k steps
     (`local.hetero.client_steps`); with FedNova aggregation it reports its normaliser a_k
-    (`aggregate.fednova.local_norm`) in `extra["fednova_a"]`.
+    (`aggregate.fednova.local_norm`) in `extra["fednova_a"]` (`nova`: None = when
+    `--aggregation fednova`).
     """
     varied = cfg.local_steps_dist != "fixed"
-    nova = cfg.aggregation == "fednova" or cfg.algorithm == "fednova"
+    nova = cfg.aggregation == "fednova" if nova is None else nova
 
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
@@ -46,13 +48,19 @@ def sgd_local(model: Model, cfg: RunConfig, prox: bool = False):
     return local
 
 
-@register("fedavg")
+FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True)
+
+
+@register("fedavg", FEDAVG_SUPPORTS)
 def fedavg(model: Model, cfg: RunConfig, executor=None):
     return compose("fedavg", model, cfg, local=sgd_local(model, cfg), weights=weight_rule(cfg),
                    executor=executor)
 
 
-@register("fedprox")
+FEDPROX_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True, options=("prox_mu",))
+
+
+@register("fedprox", FEDPROX_SUPPORTS)
 def fedprox(model: Model, cfg: RunConfig, executor=None):
     return compose("fedprox", model, cfg, local=sgd_local(model, cfg, prox=True),
                    weights=weight_rule(cfg), executor=executor)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import traverse_util
 
 from ..aggregate.aggregation import weight_rule
+from ..core.capabilities import Supports
 from ..core.config import ConfigError, RunConfig
 from ..core.models import Model
 from ..data.arrays import sample_batch
@@ -136,7 +137,10 @@ def fedbn_post(old, new, upd, idx, valid, w, hp):
     return new.replace(extra=ex)
 
 
-@register("fedbn")
+FEDBN_SUPPORTS = Supports(options=("prox_mu",))
+
+
+@register("fedbn", FEDBN_SUPPORTS)
 def fedbn(model: Model, cfg: RunConfig, executor=None):
     """FedBN on the FedAvg backbone (any aggregation rule and server optimizer)."""
     params_shape, _ = jax.eval_shape(model.init, jax.random.key(0))

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import optax
 
 from ..aggregate.server import server_optimizer
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..core.round import ServerState, init_state, server_step, weighted_sum
@@ -168,7 +169,18 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
     return new, metrics
 
 
-@register("fedbuff")
+FEDBUFF_SUPPORTS = Supports(
+    aggregation=False, selector=False, uplink=False, byzantine=False, availability=False,
+    layouts=False, options=("concurrency", "staleness_power", "step_time_sigma"),
+    notes=(("aggregation", "fedbuff weighs each update by its staleness"),
+           ("selector", "fedbuff dispatches a uniform client whenever one finishes"),
+           ("availability", "fedbuff runs in simulated time without rounds"),
+           ("uplink", "fedbuff's clients send their updates uncompressed"),
+           ("byzantine", "fedbuff has no Byzantine hook"),
+           ("layouts", "fedbuff runs its own event loop, not the shared executor")))
+
+
+@register("fedbuff", FEDBUFF_SUPPORTS)
 def fedbuff(model: Model, cfg: RunConfig, executor=None) -> FederatedAlgorithm:
     """FedBuff with FedAvg's local SGD; `--cohort` = buffer size K (see the module doc)."""
     slots, base_time = concurrency(cfg), float(cfg.local_steps)

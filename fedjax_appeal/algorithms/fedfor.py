@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from ..aggregate.aggregation import weight_rule
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..local.client import Trained, local_sgd, tree_sub
@@ -62,7 +63,10 @@ def fedfor_post(old, new, upd, idx, valid, w, hp):
     return new.replace(extra={**new.extra, "fedfor_g": tree_sub(old.params, new.params)})
 
 
-@register("fedfor")
+FEDFOR_SUPPORTS = Supports(options=("fedfor_lambda",))
+
+
+@register("fedfor", FEDFOR_SUPPORTS)
 def fedfor(model: Model, cfg: RunConfig, executor=None):
     return compose("fedfor", model, cfg, local=fedfor_local(model, cfg), weights=weight_rule(cfg),
                    post=fedfor_post, executor=executor,

@@ -10,13 +10,18 @@ a_k = [1 - (1 - eta mu)^tau_k] / (eta mu)).
 from __future__ import annotations
 
 from ..aggregate.fednova import FEDNOVA_RULE
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from .base import compose, register
 from .fedavg import sgd_local
 
+FEDNOVA_SUPPORTS = Supports(
+    aggregation=False, varied_steps=True, fednova=True,
+    notes=(("aggregation", "fednova always aggregates with FedNova's normalised rule"),))
 
-@register("fednova")
+
+@register("fednova", FEDNOVA_SUPPORTS)
 def fednova(model: Model, cfg: RunConfig, executor=None):
-    return compose("fednova", model, cfg, local=sgd_local(model, cfg), weights=FEDNOVA_RULE,
-                   executor=executor)
+    return compose("fednova", model, cfg, local=sgd_local(model, cfg, nova=True),
+                   weights=FEDNOVA_RULE, executor=executor)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..core.round import WeightRule
@@ -62,13 +63,21 @@ MAXFL_RULE = WeightRule(
     needs=frozenset({"loss_before"}))
 
 
-@register("maxfl")
+MAXFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
+                        options=("maxfl_eps",))
+
+
+@register("maxfl", MAXFL_SUPPORTS)
 def maxfl(model: Model, cfg: RunConfig, executor=None):
     return compose("maxfl", model, cfg, local=sgd_local(model, cfg), weights=MAXFL_RULE,
                    init_extra=requirement_init(model, cfg), executor=executor)
 
 
-@register("incfl")
+INCFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
+                        options=("maxfl_eps",))
+
+
+@register("incfl", INCFL_SUPPORTS)
 def incfl(model: Model, cfg: RunConfig, executor=None):
     """IncFL: the same update rule as MaxFL (its earlier version)."""
     return compose("incfl", model, cfg, local=sgd_local(model, cfg), weights=MAXFL_RULE,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..core.round import WeightRule
@@ -61,7 +62,11 @@ def mw_post(old, new, upd, idx, valid, w, hp):
     return new.replace(extra={**new.extra, "mw_logv": logv})
 
 
-@register("mwfed")
+MWFED_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
+                        options=("mwfed_eta",))
+
+
+@register("mwfed", MWFED_SUPPORTS)
 def mwfed(model: Model, cfg: RunConfig, executor=None):
     req_init = requirement_init(model, cfg)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import jax
 
 from ..aggregate.aggregation import weight_rule
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..data.arrays import sample_batch
@@ -103,7 +104,11 @@ def one_step_adapt(model: Model, cfg: RunConfig):
     return adapt
 
 
-@register("perfedavg")
+PERFEDAVG_SUPPORTS = Supports(options=("perfedavg_variant", "perfedavg_alpha",
+                                       "perfedavg_beta", "perfedavg_delta"))
+
+
+@register("perfedavg", PERFEDAVG_SUPPORTS)
 def perfedavg(model: Model, cfg: RunConfig, executor=None):
     return compose("perfedavg", model, cfg, local=perfedavg_local(model, cfg),
                    weights=weight_rule(cfg), executor=executor,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import jax
 
 from ..aggregate.aggregation import weight_rule
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..core.round import WeightRule
@@ -67,7 +68,10 @@ def pfedme_local_run(model: Model, cfg: RunConfig, params, mstate, arrays, k, ke
     return w, theta, losses.mean()
 
 
-@register("pfedme")
+PFEDME_SUPPORTS = Supports(options=("pfedme_k", "pfedme_lambda", "pfedme_lr", "pfedme_beta"))
+
+
+@register("pfedme", PFEDME_SUPPORTS)
 def pfedme(model: Model, cfg: RunConfig, executor=None):
     base = weight_rule(cfg)
 

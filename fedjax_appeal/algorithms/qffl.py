@@ -25,6 +25,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..core.round import WeightRule
@@ -70,13 +71,19 @@ def qffl_rule(q_of) -> WeightRule:
     return WeightRule(fn, needs=frozenset({"loss_before"}))
 
 
-@register("qffl")
+QFFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("qffl_q",))
+
+
+@register("qffl", QFFL_SUPPORTS)
 def qffl(model: Model, cfg: RunConfig, executor=None):
     return compose("qffl", model, cfg, local=sgd_local(model, cfg),
                    weights=qffl_rule(lambda hp: hp.qffl_q), executor=executor)
 
 
-@register("afl")
+AFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("afl_q",))
+
+
+@register("afl", AFL_SUPPORTS)
 def afl(model: Model, cfg: RunConfig, executor=None):
     return compose("afl", model, cfg, local=sgd_local(model, cfg),
                    weights=qffl_rule(lambda hp: hp.afl_q), executor=executor)

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from ..aggregate.aggregation import weight_rule
+from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
 from ..local.client import Trained, local_sgd, tree_sub
@@ -75,7 +76,10 @@ def scaffold_init(key, params, mstate, data, hp):
                 lambda a: jnp.zeros((data.num_clients, *a.shape), a.dtype), params)}
 
 
-@register("scaffold")
+SCAFFOLD_SUPPORTS = Supports()
+
+
+@register("scaffold", SCAFFOLD_SUPPORTS)
 def scaffold(model: Model, cfg: RunConfig, executor=None):
     return compose("scaffold", model, cfg, local=scaffold_local(model, cfg),
                    weights=weight_rule(cfg), post=scaffold_post, init_extra=scaffold_init,

@@ -23,6 +23,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
+from .capabilities import supports
 from .errors import ConfigError
 from .registry import Registry, did_you_mean
 from .tunables import TUNABLES, check_tunable, reserve
@@ -243,8 +244,6 @@ APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
                "train-vs-solo-minibatch")
 
 
-# Algorithms whose rule needs the clients' requirements rho_k (solo models).
-NEEDS_REQUIREMENTS = ("maxfl", "incfl", "mwfed")
 # Options that belong to the appeal protocol; giving one (non-default) turns `auto` on.
 APPEAL_OPTIONS = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
 
@@ -256,7 +255,7 @@ def appeal_on(cfg: RunConfig) -> bool:
     if cfg.appeal != "auto":
         return cfg.appeal == "on"
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
-    return cfg.algorithm in NEEDS_REQUIREMENTS or any(
+    return supports(cfg.algorithm).needs_requirements or any(
         getattr(cfg, k) != defaults[k] for k in APPEAL_OPTIONS)
 
 
@@ -265,7 +264,7 @@ def appeal_reason(cfg: RunConfig) -> str:
     on = appeal_on(cfg)
     if cfg.appeal in ("on", "off") or isinstance(cfg.appeal, bool):
         return f"appeal protocol {'on' if on else 'off'} (--appeal)"
-    if cfg.algorithm in NEEDS_REQUIREMENTS:
+    if supports(cfg.algorithm).needs_requirements:
         return f"appeal protocol on (auto: {cfg.algorithm} uses requirements)"
     return ("appeal protocol on (auto: an appeal option was given)" if on else
             "appeal protocol off (auto; --appeal on adds GM-Appeal metrics)")

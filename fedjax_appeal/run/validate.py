@@ -8,6 +8,7 @@ from ..aggregate import accounting, privacy, uplink
 from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS
 from ..algorithms import ALGORITHMS
+from ..core.capabilities import owners, supports, with_capability
 from ..core.config import (
     ConfigError,
     HParams,
@@ -63,8 +64,10 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     from ..protocols.appeal.requirement import parse_requirement
 
     solo_rho = parse_requirement(cfg.requirement) is None
-    if cfg.rho_steps < 1 and (appeal_on(cfg) or (solo_rho and cfg.algorithm in ("maxfl", "incfl"))):
+    needs_rho = solo_rho and supports(cfg.algorithm).needs_requirements
+    if cfg.rho_steps < 1 and (appeal_on(cfg) or needs_rho):
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
+    check_supported(cfg)  # what the algorithm declares it supports
     # --- client selection ---
     _validate_selection(cfg, hp)
     validate_hetero(cfg, hp)  # heterogeneous and unreliable clients
@@ -73,6 +76,41 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     uplink.check(cfg)
     if cfg.dp != "off":
         accounting.require()
+
+
+def check_supported(cfg: RunConfig) -> None:
+    """Refuse, in one line, an option the algorithm's declared `Supports` flags exclude."""
+    alg, sup = cfg.algorithm, supports(cfg.algorithm)
+
+    def algs(flag: str) -> str:
+        return ", ".join(with_capability(flag))
+
+    if cfg.local_steps_dist != "fixed" and not sup.varied_steps:
+        raise ConfigError(f"--local-steps-dist {cfg.local_steps_dist} needs an algorithm with "
+                          f"FedAvg's local SGD ({algs('varied_steps')}); {alg} runs its own "
+                          "local steps: use --local-steps-dist fixed")
+    if cfg.aggregation == "fednova" and not sup.fednova:
+        raise ConfigError(f"--aggregation fednova needs --algorithm {algs('fednova')} (their "
+                          f"clients report FedNova's a_k); not {alg}")
+    if not sup.availability and (cfg.availability != "always" or cfg.deadline > 0):
+        raise ConfigError(f"{sup.why('availability', f'{alg} has no synchronous rounds')}: "
+                          "--availability and --deadline apply to synchronous algorithms; "
+                          "drop them")
+    if not sup.selector and (cfg.selector != "random" or cfg.flip_protocol != "static"):
+        raise ConfigError(f"{sup.why('selector', f'{alg} draws its own cohort')}: use "
+                          "--selector random and --flip-protocol static")
+    if not sup.byzantine and cfg.byzantine_fraction > 0:
+        raise ConfigError(f"{sup.why('byzantine', f'{alg} has no Byzantine hook')}: use "
+                          "--byzantine-fraction 0 or a synchronous algorithm")
+    if not sup.uplink and cfg.compress != "none":
+        raise ConfigError(f"{sup.why('uplink', f'{alg} does not compress its uploads')}: "
+                          "use --compress none")
+    if not sup.layouts and (cfg.client_lanes != 0 or cfg.client_chunk > 0 or cfg.devices != 1):
+        raise ConfigError(f"{sup.why('layouts', f'{alg} does not use the shared executor')}: "
+                          "drop --client-lanes, --client-chunk and --devices")
+    if cfg.dp != "off" and not sup.dp:
+        raise ConfigError(f"--dp {cfg.dp} supports --algorithm {' or '.join(with_capability('dp'))}"
+                          f": {alg}'s weights or uploads are not bounded by the clip norm C")
 
 
 def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
@@ -89,7 +127,6 @@ def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
 # Options that a combination ignores: (option, default, why it is ignored or None).
 # Checked only for keys the user gave (flag, config file, grid), so library callers that
 # build a RunConfig keep the defaults of unrelated fields without error.
-_NO_AGGREGATION = ("maxfl", "incfl", "mwfed", "qffl", "afl")  # their own weight rules
 _SUBMODULAR = ("divfl", "subtrunc", "unionfl")
 
 
@@ -98,8 +135,11 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
     appeal_keys = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
     if key in appeal_keys and not appeal_on(cfg):
         return "it belongs to the appeal protocol, which --appeal off turns off"
-    if key == "aggregation" and cfg.algorithm in _NO_AGGREGATION:
-        return f"{cfg.algorithm} computes its own aggregation weights"
+    sup = supports(cfg.algorithm)
+    if key == "aggregation" and not sup.aggregation:
+        return sup.why("aggregation", f"{cfg.algorithm} computes its own aggregation weights")
+    if owners(key) and key not in sup.options:  # another algorithm's own option
+        return f"it configures --algorithm {' or '.join(owners(key))}"
     if key == "alpha" and (cfg.partition != "dirichlet" or cfg.imbalance_ratios):
         return "it is the Dirichlet concentration (--partition dirichlet)"
     if key in ("num_clusters", "labels_per_cluster", "cluster_labels") and \
@@ -109,10 +149,6 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
         return "it configures --partition classes"
     if key in ("synthetic_alpha", "synthetic_beta") and cfg.dataset != "synthetic":
         return "it configures --dataset synthetic"
-    if key == "perfedavg_variant" and cfg.algorithm != "perfedavg":
-        return "it configures --algorithm perfedavg"
-    if key == "pfedme_k" and cfg.algorithm != "pfedme":
-        return "it configures --algorithm pfedme"
     if key == "poc_d" and cfg.selector != "poc":
         return "it configures --selector poc"
     if key in ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
