@@ -10,7 +10,8 @@ Registries (name -> value):
   * `SELECTORS`: `--selector` -> `builder(model, cfg) -> Selector(init, select, update)`.
   * `SERVER_OPTS`: `--server-opt` -> `fn(hp) -> optax.GradientTransformation`.
   * `ALGORITHMS`: `--algorithm` -> `builder(model, cfg, executor=None) -> FederatedAlgorithm`
-    (usually `compose(...)`; register with `@register("name")`).
+    (usually `compose(...)`; register with `@register("name", Supports(...))`, its capability
+    flags: what it supports decides what is refused, see `core/capabilities.py`).
   * `MODELS`: `--model` -> `fn(num_classes, norm) -> flax module`.
   * `DATASETS`: `--dataset` -> `fn(cfg, rng) -> Dataset` (`@register_dataset("name")`).
   * `PARTITIONS`: `--partition` -> `fn(ds, total, cfg, rng) -> [index array per client]`
@@ -30,6 +31,7 @@ from .aggregate.server import SERVER_OPTS
 from .algorithms import ALGORITHMS
 from .algorithms.base import compose, register
 from .algorithms.fedavg import sgd_local
+from .core.capabilities import Supports
 from .core.config import DATASETS, PARTITIONS, HParams, RunConfig
 from .core.models import MODELS, Normalize
 from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
@@ -43,7 +45,8 @@ from .select.selectors import SELECTORS
 
 __all__ = ["AGGREGATIONS", "ALGORITHMS", "DATASETS", "MODELS", "PARTITIONS", "SELECTORS",
            "SERVER_OPTS", "TUNABLES", "ClientUpdate", "Dataset", "HParams", "Normalize",
-           "RunConfig", "Selector", "ServerState", "Trained", "Tunable", "WeightRule", "compose",
+           "RunConfig", "Selector", "ServerState", "Supports", "Trained", "Tunable", "WeightRule",
+           "compose",
            "local_sgd", "masked_softmax", "proportional", "proximal", "register",
            "register_dataset", "register_partition", "register_tunable", "sgd_local",
            "uniform_cohort", "uniform_weights", "weighted_cohort"]

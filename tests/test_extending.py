@@ -15,6 +15,7 @@ import pytest
 
 from fedjax_appeal.cli import main
 from fedjax_appeal.cli.commands import registries as registries_of_cli
+from fedjax_appeal.core.capabilities import SUPPORTS
 from fedjax_appeal.core.tunables import TUNABLES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
@@ -28,7 +29,7 @@ def plugin(tmp_path_factory):
     assert len(blocks) == 1
     path = tmp_path_factory.mktemp("plugin") / "my_fl.py"
     path.write_text(blocks[0])
-    registries = [*registries_of_cli().values(), TUNABLES]
+    registries = [*registries_of_cli().values(), TUNABLES, SUPPORTS]
     before = [set(r) for r in registries]
     yield path
     for reg, names in zip(registries, before, strict=True):
