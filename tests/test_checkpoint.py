@@ -235,3 +235,46 @@ def test_sweep_batch_named_and_old_format(tmp_path):
     got, rnd, _, _ = ck.load_batch("0/1", state)
     assert rnd == 2 and float(got["params"]["w"][1, 2]) == 7.0
     np.testing.assert_array_equal(got["round"], [2, 2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_checkpoint_like_ctrl_c(name, tmp_path, capsys):
+    """What `timeout`, `kill` and batch schedulers send: the run writes a checkpoint, says in
+    one line how to resume, exits 128 + signal, and leaves no temporary file; the resumed
+    run equals the uninterrupted one."""
+    sig = getattr(signal, name)
+    out = tmp_path / "stopped"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+           "FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT": "0.4"}
+    proc = subprocess.Popen([sys.executable, "-m", "fedjax_appeal", "run", *TINY, "--out",
+                             str(out)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "checkpoint.npz").exists() and read_meta(out)["round"] >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + sig, err
+    last = err.strip().splitlines()[-1]
+    assert f"interrupted by {name}" in last and f"--resume {out}" in last, last
+    stopped_at = read_meta(out)["round"]
+    assert 4 <= stopped_at < 20 and not (out / "results.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stopped"]  # no temporary folder
+    assert not [p for p in out.iterdir() if ".tmp" in p.name]
+    if name != "SIGTERM":
+        return
+    # a --rounds below the checkpoint's round is refused; the checkpoint stays
+    assert main(["run", "--resume", str(out), "--rounds", "2"]) == 2
+    assert "is below round" in capsys.readouterr().err
+    env.pop("FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT")
+    r = subprocess.run([sys.executable, "-m", "fedjax_appeal", "run", "--resume", str(out)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ref = tmp_path / "ref"
+    assert main(["run", *TINY, "--out", str(ref)]) == 0
+    a = json.loads((out / "results.json").read_text())
+    b = json.loads((ref / "results.json").read_text())
+    assert a["history"] == b["history"] and a["round_metrics"] == b["round_metrics"]

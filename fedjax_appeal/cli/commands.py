@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -292,9 +293,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = cfg.replace(out=default_out(cfg))
     validate(cfg, hp)
     if cfg.resume:  # the checkpoint's configuration must be this one (before any loading)
-        check_compatible(read_meta(cfg.resume), dataclasses.asdict(cfg),
-                         hp.to_dict(),
-                         cfg.resume)
+        meta = read_meta(cfg.resume)
+        check_compatible(meta, dataclasses.asdict(cfg), hp.to_dict(), cfg.resume)
+        if cfg.rounds < int(meta["round"]):
+            raise ConfigError(f"--rounds {cfg.rounds} is below round {meta['round']} of the "
+                              f"checkpoint in {cfg.resume}: a resumed run continues from it; "
+                              f"give --rounds {meta['round']} or more")
     check_ignored(cfg, given_keys(args))
     check_source_size(cfg)
     check_processes(cfg.devices)
@@ -513,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedjax-appeal: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     args = make_parser().parse_args(argv)
+    received: list[int] = []  # the signal that stopped the run (SIGINT raises by itself)
+    previous = _stop_on_signals(received)
     try:
         start_processes(args)
         return args.func(args)
@@ -520,15 +526,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedjax-appeal: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:
-        print(f"fedjax-appeal: interrupted; no results written{'; ' + str(e) if str(e) else ''}",
-              file=sys.stderr)
-        return 130
+        sig = received[-1] if received else signal.SIGINT
+        print(f"fedjax-appeal: interrupted by {signal.Signals(sig).name}; no results written"
+              f"{'; ' + str(e) if str(e) else ''}", file=sys.stderr)
+        return 128 + int(sig)  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
     except Exception as e:  # noqa: BLE001 - only the runtime's peer failures are handled
         from ..execute.distributed import is_peer_failure
 
         if not is_peer_failure(e):
             raise
         return peer_failed(args, e)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")  # handled like Ctrl-C (timeout, kill, schedulers)
+
+
+def _stop_on_signals(received: list[int]) -> dict:
+    """Make SIGTERM and SIGHUP stop a run as Ctrl-C does: the current chunk is abandoned,
+    a checkpoint of the last finished one is written, temporary files are removed and the
+    process exits with 128 + the signal's number. Returns the handlers it replaced (none
+    outside the main thread, where Python cannot install handlers)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {}
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, stop)
+    return previous
 
 
 def peer_failed(args: argparse.Namespace, exc: BaseException) -> int:
