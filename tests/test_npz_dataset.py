@@ -76,6 +76,14 @@ def test_loader_pools_splits_and_scales(tmp_path):
     ({"x": np.zeros((4, 2), np.uint8), "y": np.zeros(5, int)}, [], "same number of rows"),
     ({"x": np.zeros((40, 2), np.uint8), "y": np.zeros(40, int)}, ["--input-scale", "-1"],
      "--input-scale must be >= 0 (got -1.0)"),
+    ({"x": np.where(np.arange(80).reshape(40, 2) == 7, np.nan, 1.0), "y": np.arange(40) % 2},
+     [], "1 rows of x hold NaN or infinite values (first: row 3)"),
+    ({"x": np.full((40, 2), np.inf), "y": np.arange(40) % 2}, [], "NaN or infinite"),
+    ({"x": np.zeros((40, 2), np.uint8), "y": np.r_[np.arange(39) % 2, 10 ** 6]}, [],
+     "would make a 1000001-class model; relabel them to 0 .. 2"),
+    ({"x_train": np.zeros((20, 2), np.uint8), "y_train": np.zeros(20, int),
+      "x_test": np.zeros((20, 3), np.uint8), "y_test": np.zeros(20, int)}, [],
+     "different shapes"),
 ])
 def test_bad_files_are_one_line_and_nothing_written(tmp_path, capsys, arrays, extra, msg):
     f = tmp_path / "bad.npz"
@@ -94,3 +102,52 @@ def test_input_scale_is_refused_for_registered_datasets(tmp_path, capsys):
     assert main(["run", "--dataset", "synthetic", "--input-scale", "0.5", "--out",
                  str(tmp_path / "r")]) == 2
     assert "--input-scale applies to --dataset npz:PATH only" in capsys.readouterr().err
+
+
+def _corrupt(path, how):
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:  # one byte flipped inside the largest member's data: the zip's directory is
+        # valid, that member's CRC is not
+        import struct
+        import zipfile
+
+        with zipfile.ZipFile(path) as zf:
+            info = max(zf.infolist(), key=lambda i: i.file_size)
+        h = info.header_offset
+        name_len, extra_len = struct.unpack("<HH", bytes(data[h + 26:h + 30]))
+        i = h + 30 + name_len + extra_len + info.file_size - 4  # inside the array's values
+        data[i] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped"])
+def test_corrupt_data_file_is_one_line(tmp_path, capsys, how):
+    f = tmp_path / "data.npz"
+    rng = np.random.default_rng(0)
+    np.savez(f, x=rng.integers(0, 255, (400, 16), dtype=np.uint8), y=np.arange(400) % 4)
+    _corrupt(f, how)
+    out = tmp_path / "r"
+    assert main(["run", "--dataset", f"npz:{f}", "--clients", "4", "--unseen-clients", "0",
+                 "--cohort", "2", "--rounds", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(f) in err and "Traceback" not in err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["truncated", "flipped"])
+def test_corrupt_checkpoint_is_one_line(tmp_path, capsys, how):
+    out = tmp_path / "r"
+    args = ["run", "--dataset", "synthetic", "--clients", "6", "--unseen-clients", "0",
+            "--cohort", "2", "--rounds", "2", "--local-steps", "2", "--batch-size", "4",
+            "--checkpoint-every", "1", "--out", str(out)]
+    assert main(args) == 0
+    ck = out / "checkpoint.npz"
+    assert ck.exists()
+    _corrupt(ck, how)
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--rounds", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "checkpoint" in err and "Traceback" not in err

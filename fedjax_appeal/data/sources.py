@@ -89,15 +89,36 @@ def cache_dir(explicit: str | None = None) -> Path:
     return Path(d).expanduser()
 
 
-def _npz(directory: Path, filename: str) -> np.lib.npyio.NpzFile:
+class Arrays(dict):
+    """The arrays of an npz file, read in full (name -> array); `files` as for np.load."""
+
+    @property
+    def files(self) -> list[str]:
+        return list(self)
+
+
+def read_npz(path: str | Path, fix: str = "replace the file") -> Arrays:
+    """Every array of the npz file at `path`, read now, so that a truncated or corrupt file
+    (a bad zip, a CRC error inside a member, a torn array) is one `ConfigError` naming the
+    file and `fix`, never a traceback later."""
+    import zipfile
+
+    p = Path(path).expanduser()
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            return Arrays({k: z[k] for k in z.files})
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"cannot read {p}: the file is corrupt or truncated "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                          f"{fix}") from None
+
+
+def _npz(directory: Path, filename: str) -> Arrays:
     p = directory / filename
     if not p.is_file():
         raise ConfigError(f"missing data file {p}: put {filename} in the data directory "
                           f"(--data-dir or {DATA_ENV})")
-    try:
-        return np.load(p)
-    except Exception as e:  # noqa: BLE001 - any read failure is the same user problem
-        raise ConfigError(f"cannot read {p}: {e}") from None
+    return read_npz(p, "copy the data file again")
 
 
 def read_idx(path: str | Path) -> np.ndarray:
@@ -201,7 +222,7 @@ def load_cifar10(directory: str | Path | None = None, cache: str | Path | None =
     tag = hashlib.sha1(f"{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:10]
     cached = cache_dir(str(cache) if cache else None) / f"cifar10_decoded_{tag}.npz"
     if cached.is_file():
-        z = np.load(cached)
+        z = read_npz(cached, f"delete the cached file {cached}")
         return _image_dataset("cifar10", z["x"], z["y"], 10)
     z = _npz(src.parent, src.name)
     x = np.concatenate([_decode_jpegs(z["jpeg_train"], z["offsets_train"]),
@@ -318,7 +339,7 @@ def load_tfds(name: str, tfds_dir: str | None = None, cache: str | None = None,
 
     cpath = cache_dir(cache) / f"tfds_{name.replace('/', '_')}.npz"
     if use_cache and cpath.is_file():
-        z = np.load(cpath)
+        z = read_npz(cpath, f"delete the cached file {cpath}")
         x, y = z["x"], z["y"]
     else:
         parts = []
@@ -363,10 +384,30 @@ NPZ_KEYS = "x and y (or x_train, y_train, x_test, y_test), optional client_ids "
            "(or client_ids_train, client_ids_test)"
 
 
+def check_features(source: str | Path, x: np.ndarray) -> None:
+    """Refuse NaN or infinite features in one line naming `source` and the first bad row."""
+    if np.issubdtype(x.dtype, np.floating):
+        bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+        if bad.any():
+            raise ConfigError(f"{source}: {int(bad.sum())} rows of x hold NaN or infinite "
+                              f"values (first: row {int(np.argmax(bad))}); drop or repair them")
+
+
+def check_labels(source: str | Path, y: np.ndarray) -> None:
+    """Refuse labels far sparser than their range (a stray label of 10^6 would make a
+    million-class model): at most half of 0 .. max(y) may be unused."""
+    if not len(y):
+        return
+    distinct, top = len(np.unique(y)), int(y.max()) + 1
+    if top > 2 * distinct:
+        raise ConfigError(f"{source}: the labels use {distinct} distinct values but range "
+                          f"up to {top - 1}, which would make a {top}-class model; relabel "
+                          f"them to 0 .. {distinct - 1}")
+
+
 def npz_members(path: str | Path) -> tuple[list[str], list[str]]:
     """(x members, y members) of a user npz: ["x"], ["y"] or the train/test pairs."""
-    with np.load(Path(path).expanduser(), allow_pickle=False) as z:
-        keys = set(z.files)
+    keys = set(read_npz(path, "write it again").files)
     if {"x", "y"} <= keys:
         return ["x"], ["y"]
     if {"x_train", "y_train", "x_test", "y_test"} <= keys:
@@ -389,13 +430,18 @@ def load_npz(path: str | Path, input_scale: float = 0.0) -> Dataset:
     if not path.is_file():
         raise ConfigError(f"dataset file {path} does not exist: pass --dataset npz:PATH")
     xs, ys = npz_members(path)
-    with np.load(path, allow_pickle=False) as z:
+    z = read_npz(path, "write it again")
+    try:
         x = np.concatenate([z[k] for k in xs])
         y = np.concatenate([z[k] for k in ys])
-        id_keys = (["client_ids"] if "client_ids" in z.files else
-                   ["client_ids_train", "client_ids_test"]
-                   if {"client_ids_train", "client_ids_test"} <= set(z.files) else [])
-        groups = np.concatenate([z[k] for k in id_keys]) if id_keys else None
+    except ValueError:
+        raise ConfigError(f"{path}: {' and '.join(xs)} have different shapes "
+                          f"({', '.join(str(z[k].shape) for k in xs)}); every split needs the "
+                          "same row shape") from None
+    id_keys = (["client_ids"] if "client_ids" in z.files else
+               ["client_ids_train", "client_ids_test"]
+               if {"client_ids_train", "client_ids_test"} <= set(z.files) else [])
+    groups = np.concatenate([z[k] for k in id_keys]) if id_keys else None
     if len(x) != len(y) or (groups is not None and len(groups) != len(y)):
         raise ConfigError(f"{path}: x, y and client ids must have the same number of rows "
                           f"(got {len(x)}, {len(y)}"
@@ -404,6 +450,8 @@ def load_npz(path: str | Path, input_scale: float = 0.0) -> Dataset:
         raise ConfigError(f"{path}: y must be non-negative integer class labels of shape [N]")
     if x.dtype != np.uint8 and not np.issubdtype(x.dtype, np.floating):
         raise ConfigError(f"{path}: x must be uint8 or floating point, not {x.dtype}")
+    check_features(path, x)
+    check_labels(path, y)
     if input_scale < 0:
         raise ConfigError(f"--input-scale {input_scale}: must be > 0 (or 0 for the default)")
     scale = input_scale or (1.0 / 255.0 if x.dtype == np.uint8 else 1.0)

@@ -27,6 +27,7 @@ import json
 import os
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -212,16 +213,19 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     try:
         with np.load(p, allow_pickle=False) as z:
             return json.loads(z["meta"].tobytes().decode())
-    except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"checkpoint {p} is unreadable ({e}); start a new run") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        raise ConfigError(f"checkpoint {p} is unreadable ({type(e).__name__}); start a new "
+                          "run") from None
 
 
 def load(directory: str | Path, template) -> Restored:
     """Restore the checkpoint in `directory` into the structure of `template` (a state)."""
+    from ..data.sources import read_npz
+
     meta = read_meta(directory)
-    with np.load(Path(directory) / FILE, allow_pickle=False) as z:
-        state = _restore_leaves(z, meta, template, f"checkpoint in {directory}")
-        rm = {k: z[f"rm_{k}"] for k in meta["round_metrics"]}
+    z = read_npz(Path(directory) / FILE, "start a new run (the checkpoint cannot be used)")
+    state = _restore_leaves(z, meta, template, f"checkpoint in {directory}")
+    rm = {k: z[f"rm_{k}"] for k in meta["round_metrics"]}
     history = [{k: (float("nan") if v is None else v) for k, v in h.items()}
                for h in meta["history"]]
     return Restored(state, int(meta["round"]), history, rm, meta)
