@@ -52,11 +52,17 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _seeds(text: str) -> list[int]:
+    from ..core.config import SEED_LIMIT
+
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise ConfigError(f"--seeds {text!r}: give integers separated by commas, "
                           "e.g. --seeds 0,1,2") from None
+    bad = [s for s in seeds if not 0 <= s < SEED_LIMIT]
+    if bad:
+        raise ConfigError(f"--seeds: {bad[0]} is not a seed; seeds lie in 0 .. 2^63 - 1")
+    return seeds
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:

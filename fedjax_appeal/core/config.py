@@ -28,6 +28,8 @@ from .errors import ConfigError
 from .registry import Registry, did_you_mean
 from .tunables import TUNABLES, check_tunable, reserve
 
+SEED_LIMIT = 2 ** 63  # seeds are non-negative int64 values (jax.random.key)
+
 # The sections of the configuration: every field declares one (`group=`), and
 # `fedjax-appeal run --help` lists the options section by section in this order.
 GROUPS = {
@@ -396,9 +398,10 @@ class RunConfig:
                          hint="to evaluate only at the start and the end use --eval-every "
                               "equal to --rounds")
     seed: int = _data(0, "random seed (training; also the data unless --data-seed is given)",
-                      group="output", ge=0)
+                      group="output", ge=0, lt=SEED_LIMIT)
     data_seed: int = _data(-1, "seed of the data: partition, train/test split, label flips, "
-                               "generated clients (-1 = --seed)", group="data", ge=-1)
+                               "generated clients (-1 = --seed)",
+                       group="data", ge=-1, lt=SEED_LIMIT)
     out: str = _f("", "output directory (results.json, history.csv, accuracy.png)", group="output")
     # --- appeal protocol (fedjax_appeal/protocols/appeal/appeal.py, requirement.py) ---
     appeal: str = _f("auto", "the appeal protocol (solo models, GM-Appeal and preferred-model "
@@ -578,9 +581,12 @@ def read_config_raw(path: str | Path) -> dict[str, Any]:
     from it before the plugins' tunables are registered)."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at "
+                          f"position {e.start}): save it as UTF-8") from None
     try:
         if p.suffix.lower() == ".json":
             raw = json.loads(text)
@@ -659,11 +665,14 @@ def range_text(rng: Mapping[str, Any]) -> str:
     """The declared range in words: ">= 1", "> 0", "in [0, 1]", "in (0, 1)", ..."""
     lo = ("[", rng["ge"]) if "ge" in rng else ("(", rng["gt"]) if "gt" in rng else None
     hi = ("]", rng["le"]) if "le" in rng else (")", rng["lt"]) if "lt" in rng else None
+    def num(v) -> str:
+        return "2^63" if v == SEED_LIMIT else f"{v:g}"
+
     if lo and hi:
-        return f"in {lo[0]}{lo[1]:g}, {hi[1]:g}{hi[0]}"
+        return f"in {lo[0]}{num(lo[1])}, {num(hi[1])}{hi[0]}"
     if lo:
-        return f"{'>=' if lo[0] == '[' else '>'} {lo[1]:g}"
-    return f"{'<=' if hi[0] == ']' else '<'} {hi[1]:g}"
+        return f"{'>=' if lo[0] == '[' else '>'} {num(lo[1])}"
+    return f"{'<=' if hi[0] == ']' else '<'} {num(hi[1])}"
 
 
 def _in_range(v: float, rng: Mapping[str, Any]) -> bool:

@@ -318,6 +318,10 @@ def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),
     from pathlib import Path
 
     p = Path(out).expanduser()
+    too_long = [part for part in p.parts if len(part.encode()) > 255]
+    if too_long:
+        raise ConfigError(f"{flag}: the name {too_long[0][:40]}... is {len(too_long[0].encode())} "
+                          "bytes, longer than a file system allows (255): choose a shorter name")
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag} {out} is a file, not a folder: give a folder (it is created "
                           "if missing)")

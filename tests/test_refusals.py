@@ -1,0 +1,46 @@
+"""User-supplied values refused in one line before any work, nothing written: seeds outside
+int64, a config file that is not UTF-8, an output name longer than a file system allows,
+and a sweep's bad seeds (which once left a half-written sweep checkpoint)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import assert_refused
+
+RUN = ["run", "--dataset", "synthetic", "--clients", "4", "--unseen-clients", "0",
+       "--cohort", "2", "--rounds", "1"]
+
+
+@pytest.mark.parametrize("flags, msg", [
+    (["--seed", "-1"], "--seed must be in [0, 2^63) (got -1)"),
+    (["--seed", str(2 ** 63)], "--seed must be in [0, 2^63)"),
+    (["--data-seed", "-2"], "--data-seed must be in [-1, 2^63)"),
+])
+def test_seeds_outside_int64_are_refused(tmp_path, capsys, flags, msg):
+    out = tmp_path / "r"
+    assert_refused([*RUN, *flags, "--out", str(out)], out, capsys, msg)
+
+
+def test_config_file_that_is_not_utf8(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_bytes(b"rounds = 2\n# caf\xe9\n")  # Latin-1
+    (tmp_path / "o").mkdir()
+    out = tmp_path / "o" / "r"
+    assert_refused([*RUN, "--config", str(cfg), "--out", str(out)], out, capsys,
+                   "is not UTF-8 text (byte 0xe9")
+
+
+def test_out_name_longer_than_the_file_system_allows(tmp_path, capsys):
+    from fedjax_appeal.cli.commands import main
+
+    assert main([*RUN, "--out", str(tmp_path / ("a" * 300))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "longer than a file system allows (255)" in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("seeds", ["-1", "0,9223372036854775808"])
+def test_sweep_bad_seeds_write_nothing(tmp_path, capsys, seeds):
+    out = tmp_path / "s"
+    assert_refused(["sweep", *RUN[1:], "--grid", "client_lr=0.1", "--seeds", seeds,
+                    "--out", str(out)], out, capsys, "is not a seed")
