@@ -44,3 +44,62 @@ def test_sweep_bad_seeds_write_nothing(tmp_path, capsys, seeds):
     out = tmp_path / "s"
     assert_refused(["sweep", *RUN[1:], "--grid", "client_lr=0.1", "--seeds", seeds,
                     "--out", str(out)], out, capsys, "is not a seed")
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_folder(tmp_path, capsys):
+    """The second run on a folder in use exits 2 before loading data and leaves the first
+    run's files alone; the first run ends normally and releases the lock."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from fedjax_appeal.cli.commands import main
+    from fedjax_appeal.run.outlock import LOCK_FILE
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "r"
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu",
+           "FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT": "0.3"}
+    first = subprocess.Popen([sys.executable, "-m", "fedjax_appeal", *RUN[:-1], "8",
+                              "--checkpoint-every", "1", "--out", str(out)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (out / LOCK_FILE).exists():
+        time.sleep(0.05)
+    owner = json.loads((out / LOCK_FILE).read_text())
+    assert owner["pid"] == first.pid
+    assert main([*RUN, "--out", str(out), "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is in use by process {first.pid}" in err[0], err
+    _, ferr = first.communicate(timeout=300)
+    assert first.returncode == 0, ferr
+    assert (out / "results.json").exists() and not (out / LOCK_FILE).exists()
+
+
+def test_stale_lock_is_reported_and_taken_over(tmp_path, capsys):
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from fedjax_appeal.cli.commands import main
+    from fedjax_appeal.run.outlock import LOCK_FILE
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / LOCK_FILE).write_text(json.dumps({"pid": int(dead), "host": socket.gethostname(),
+                                             "started": "earlier"}))
+    assert main([*RUN, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"was left by process {dead}" in err and "taking it over" in err
+    assert (out / "results.json").exists() and not (out / LOCK_FILE).exists()
+    # a live owner on another host is never taken over
+    (out / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": "now"}))
+    assert main([*RUN, "--out", str(out), "--overwrite"]) == 2
+    assert "is in use by process 1 on elsewhere" in capsys.readouterr().err

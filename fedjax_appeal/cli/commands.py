@@ -277,15 +277,8 @@ def _peer_advice(folder: str, checkpoint_every: int) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..core.config import appeal_reason
-    from ..core.models import model_for
-    from ..data import load_federated
     from ..execute.distributed import check_processes, is_main
     from ..run.checkpoint import check_compatible, read_meta, resume_base
-    from ..run.experiment import run_config
-    from ..run.export import model_writers
-    from ..run.report import run_writers, write_outputs
-    from ..run.simulate import progress_printer
     from ..run.validate import RUN_FILES, check_ignored, check_source_size, validate
 
     cfg, hp = resolve(args, base=resume_base(getattr(args, "resume", "")))
@@ -304,6 +297,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_processes(cfg.devices)
     prepare_out(cfg.out, RUN_FILES, args, cfg.resume)
     _peer_advice(cfg.resume or cfg.out, cfg.checkpoint_every)
+    from ..run.outlock import OutLock
+
+    lock = OutLock(cfg.out).acquire() if is_main() else None  # one run per folder
+    try:
+        return _run_locked(args, cfg, hp)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
+    """`cmd_run` once the configuration is checked and the output folder is ours."""
+    from ..core.config import appeal_reason
+    from ..core.models import model_for
+    from ..data import load_federated
+    from ..execute.distributed import is_main
+    from ..run.experiment import run_config
+    from ..run.export import model_writers
+    from ..run.report import run_writers, write_outputs
+    from ..run.simulate import progress_printer
+    from ..run.validate import RUN_FILES
+
     main = is_main()
     data, dataset = load_federated(cfg)  # data problems surface before any output
     if getattr(args, "overwrite", False):
