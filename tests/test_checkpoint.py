@@ -37,31 +37,44 @@ def _alg():
     return data, build("fedavg", model, cfg)
 
 
-@pytest.mark.slow
-def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
-    out = tmp_path / "killed"
+def _start_slow_run(out, min_round, stderr=subprocess.DEVNULL):
+    """(process, env) of a TINY run into `out`, slowed after each checkpoint, once its
+    checkpoint has reached `min_round` (or the process ended)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
            "FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT": "0.4"}
     proc = subprocess.Popen([sys.executable, "-m", "fedjax_appeal", "run", *TINY, "--out",
-                             str(out)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                             str(out)], env=env, stdout=subprocess.DEVNULL, stderr=stderr,
+                            text=True)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
-        if (out / "checkpoint.npz").exists() and read_meta(out)["round"] >= 6:
+        if (out / "checkpoint.npz").exists() and read_meta(out)["round"] >= min_round:
             break
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
-    killed_at = read_meta(out)["round"]
-    assert 6 <= killed_at < 20 and not (out / "results.json").exists()
-    env.pop("FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT")
+    return proc, env
+
+
+def _resume_and_reference(out, env, tmp_path):
+    """(resumed results, uninterrupted results): `run --resume OUT` at full speed in a
+    subprocess, and the same TINY run without interruption."""
+    env = {k: v for k, v in env.items() if k != "FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT"}
     r = subprocess.run([sys.executable, "-m", "fedjax_appeal", "run", "--resume", str(out)],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     ref = tmp_path / "ref"
     assert main(["run", *TINY, "--out", str(ref)]) == 0
-    a = json.loads((out / "results.json").read_text())
-    b = json.loads((ref / "results.json").read_text())
+    return (json.loads((out / "results.json").read_text()),
+            json.loads((ref / "results.json").read_text()))
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
+    out = tmp_path / "killed"
+    proc, env = _start_slow_run(out, 6)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    killed_at = read_meta(out)["round"]
+    assert 6 <= killed_at < 20 and not (out / "results.json").exists()
+    a, b = _resume_and_reference(out, env, tmp_path)
     assert [h["round"] for h in a["history"]] == [0, 5, 10, 15, 20]
     assert a["history"] == b["history"]  # exactly, not approximately
     assert a["round_metrics"] == b["round_metrics"]
@@ -245,16 +258,7 @@ def test_sigterm_and_sighup_checkpoint_like_ctrl_c(name, tmp_path, capsys):
     run equals the uninterrupted one."""
     sig = getattr(signal, name)
     out = tmp_path / "stopped"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
-           "FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT": "0.4"}
-    proc = subprocess.Popen([sys.executable, "-m", "fedjax_appeal", "run", *TINY, "--out",
-                             str(out)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if (out / "checkpoint.npz").exists() and read_meta(out)["round"] >= 4:
-            break
-        time.sleep(0.05)
+    proc, env = _start_slow_run(out, 4, stderr=subprocess.PIPE)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig, err
@@ -269,12 +273,5 @@ def test_sigterm_and_sighup_checkpoint_like_ctrl_c(name, tmp_path, capsys):
     # a --rounds below the checkpoint's round is refused; the checkpoint stays
     assert main(["run", "--resume", str(out), "--rounds", "2"]) == 2
     assert "is below round" in capsys.readouterr().err
-    env.pop("FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT")
-    r = subprocess.run([sys.executable, "-m", "fedjax_appeal", "run", "--resume", str(out)],
-                       env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    ref = tmp_path / "ref"
-    assert main(["run", *TINY, "--out", str(ref)]) == 0
-    a = json.loads((out / "results.json").read_text())
-    b = json.loads((ref / "results.json").read_text())
+    a, b = _resume_and_reference(out, env, tmp_path)
     assert a["history"] == b["history"] and a["round_metrics"] == b["round_metrics"]
