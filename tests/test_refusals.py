@@ -103,3 +103,22 @@ def test_stale_lock_is_reported_and_taken_over(tmp_path, capsys):
     (out / LOCK_FILE).write_text(json.dumps({"pid": 1, "host": "elsewhere", "started": "now"}))
     assert main([*RUN, "--out", str(out), "--overwrite"]) == 2
     assert "is in use by process 1 on elsewhere" in capsys.readouterr().err
+
+
+def test_sweep_on_a_folder_in_use(tmp_path, capsys):
+    """A sweep takes the same lock as a run: a folder in use is refused before any data is
+    loaded, and the owner's lock stays."""
+    import json
+
+    from fedjax_appeal.cli.commands import main
+    from fedjax_appeal.run.outlock import LOCK_FILE
+
+    out = tmp_path / "s"
+    out.mkdir()
+    owner = json.dumps({"pid": 1, "host": "elsewhere", "started": "now"})
+    (out / LOCK_FILE).write_text(owner)
+    assert main(["sweep", *RUN[1:], "--grid", "client_lr=0.1,0.2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is in use by process 1 on elsewhere" in err[0], err
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
+    assert (out / LOCK_FILE).read_text() == owner

@@ -277,7 +277,7 @@ def _peer_advice(folder: str, checkpoint_every: int) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..execute.distributed import check_processes, is_main
+    from ..execute.distributed import check_processes
     from ..run.checkpoint import check_compatible, read_meta, resume_base
     from ..run.validate import RUN_FILES, check_ignored, check_source_size, validate
 
@@ -297,14 +297,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_processes(cfg.devices)
     prepare_out(cfg.out, RUN_FILES, args, cfg.resume)
     _peer_advice(cfg.resume or cfg.out, cfg.checkpoint_every)
-    from ..run.outlock import OutLock
+    from ..run.outlock import out_lock
 
-    lock = OutLock(cfg.out).acquire() if is_main() else None  # one run per folder
-    try:
+    with out_lock(cfg.out):  # one run per folder
         return _run_locked(args, cfg, hp)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
@@ -352,9 +348,16 @@ def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
         return 0
     title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
     model = model_for(cfg.model, data, dataset, cfg.conv_impl)
-    out = write_outputs(cfg.out, {**run_writers(results, title),
-                                  **model_writers(model, sim.final_state.params,
-                                                  sim.final_state.model_state)})
+    try:
+        out = write_outputs(cfg.out, {**run_writers(results, title),
+                                      **model_writers(model, sim.final_state.params,
+                                                      sim.final_state.model_state)})
+    except OSError as e:
+        from ..run.diskspace import WriteFailed, reason
+        from ..run.experiment import keep_final_state
+
+        raise WriteFailed(f"could not write the results to {cfg.out} ({reason(e)}); "
+                          f"{keep_final_state(cfg, hp, sim)}") from None
     last = results["history"][-1]
     t = results["timing"]
     empty = sum(1 for a in results["round_metrics"].get("available", []) if a == 0)
@@ -539,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as e:
         print(f"fedjax-appeal: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return getattr(e, "exit_code", EXIT_USAGE)  # 1 for a failed write (diskspace)
     except KeyboardInterrupt as e:
         sig = received[-1] if received else signal.SIGINT
         print(f"fedjax-appeal: interrupted by {signal.Signals(sig).name}; no results written"

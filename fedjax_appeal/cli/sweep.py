@@ -153,13 +153,12 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
 def cmd_sweep(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from ..core.config import appeal_on, appeal_reason
-    from ..execute.distributed import check_processes, is_main, make_mesh
-    from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
-    from ..run.report import to_jsonable, write_outputs
-    from ..run.sweep import check_grid, parse_grid_arg, sweep
+    from ..execute.distributed import check_processes
+    from ..run.outlock import out_lock
+    from ..run.report import to_jsonable
+    from ..run.sweep import check_grid, parse_grid_arg
     from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
-    from .commands import _peer_advice, clear_old_run, given_keys, prepare_out
+    from .commands import given_keys, prepare_out
 
     spec = _resume_spec(args)
     given = given_keys(args)
@@ -203,6 +202,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _check_same_sweep(spec, now, cfg.resume)
     check_processes(cfg.devices)
     prepare_out(cfg.out, SWEEP_FILES, args, cfg.resume)
+    with out_lock(cfg.out):  # one sweep per folder
+        return _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, spec,
+                             now)
+
+
+def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, spec, now
+                  ) -> int:
+    """`cmd_sweep` once the configuration is checked and the output folder is ours."""
+    import dataclasses
+
+    from ..core.config import appeal_on, appeal_reason
+    from ..execute.distributed import is_main, make_mesh
+    from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
+    from ..run.report import to_jsonable, write_outputs
+    from ..run.sweep import sweep
+    from ..run.validate import SWEEP_FILES
+    from .commands import _peer_advice, clear_old_run
+
     if getattr(args, "overwrite", False):
         clear_old_run(cfg.out, SWEEP_FILES)
     ck_dir = Path(cfg.out) / SWEEP_DIR
@@ -237,7 +254,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         "summary.md": lambda p: p.write_text(_summary_md(res.summary, metric, title)),
         "sweep.png": lambda p: _plot(p, res.rows, res.summary, metric, title),
     }
-    out = write_outputs(cfg.out, writers)
+    try:
+        out = write_outputs(cfg.out, writers)
+    except OSError as e:
+        from ..run.diskspace import WriteFailed, reason
+
+        raise WriteFailed(f"could not write the sweep's results to {cfg.out} ({reason(e)}); "
+                          f"every finished run stays in {ck_dir / 'rows.json'}: free space, "
+                          f"then `fedjax-appeal sweep --resume {cfg.out}` writes them without "
+                          "training") from None
     if cfg.log:  # one tracked run per (grid point, seed)
         from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
 

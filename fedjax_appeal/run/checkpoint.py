@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.config import ConfigError
+from .diskspace import WriteFailed, check_free, estimate_bytes, reason
 
 FILE = "checkpoint.npz"
 FORMAT = 2  # 2: leaves named by pytree path; 1: leaf_00000, ... (still read)
@@ -165,6 +166,23 @@ class Checkpointer:
             return []
         return [r for r in [*range(self.every, total, self.every), total] if r > start]
 
+    def kept(self) -> str:
+        """Where the last good state is, and how to go on from it (for error messages)."""
+        d = self.directory
+        if self.last_round is None:
+            return f"no earlier checkpoint exists in {d}: free space and start the run again"
+        return (f"the checkpoint of round {self.last_round} stays in {d}: free space, then "
+                f"continue with --resume {d}")
+
+    def check_space(self, state, metric_values: int) -> None:
+        """Refuse in one line, before training, when the output file system has less free
+        space than the checkpoints and results of this run need (`diskspace`);
+        `metric_values` counts the per-round metric values of the whole run."""
+        from ..execute.distributed import is_main
+
+        if is_main():
+            check_free(self.directory, estimate_bytes(state, metric_values))
+
     def save(self, state, rnd: int, history: list[dict], round_metrics: dict[str, np.ndarray]
              ) -> Path:
         from ..execute.distributed import fetch, is_main
@@ -179,18 +197,11 @@ class Checkpointer:
         if not is_main():  # one writer: process 0 (the others hold the same values)
             self.last_round = int(rnd)
             return self.path
-        d = Path(self.directory)
-        d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".npz.tmp", dir=d)
         try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            _atomic_write(self.path, lambda f: np.savez(f, **arrays))
+        except OSError as e:
+            raise WriteFailed(f"could not write the checkpoint of round {rnd} to {self.path} "
+                              f"({reason(e)}); {self.kept()}") from None
         self.last_round = int(rnd)
         delay = os.environ.get("FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT")
         if delay:  # test-only: widen the window in which a test kills the process
@@ -286,6 +297,16 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
+def _sweep_write(path: Path, write) -> None:
+    """`_atomic_write` of a sweep checkpoint file; a failed write is one line."""
+    try:
+        _atomic_write(path, write)
+    except OSError as e:
+        raise WriteFailed(f"could not write {path} ({reason(e)}); the sweep's earlier "
+                          f"progress stays in {path.parent}: free space, then continue with "
+                          f"`fedjax-appeal sweep --resume {path.parent.parent}`") from None
+
+
 SWEEP_DIR = "sweep-checkpoint"
 
 
@@ -315,7 +336,7 @@ class SweepCheckpoint:
     def write_spec(self) -> None:
         if self._main():
             text = json.dumps(_jsonable(self.spec), indent=1).encode()
-            _atomic_write(Path(self.directory) / "spec.json", lambda f: f.write(text))
+            _sweep_write(Path(self.directory) / "spec.json", lambda f: f.write(text))
 
     def read_spec(self) -> dict[str, Any]:
         return read_sweep_spec(self.directory)
@@ -333,7 +354,7 @@ class SweepCheckpoint:
     def save_rows(self, done: dict[str, list[dict[str, Any]]]) -> None:
         if self._main():
             text = json.dumps(_jsonable(done), allow_nan=False).encode()
-            _atomic_write(Path(self.directory) / "rows.json", lambda f: f.write(text))
+            _sweep_write(Path(self.directory) / "rows.json", lambda f: f.write(text))
 
     def save_batch(self, key: str, state, rnd: int, histories, per_round) -> None:
         """The running batch after round `rnd` (every process takes part in the fetch)."""
@@ -350,7 +371,7 @@ class SweepCheckpoint:
                 "num_leaves": len(names), "leaf_names": names, "key_impls": impls,
                 "chunks": len(per_round)}
         arrays["meta"] = np.frombuffer(json.dumps(_jsonable(meta)).encode(), np.uint8)
-        _atomic_write(Path(self.directory) / "batch.npz", lambda f: np.savez(f, **arrays))
+        _sweep_write(Path(self.directory) / "batch.npz", lambda f: np.savez(f, **arrays))
 
     def load_batch(self, key: str, template):
         """(state, round, histories, per_round) of batch `key`, or None if not saved."""

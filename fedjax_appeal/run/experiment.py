@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import __version__
 from ..aggregate.accounting import summary as privacy_summary
-from ..core.config import HParams, RunConfig, appeal_on, appeal_reason
+from ..core.config import ConfigError, HParams, RunConfig, appeal_on, appeal_reason
 from ..data import Dataset, FederatedData
 from ..execute.distributed import fetch
 from ..protocols.appeal.appeal import personalize
@@ -89,14 +89,44 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
 def _scale_options(cfg: RunConfig, hp: HParams):
     """(Checkpointer or None, mesh or None) of a run (see checkpoint.py, distributed.py)."""
     from ..execute.distributed import make_mesh
-    from .checkpoint import Checkpointer, check_compatible, read_meta
+    from .checkpoint import check_compatible, read_meta
 
-    config = dataclasses.asdict(cfg)
-    hparams = hp.to_dict()
     if cfg.resume:
-        check_compatible(read_meta(cfg.resume), config, hparams, cfg.resume)
+        check_compatible(read_meta(cfg.resume), dataclasses.asdict(cfg), hp.to_dict(),
+                         cfg.resume)
+    return checkpointer(cfg, hp), make_mesh(cfg.devices)
+
+
+def checkpointer(cfg: RunConfig, hp: HParams):
+    """The `Checkpointer` of a run (None without an output folder)."""
+    from .checkpoint import Checkpointer
+
     directory = cfg.resume or cfg.out
-    ckpt = (Checkpointer(Path(directory), cfg.checkpoint_every,
-                         {"config": config, "hparams": hparams, "seed": cfg.seed})
-            if directory else None)
-    return ckpt, make_mesh(cfg.devices)
+    if not directory:
+        return None
+    return Checkpointer(Path(directory), cfg.checkpoint_every,
+                        {"config": dataclasses.asdict(cfg), "hparams": hp.to_dict(),
+                         "seed": cfg.seed})
+
+
+def keep_final_state(cfg: RunConfig, hp: HParams, sim: SimulationResult) -> str:
+    """After the results could not be written: make sure a checkpoint of the last round is
+    on disk (written now unless the run already took it); returns where the finished work
+    is, for the error message."""
+    from .checkpoint import FILE, read_meta
+    from .diskspace import WriteFailed
+
+    ckpt = checkpointer(cfg, hp)
+    last = int(sim.history[-1]["round"]) if sim.history else 0
+    try:
+        done = (ckpt.path.is_file() and int(read_meta(ckpt.directory)["round"]) == last)
+    except ConfigError:
+        done = False
+    if not done:
+        try:
+            ckpt.save(sim.final_state, last, sim.history, sim.round_metrics)
+        except WriteFailed:
+            return ("the trained state could not be kept either (no space for a checkpoint); "
+                    "free space and run again")
+    return (f"the trained state of round {last} is kept in {ckpt.directory / FILE}: free "
+            f"space, then --resume {ckpt.directory} writes the results without training")

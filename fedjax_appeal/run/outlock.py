@@ -49,8 +49,15 @@ class OutLock:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(info, f)
+        except OSError as e:
+            self.path.unlink(missing_ok=True)
+            self._cleanup()
+            raise ConfigError(f"--out {self.folder}: cannot write the lock {self.path} "
+                              f"({e.strerror or e}); free space or choose another --out"
+                              ) from None
         return True
 
     def _owner(self) -> dict:
@@ -96,3 +103,19 @@ class OutLock:
             self.path.unlink(missing_ok=True)
         self.held = False
         self._cleanup()
+
+    def __enter__(self) -> OutLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def out_lock(folder: str | Path):
+    """A context that holds the lock of `folder` in process 0 (the only writer); the other
+    processes of a multi-process job take none."""
+    import contextlib
+
+    from ..execute.distributed import is_main
+
+    return OutLock(folder) if is_main() else contextlib.nullcontext()

@@ -162,7 +162,12 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
         rarr = jnp.arange(r, stop, dtype=jnp.int32)
         if length not in compiled:
             t0 = time.perf_counter()
-            compiled[length] = chunk_jit.lower(st, data, k_train, hp, rarr).compile()
+            lowered = chunk_jit.lower(st, data, k_train, hp, rarr)
+            if not compiled and checkpoint is not None:  # before the first round trains
+                per_round_values = sum(int(np.prod(a.shape)) for a in
+                                       jax.tree.leaves(lowered.out_info[1])) // length
+                checkpoint.check_space(st, per_round_values * rounds)
+            compiled[length] = lowered.compile()
             timing["compile_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         new_state, metrics = compiled[length](st, data, k_train, hp, rarr)
