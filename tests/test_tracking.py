@@ -98,3 +98,21 @@ def test_unknown_tracker_is_refused_and_nothing_written(tmp_path, capsys):
     assert main(["run", *TINY, "--log", "tensorboard,mlflow", "--out", str(out)]) == 2
     assert "unknown tracker mlflow" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_wandb_without_a_login_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    from conftest import assert_refused
+
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # no login entry
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "runs" / "r"
+    assert_refused(["run", *TINY, "--log", "wandb", "--out", str(out)], out, capsys,
+                   "--log wandb: no Weights & Biases login here (no WANDB_API_KEY, no `wandb "
+                   "login` entry for api.wandb.ai in ~/.netrc); run `wandb login`, or set "
+                   "WANDB_MODE=offline")
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password KEY\n")
+    from fedjax_appeal.run.tracking import check_wandb_login
+
+    check_wandb_login()  # a login entry is enough

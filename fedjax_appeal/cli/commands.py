@@ -317,6 +317,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
 
     main = is_main()
     data, dataset = load_federated(cfg)  # data problems surface before any output
+    model = model_for(cfg.model, data, dataset, cfg.conv_impl)  # ... and a model that misfits
     if getattr(args, "overwrite", False):
         clear_old_run(cfg.out, RUN_FILES)
     if main:
@@ -347,7 +348,6 @@ def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
     if not main:  # the other processes computed the same results; process 0 writes them
         return 0
     title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
-    model = model_for(cfg.model, data, dataset, cfg.conv_impl)
     try:
         out = write_outputs(cfg.out, {**run_writers(results, title),
                                       **model_writers(model, sim.final_state.params,

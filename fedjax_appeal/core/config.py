@@ -301,6 +301,9 @@ class RunConfig:
                                     "first (0 = 1/255 for uint8 inputs, 1 for float inputs)",
                                group="data", ge=0,
                                 hint="0 = 1/255 for uint8 inputs, 1 for float inputs")
+    num_classes: int = _data(0, "the number of classes, when the labels do not use every one "
+                                "(0 = the largest label + 1)", group="data", ge=0,
+                             hint="0 = the largest label + 1")
     # Partition
     partition: str = _data("dirichlet", "how samples are split over clients", PARTITIONS,
                            group="data")

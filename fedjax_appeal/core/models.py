@@ -214,9 +214,33 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
 
 
 def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto") -> Model:
-    """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants."""
-    return make_model(cfg_model, data.name, data.num_classes, data.input_shape,
-                      data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl)
+    """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants;
+    a model that cannot take the data's inputs is refused in one line (`check_fits`)."""
+    model = make_model(cfg_model, data.name, data.num_classes, data.input_shape,
+                       data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl)
+    check_fits(model, data.num_classes)
+    return model
+
+
+def check_fits(model: Model, num_classes: int) -> None:
+    """Trace (no compute) the model on one input of the data's shape; a model that cannot
+    take it, or whose output is not one score per class, is a `ConfigError` naming both."""
+    flag = f"--model {model.name}" if model.name else "the model"
+    try:
+        params, state = jax.eval_shape(model.init, jax.random.key(0))
+        out = jax.eval_shape(lambda p, s: model.apply(p, s, jnp.zeros(
+            (1, *model.input_shape), model.input_dtype), train=False)[0], params, state)
+    except Exception as e:  # noqa: BLE001 - flax/lax raise many kinds for a shape mismatch
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        conv = " (convolutional models need images [H, W] or [H, W, C])" if len(
+            model.input_shape) < 2 else ""
+        raise ConfigError(f"{flag} cannot take inputs of shape {tuple(model.input_shape)}"
+                          f"{conv}: {type(e).__name__}: {first}; choose another --model "
+                          "(mlp takes any shape)") from None
+    want = 1 if model.objective == "mse" else num_classes
+    if out.shape[-1] != want:
+        raise ConfigError(f"{flag} outputs {out.shape[-1]} values per example, the data need "
+                          f"{want} ({num_classes} classes); build it with num_classes")
 
 
 # --- BatchNorm models (FedBN, Exp-alpha's ResNet20) -------------------------------

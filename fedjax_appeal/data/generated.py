@@ -216,7 +216,11 @@ def load_generated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
     if cfg.dataset == "digits":
         if cfg.imbalance_ratios:
             raise ConfigError("--imbalance-ratios does not combine with --dataset digits")
-        return digits_federation(cfg, rng)
+        fed, ds = digits_federation(cfg, rng)
+        if sources.check_dataset(ds, cfg.num_classes).num_classes != ds.num_classes:
+            raise ConfigError(f"--num-classes {cfg.num_classes} does not apply to --dataset "
+                              f"digits ({ds.num_classes} classes): drop it")
+        return fed, ds
     ds = load_dataset(cfg, rng)
     if cfg.max_samples and cfg.max_samples < len(ds):
         ds = ds.subset(np.sort(rng.choice(len(ds), cfg.max_samples, replace=False)))

@@ -36,7 +36,12 @@ def register_partition(name: str):
 
 
 def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Dataset:
-    """The pooled `Dataset` named by `cfg.dataset`."""
+    """The pooled `Dataset` named by `cfg.dataset`, checked (finite features, valid labels;
+    `sources.check_dataset`) and with `cfg.num_classes` applied, whatever its source."""
+    return sources.check_dataset(_load_source(cfg, rng), cfg.num_classes)
+
+
+def _load_source(cfg: RunConfig, rng: np.random.Generator | None) -> Dataset:
     name = cfg.dataset
     d = cfg.data_dir or None
     if callable(DATASETS.get(name) if name in DATASETS else None):  # registered by user code
@@ -65,7 +70,8 @@ def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Data
     if name.startswith("tfds:"):
         return sources.load_tfds(name[5:], cache=cfg.cache_dir or None)
     if name.startswith(sources.NPZ_PREFIX):
-        return sources.load_npz(name[len(sources.NPZ_PREFIX):], cfg.input_scale)
+        return sources.load_npz(name[len(sources.NPZ_PREFIX):], cfg.input_scale,
+                                cfg.num_classes)
     raise ConfigError(f"unknown dataset '{name}'; choose one of: "
                       "fmnist, mnist, cifar10, femnist, sent140, synthetic, usps, mnistm, "
                       "tfds:fashion_mnist, tfds:mnist, tfds:emnist/byclass, tfds:cifar10, "

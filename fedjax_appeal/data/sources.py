@@ -393,16 +393,42 @@ def check_features(source: str | Path, x: np.ndarray) -> None:
                               f"values (first: row {int(np.argmax(bad))}); drop or repair them")
 
 
-def check_labels(source: str | Path, y: np.ndarray) -> None:
-    """Refuse labels far sparser than their range (a stray label of 10^6 would make a
-    million-class model): at most half of 0 .. max(y) may be unused."""
+def check_labels(source: str | Path, y: np.ndarray, num_classes: int = 0) -> None:
+    """Refuse labels that are not non-negative integers of shape [N], labels outside a
+    stated class count (`num_classes` > 0), and, without one, labels far sparser than
+    their range (a stray label of 10^6 would make a million-class model): at most half of
+    0 .. max(y) may be unused."""
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
+        raise ConfigError(f"{source}: y must be non-negative integer class labels of shape [N]"
+                          f" (got {y.dtype} of shape {y.shape}"
+                          + (f", smallest {y.min()}" if y.size and y.ndim == 1 and
+                             np.issubdtype(y.dtype, np.number) else "") + ")")
     if not len(y):
         return
     distinct, top = len(np.unique(y)), int(y.max()) + 1
+    if num_classes:
+        if top > num_classes:
+            raise ConfigError(f"{source}: --num-classes {num_classes} but a label is "
+                              f"{top - 1}; give --num-classes {top} or more, or relabel")
+        return
     if top > 2 * distinct:
         raise ConfigError(f"{source}: the labels use {distinct} distinct values but range "
                           f"up to {top - 1}, which would make a {top}-class model; relabel "
-                          f"them to 0 .. {distinct - 1}")
+                          f"them to 0 .. {distinct - 1}, or state the class count with "
+                          "--num-classes")
+
+
+def check_dataset(ds: Dataset, num_classes: int = 0) -> Dataset:
+    """Every loaded dataset, whatever its source, before anything trains: finite features,
+    valid labels (`check_labels`); returns it with `num_classes` applied when given."""
+    if num_classes and num_classes < ds.num_classes:
+        raise ConfigError(f"{ds.name} has {ds.num_classes} classes; --num-classes "
+                          f"{num_classes} is fewer: drop it or give {ds.num_classes}")
+    check_features(ds.name, ds.x)
+    check_labels(ds.name, ds.y, num_classes)
+    if num_classes and num_classes != ds.num_classes:
+        ds = dataclasses.replace(ds, num_classes=num_classes)
+    return ds
 
 
 def npz_members(path: str | Path) -> tuple[list[str], list[str]]:
@@ -416,7 +442,7 @@ def npz_members(path: str | Path) -> tuple[list[str], list[str]]:
                       f"needs {NPZ_KEYS}")
 
 
-def load_npz(path: str | Path, input_scale: float = 0.0) -> Dataset:
+def load_npz(path: str | Path, input_scale: float = 0.0, num_classes: int = 0) -> Dataset:
     """Your own data as a pooled `Dataset` (`--dataset npz:PATH`).
 
     The file holds `x` [N, ...] (uint8 images or float features) and integer labels `y` [N]
@@ -446,17 +472,16 @@ def load_npz(path: str | Path, input_scale: float = 0.0) -> Dataset:
         raise ConfigError(f"{path}: x, y and client ids must have the same number of rows "
                           f"(got {len(x)}, {len(y)}"
                           + (f", {len(groups)})" if groups is not None else ")"))
-    if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or (len(y) and y.min() < 0):
-        raise ConfigError(f"{path}: y must be non-negative integer class labels of shape [N]")
     if x.dtype != np.uint8 and not np.issubdtype(x.dtype, np.floating):
         raise ConfigError(f"{path}: x must be uint8 or floating point, not {x.dtype}")
     check_features(path, x)
-    check_labels(path, y)
+    check_labels(path, y, num_classes)
     if input_scale < 0:
         raise ConfigError(f"--input-scale {input_scale}: must be > 0 (or 0 for the default)")
     scale = input_scale or (1.0 / 255.0 if x.dtype == np.uint8 else 1.0)
     if x.dtype != np.uint8:
         x = np.ascontiguousarray(x, np.float32)
     mean, std = _image_stats(x, scale)
-    return Dataset(f"{NPZ_PREFIX}{path.stem}", x, np.asarray(y, np.int64), int(y.max()) + 1,
+    return Dataset(f"{NPZ_PREFIX}{path.stem}", x, np.asarray(y, np.int64),
+                   max(int(y.max()) + 1, num_classes),
                    None if groups is None else np.asarray(groups), scale, mean, std)

@@ -37,7 +37,8 @@ def parse_kinds(spec: str) -> list[str]:
 
 
 def check_available(kinds: list[str]) -> None:
-    """Refuse, before anything runs, a tracker whose package is not installed."""
+    """Refuse, before anything runs, a tracker whose package is not installed or that
+    could not start (W&B without a login)."""
     import importlib.util
 
     need = {"tensorboard": ("tensorboardX", "tracking"), "wandb": ("wandb", "wandb")}
@@ -46,6 +47,30 @@ def check_available(kinds: list[str]) -> None:
         if importlib.util.find_spec(mod) is None:
             raise ConfigError(f"--log {k} needs the {mod} package: pip install "
                               f"'fedjax-appeal[{extra}]'")
+    if "wandb" in kinds:
+        check_wandb_login()
+
+
+def check_wandb_login() -> None:
+    """Refuse `--log wandb` before any work when W&B could not start: online mode (the
+    default) needs an API key, from `WANDB_API_KEY` or the netrc entry `wandb login` writes
+    for the W&B host; `WANDB_MODE=offline` (or disabled) needs none."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
+        return
+    if os.environ.get("WANDB_API_KEY"):
+        return
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
+    try:
+        found = netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        found = False
+    if not found:
+        raise ConfigError(f"--log wandb: no Weights & Biases login here (no WANDB_API_KEY, no "
+                          f"`wandb login` entry for {host} in ~/.netrc); run `wandb login`, "
+                          "or set WANDB_MODE=offline to keep the run on disk")
 
 
 def _scalars(d: dict[str, Any]) -> dict[str, float]:
