@@ -236,6 +236,8 @@ def _check_npz(path: str) -> None:
         raise ConfigError(f"dataset file {p} does not exist: pass --dataset npz:PATH")
     try:
         npz_members(p)
+    except ConfigError:  # already one line naming the file and the fix
+        raise
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise ConfigError(f"cannot read {p} as an npz file ({e}): write it with numpy.savez"
                           ) from None
