@@ -32,7 +32,7 @@ from round_throughput import FMNIST_DIR, HP, WORKLOAD, workload  # noqa: E402
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
-from fedjax_appeal.run.simulate import make_chunk, split_key  # noqa: E402
+from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 

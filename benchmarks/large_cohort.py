@@ -44,7 +44,7 @@ from fedjax_appeal.core.memory import memory_budget  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.execute.cohort import chunk_size  # noqa: E402
-from fedjax_appeal.run.simulate import make_chunk, split_key  # noqa: E402
+from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 
 def peak_rss_bytes() -> int:

@@ -78,7 +78,7 @@ from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.data.pool import register_partition  # noqa: E402
 from fedjax_appeal.evaluate.evaluation import evaluate_split  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
-from fedjax_appeal.run.simulate import make_chunk, split_key  # noqa: E402
+from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 FLOWER_VENV = HERE / ".flower_venv"
 FLOWER_INSTALL = ("python3 -m venv benchmarks/.flower_venv && benchmarks/.flower_venv/bin/pip "

@@ -63,7 +63,7 @@ from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.core.parts import Executor  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
-from fedjax_appeal.run.simulate import make_chunk, split_key  # noqa: E402
+from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 FMNIST_DIR = "/usr/share/datasets/fashion-mnist"
 WORKLOAD = "FedAvg FMNIST Dirichlet(0.5), MLP[64,30], tau=50, b=64"

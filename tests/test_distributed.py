@@ -63,7 +63,8 @@ out["scans"] = {"2/1": scans(1, 2), "2/3": scans(3, 2), "2/0": scans(0, 2),
 
 # a sweep's batch of 4 runs sharded over 2 devices: one vmap, or each device's 2 runs in turn
 from fedjax_appeal.data import load_federated
-from fedjax_appeal.run.sweep import combine_lanes, sweep
+from fedjax_appeal.run.driver import combine_lanes
+from fedjax_appeal.run.sweep import sweep
 g = combine_lanes(lambda st, d, key, hp, r: st * hp, 1, 4, make_mesh(2))
 x = jax.numpy.arange(4.0)
 got = jax.jit(g, static_argnums=4)(x, None, jax.random.split(jax.random.key(0), 4), x + 1, 1)

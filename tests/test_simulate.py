@@ -12,7 +12,8 @@ from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.base import FederatedAlgorithm
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
-from fedjax_appeal.run.simulate import eval_rounds, simulate
+from fedjax_appeal.run.driver import eval_rounds
+from fedjax_appeal.run.simulate import simulate
 
 
 def _setup(**kw):

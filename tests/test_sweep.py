@@ -201,3 +201,19 @@ def test_sweep_ctrl_c_keeps_finished_and_resume_equals_uninterrupted(tmp_path, c
 def test_negative_lanes_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"--lanes must be >= 0 \(got -1"):
         sweep(CFG, {"client_lr": [0.1]}, [0], lanes=-1)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "maxfl"])
+def test_sweep_of_one_configuration_equals_run_bit_for_bit(tmp_path, algorithm):
+    """Runs and sweeps share one driver: a sweep of one combination is the run's program
+    (no runs axis), so every history value is equal, not merely close."""
+    flags = [*TINY, "--rounds", "4", "--algorithm", algorithm, "--seed", "3", "--appeal", "on"]
+    assert main(["run", *flags, "--out", str(tmp_path / "r")]) == 0
+    assert main(["sweep", *flags, "--grid", "client_lr=0.05", "--seeds", "3",
+                 "--out", str(tmp_path / "s")]) == 0
+    run = json.loads((tmp_path / "r" / "results.json").read_text())
+    (row,) = json.loads((tmp_path / "s" / "sweep.json").read_text())["rows"]
+    assert run["hparams"]["client_lr"] == 0.05 and len(row["history"]) == 5
+    for a, b in zip(run["history"], row["history"], strict=True):
+        assert {k: a[k] for k in b} == b
+    assert run["round_metrics"]["cohort_loss"] == row["cohort_loss"]

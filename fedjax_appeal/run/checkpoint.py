@@ -183,6 +183,11 @@ class Checkpointer:
         if is_main():
             check_free(self.directory, estimate_bytes(state, metric_values))
 
+    def check_space_for(self, rounds: int):
+        """`driver.Driver`'s `before_training` hook: `check_space` for a run of `rounds`
+        rounds, given the per-round metric values one round returns."""
+        return lambda state, per_round: self.check_space(state, per_round * rounds)
+
     def save(self, state, rnd: int, history: list[dict], round_metrics: dict[str, np.ndarray]
              ) -> Path:
         from ..execute.distributed import fetch, is_main

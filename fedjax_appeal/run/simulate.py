@@ -9,24 +9,21 @@ evaluation time from training time.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..algorithms.base import FederatedAlgorithm
 from ..core.config import HParams
 from ..core.round import ServerState
 from ..data.arrays import FederatedData
-from ..evaluate.metrics import per_client, summarize
-from ..execute.distributed import fetch
+from ..evaluate.metrics import per_client
 from .checkpoint import Checkpointer, Interrupted, NonFiniteError
-from .loop import Hooks, run_loop, stop_points
+from .driver import Driver
 
 
 @dataclasses.dataclass
@@ -38,49 +35,6 @@ class SimulationResult:
     timing: dict[str, float]
 
 
-def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(init key, training key) of a run's root key."""
-    return jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
-
-
-def params_finite(params) -> jax.Array:
-    """[] bool: every server parameter is finite (the NaN/Inf guard's per-round flag)."""
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
-
-
-def make_chunk(alg: FederatedAlgorithm) -> Callable:
-    """chunk(state, data, train_key, hp, rounds[L]) -> (state, metrics[L]): L rounds.
-
-    Besides the round's metrics, each round reports `params_finite` (see `params_finite`).
-    """
-
-    def chunk(state, data, train_key, hp, rounds):
-        def body(s, r):
-            s, m = alg.round(s, data, jax.random.fold_in(train_key, r), hp)
-            return s, {**m, "params_finite": params_finite(s.params)}
-
-        return jax.lax.scan(body, state, rounds)
-
-    return chunk
-
-
-@functools.lru_cache(maxsize=32)
-def _chunk_jit(alg: FederatedAlgorithm):
-    """One jitted chunk per algorithm, so repeated `simulate` calls reuse its compilation."""
-    return jax.jit(make_chunk(alg))
-
-
-def eval_rounds(total: int, every: int) -> list[int]:
-    """Rounds after which the run evaluates: every `every` rounds and the last one."""
-    pts = list(range(every, total, every)) if every > 0 else []
-    return pts + [total] if total > 0 else []
-
-
-def _block(tree):
-    return jax.tree.map(lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a,
-                        tree)
-
-
 def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax.Array, *,
              rounds: int, eval_every: int,
              on_eval: Callable[[dict[str, float]], None] | None = None,
@@ -89,6 +43,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
              nan_guard: bool = True, mesh=None) -> SimulationResult:
     """Train for `rounds` rounds, evaluating every client every `eval_every` rounds.
 
+    One run of the shared `driver.Driver` (no runs axis).
+
     Args:
       alg: the algorithm.
       data: the federated data (on device).
@@ -96,84 +52,41 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
       key: the run's root key, `jax.random.key(seed)`.
       rounds: total number of rounds.
       eval_every: evaluate after every this many rounds (and at round 0 and the end).
-      on_eval: called with each history entry as it is made (progress display).
+      on_eval: called with each history entry (a dict: "round" and the `summarize`d
+        metrics of that evaluation, e.g. "test_acc_seen", "train_loss"; DP runs add their
+        epsilon) once the chunk of rounds that ends at its round is committed, and for the
+        initial evaluation at `start_round`; for progress display and trackers. A Ctrl-C
+        inside it counts as a Ctrl-C after that round.
       state, start_round: continue from a given state (round `start_round`).
       checkpoint: saves every `checkpoint.every` rounds and when interrupted (Ctrl-C, then
         `checkpoint.Interrupted` is raised); with `resume` the run continues from the
         checkpoint in `checkpoint.directory` (state, round, history, per-round metrics).
+        Before the first round trains, the free space of its folder is checked.
       nan_guard: stop with `checkpoint.NonFiniteError` naming the round in which the server
         parameters became NaN/Inf (the last good checkpoint is kept / written).
       mesh: a `distributed` mesh; data and server state are replicated over it.
     """
     hp = hp.as_arrays()
-    k_init, k_train = split_key(key)
-    timing = {"compile_s": 0.0, "eval_compile_s": 0.0}
-    if mesh is not None:
-        from ..execute.distributed import replicate
-
-        data, hp = replicate((data, hp), mesh)
-
+    drv = Driver(alg, data, hp, key, mesh=mesh,
+                 account=(None if alg.account is None else
+                          lambda r: alg.account(r, hp, data.num_clients)),
+                 before_training=None if checkpoint is None else checkpoint.check_space_for(
+                     rounds))
     t = time.perf_counter()
     if state is None:
-        state = jax.jit(alg.init)(k_init, data, hp)
-        _block(state)
-    history: list[dict[str, float]] = []
-    per_round: list[dict[str, np.ndarray]] = []
+        state = drv.init()
     if resume:
         from .checkpoint import load
 
         restored = load(checkpoint.directory, state)
         state, start_round = restored.state, restored.round
-        history = list(restored.history)
+        drv.histories[0][:] = restored.history
         if restored.round_metrics:
-            per_round.append(restored.round_metrics)
+            drv.per_round.append(restored.round_metrics)
         checkpoint.last_round = start_round
-    if mesh is not None:
-        state = replicate(state, mesh)
-    timing["init_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    evaluate = jax.jit(alg.evaluate).lower(state, data, hp).compile()
-    timing["eval_compile_s"] = time.perf_counter() - t
-
-    chunk_jit = _chunk_jit(alg)
-    compiled: dict[int, Any] = {}
-    eval_times, round_times = [], []
-
-    def evaluate_at(r: int, st: ServerState):
-        t0 = time.perf_counter()
-        ev = fetch(evaluate(st, data, hp))
-        eval_times.append(time.perf_counter() - t0)
-        return ev
-
-    def keep(r: int, ev) -> dict:
-        entry = {"round": r, **summarize(ev)}
-        if alg.account is not None:  # DP: epsilon after r rounds (host-side accountant)
-            entry.update(alg.account(r, hp, data.num_clients))
-        history.append(entry)
-        return entry
-
-    def round_metrics():
-        return ({k: np.concatenate([np.asarray(m[k]) for m in per_round])
-                 for k in per_round[0]} if per_round else {})
-
-    def advance(st, r, stop):
-        length = stop - r
-        rarr = jnp.arange(r, stop, dtype=jnp.int32)
-        if length not in compiled:
-            t0 = time.perf_counter()
-            lowered = chunk_jit.lower(st, data, k_train, hp, rarr)
-            if not compiled and checkpoint is not None:  # before the first round trains
-                per_round_values = sum(int(np.prod(a.shape)) for a in
-                                       jax.tree.leaves(lowered.out_info[1])) // length
-                checkpoint.check_space(st, per_round_values * rounds)
-            compiled[length] = lowered.compile()
-            timing["compile_s"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        new_state, metrics = compiled[length](st, data, k_train, hp, rarr)
-        _block(new_state)
-        round_times.append((time.perf_counter() - t0) / length)
-        return new_state, fetch(metrics)
+    state = drv.place(state)
+    timing = {"init_s": time.perf_counter() - t}
+    history = drv.histories[0]
 
     def guard(st, r, metrics):
         finite = np.asarray(metrics["params_finite"])
@@ -182,56 +95,47 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
             where = ""
             if checkpoint is not None:
                 if checkpoint.last_round != r:
-                    checkpoint.save(st, r, history, round_metrics())
+                    checkpoint.save(st, r, history, drv.round_metrics())
                 where = f"; the last good checkpoint (round {r}) is in {checkpoint.directory}"
             raise NonFiniteError(f"server parameters became NaN/Inf in round {bad}{where}; "
                                  "lower the learning rates (--client-lr, --server-lr)")
 
-    last_eval = []  # the latest evaluation (per-client arrays)
-
-    shown = []  # history entries not yet passed to `on_eval`
-
-    def commit(stop, new_state, metrics):
-        ev = evaluate_at(stop, new_state) if stop in evals else None
-        per_round.append(metrics)
-        if ev is not None:
-            shown.append(keep(stop, ev))
-            last_eval[:] = [ev]
-
-    def after(r, st):  # progress (a Ctrl-C in it is a Ctrl-C after round r), checkpoint
-        while shown:
-            entry = shown.pop(0)
+    def after(r, st, entries):  # progress (a Ctrl-C in it is a Ctrl-C after round r), checkpoint
+        for entry in entries:
             if on_eval is not None:
                 on_eval(entry)
         if r in saves:
-            checkpoint.save(st, r, history, round_metrics())
+            checkpoint.save(st, r, history, drv.round_metrics())
 
     def interrupted(r, st):
         if checkpoint is None:
             return
-        checkpoint.save(st, r, history, round_metrics())
+        checkpoint.save(st, r, history, drv.round_metrics())
         raise Interrupted(f"checkpoint of round {r} saved in {checkpoint.directory}; continue "
                           f"with --resume {checkpoint.directory}") from None
 
-    evals = set(eval_rounds(rounds, eval_every))
     saves = set(checkpoint.due(start_round, rounds)) if checkpoint is not None else set()
+    last_eval = None
     if not resume:
-        last_eval[:] = [evaluate_at(start_round, state)]
-        entry = keep(start_round, last_eval[0])
+        last_eval = drv.evaluate(state)[0]
+        (entry,) = drv.record(start_round, [last_eval])
         if on_eval is not None:
             on_eval(entry)
-    state, r = run_loop(state, start_round, stop_points(start_round, evals, saves), advance,
-                        Hooks(guard=guard, commit=commit, after=after, interrupted=interrupted))
-    last_eval = last_eval[0] if last_eval else None
+    state, r, latest = drv.run(state, start_round, rounds=rounds, eval_every=eval_every,
+                               saves=saves, guard=guard, after=after, interrupted=interrupted)
+    if latest is not None:
+        last_eval = latest[0]
     if last_eval is None:  # resumed at the end: evaluate for the per-client results only
-        last_eval = evaluate_at(r, state)
+        last_eval = drv.evaluate(state)[0]
 
-    if round_times:
-        timing["sec_per_round"] = float(np.median(round_times))
-        timing["sec_per_round_min"] = float(np.min(round_times))
-    timing["eval_s"] = float(np.median(eval_times)) if eval_times else 0.0
-    final = dict(last_eval)
-    return SimulationResult(history, round_metrics(), state, per_client(final), timing)
+    timing["compile_s"] = drv.timing["compile_s"]
+    timing["eval_compile_s"] = drv.timing["eval_compile_s"]
+    if drv.round_times:
+        timing["sec_per_round"] = float(np.median(drv.round_times))
+        timing["sec_per_round_min"] = float(np.min(drv.round_times))
+    timing["eval_s"] = float(np.median(drv.eval_times)) if drv.eval_times else 0.0
+    return SimulationResult(history, drv.round_metrics(), state, per_client(dict(last_eval)),
+                            timing)
 
 
 def progress_printer(alg_name: str, total: int, stream=None) -> Callable:

@@ -3,7 +3,8 @@
 Every grid key that is a field of `HParams` (learning rates, FedProx mu, MaxFL epsilon,
 ...) only enters arithmetic, so all its values and all seeds run as ONE vmapped program:
 the server state, the hyperparameters and the run keys get a leading "combination" axis,
-and the chunk of rounds (`simulate.make_chunk`) and the evaluation are vmapped over it.
+and the chunk of rounds (`driver.make_chunk`) and the evaluation are vmapped over it, in the
+one driver that runs use too (`driver.Driver`).
 Grid keys that are fields of `RunConfig` (local steps, batch size, cohort, model,
 algorithm, ...) change shapes or program structure; each of their combinations is a
 separate group with its own compilation.
@@ -16,7 +17,8 @@ sweep can rank configurations by `gm_appeal_seen`. Fine-tuning personalization
 
 Seeds vary the run key (model init, cohort sampling, minibatches, dropout) exactly as
 `simulate(..., key=jax.random.key(seed))` does, so row i of a sweep equals the run of its
-configuration by `simulate` (up to float reassociation of the batched matmuls). The data
+configuration by `simulate` (up to float reassociation of the batched matmuls; a batch of
+one combination has no runs axis, so it is the run's own program, equal bit for bit). The data
 partition is fixed by `data_seed(cfg)` for a static group (one federation, all its runs on
 it); `--grid data_seed=0,1,2` makes the partition a static key, one federation per value.
 
@@ -45,8 +47,7 @@ from ..core.tunables import TUNABLES
 from ..data import Dataset, FederatedData, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble
-from .loop import Hooks, run_loop, stop_points
-from .simulate import eval_rounds, make_chunk, split_key
+from .driver import Driver, eval_rounds
 from .validate import validate
 
 # Keys a grid may not sweep (they name the sweep itself or its output).
@@ -194,29 +195,15 @@ def auto_lanes() -> int:
     return 1 if jax.default_backend() == "cpu" else 0
 
 
-def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
-    """`fn(state, data, key, hp, rounds)` over P combinations (state, key, hp stacked [P]):
-    `lanes` of them side by side in a vmap, the groups of lanes one after another in a
-    `lax.map` inside the same program (lanes <= 0 or >= P: one vmap over all P).
-
-    With a `mesh` of D devices that divide P, each device takes P / D consecutive
-    combinations and runs them `lanes` at a time (`distributed.over_rows`).
-    """
-    from ..execute.distributed import over_rows
-
-    def run(state, data, key, hp, rounds):
-        return over_rows(lambda r: fn(r[0], data, r[1], r[2], rounds), (state, key, hp), lanes,
-                         mesh)
-
-    return run
-
-
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
               eval_every: int, compiled: dict, progress: Callable[[str], None] | None = None,
               label: str = "", mesh=None, restore: Callable | None = None,
               save: Callable | None = None, save_every: int = 0, lanes: int = 0
               ) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
-    """Run P combinations (stacked `hps` [P], `seeds` [P]) as one compiled program.
+    """Run P combinations (stacked `hps` [P], `seeds` [P]) as one compiled program of the
+    shared `driver.Driver`; a batch of one combination runs without the runs axis, so it is
+    the same program as `simulate` (and `fedjax-appeal run`) and gives the same numbers bit
+    for bit.
 
     Returns per combination its history (same schedule as `simulate`), per-round scalar
     metrics [P, rounds], and timing. `compiled` caches executables across batches of a group.
@@ -230,102 +217,54 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
       save, save_every: `save(state, round, histories, per_round)` every `save_every`
         rounds (and, on Ctrl-C, at the last finished chunk before `KeyboardInterrupt` is
         raised again).
-      lanes: combinations trained side by side (`combine_lanes`; 0 = all P; with a mesh,
-        of each device's P / D); the rest follows inside the same program.
+      lanes: combinations trained side by side (`driver.combine_lanes`; 0 = all P; with a
+        mesh, of each device's P / D); the rest follows inside the same program.
     """
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    from ..execute.distributed import AXIS, fetch, replicate, shard_leading
-
     p = int(seeds.shape[0])
-    timing = {"compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
+    one = p == 1
     keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
-    k_init, k_train = jax.vmap(split_key)(keys)
-    out = {}  # every output has the combination axis first: keep it sharded
-    if mesh is not None:
-        data = replicate(data, mesh)
-        hps, k_init, k_train = shard_leading((hps, k_init, k_train), mesh)
-        out = {"out_shardings": NamedSharding(mesh, PartitionSpec(AXIS))}
-    if "init" not in compiled:
-        t = time.perf_counter()
-        compiled["init"] = jax.jit(jax.vmap(alg.init, in_axes=(0, None, 0)), **out).lower(
-            k_init, data, hps).compile()
-        timing["compile_s"] += time.perf_counter() - t
-    state = compiled["init"](k_init, data, hps)
-    if "eval" not in compiled:
-        t = time.perf_counter()
-        compiled["eval"] = jax.jit(jax.vmap(alg.evaluate, in_axes=(0, None, 0)), **out).lower(
-            state, data, hps).compile()
-        timing["compile_s"] += time.perf_counter() - t
-    chunk = combine_lanes(make_chunk(alg), lanes, p, mesh)
-    histories: list[list[dict]] = [[] for _ in range(p)]
-    per_round: list[dict[str, np.ndarray]] = []
-
-    def entries(r: int, st) -> list[dict]:
-        t0 = time.perf_counter()
-        ev = fetch(compiled["eval"](st, data, hps))
-        timing["eval_s"] += time.perf_counter() - t0
-        return [{"round": r, **summarize(jax.tree.map(lambda a, i=i: a[i], ev))}
-                for i in range(p)]
-
-    def record(r: int, st):
-        for h, e in zip(histories, entries(r, st), strict=True):
-            h.append(e)
-
-    r = 0
+    if one:  # no runs axis: the program of a single run
+        hps, keys = jax.tree.map(lambda a: a[0], (hps, keys))
+    drv = Driver(alg, data, hps, keys, runs=None if one else p, lanes=lanes, mesh=mesh,
+                 compiled=compiled, keep_metric=lambda k, v: np.ndim(v) == (1 if one else 2))
+    state = drv.init()
     restored = restore(state) if restore is not None else None
     if restored is not None:
         state, r, histories, per_round = restored
-        histories = [list(h) for h in histories]
-        if mesh is not None:
-            state = shard_leading(state, mesh)
+        drv.histories[:] = [list(h) for h in histories]
+        drv.per_round[:] = per_round
+        state = drv.place(state)
     else:
-        record(0, state)
+        r = 0
+        drv.record(0, drv.evaluate(state))
     start = r
     evals = set(eval_rounds(rounds, eval_every))
     saves = set(range(save_every, rounds, save_every)) if save and save_every > 0 else set()
     t_start = time.perf_counter()
 
-    def advance(st, r, stop):
-        rarr = jnp.arange(r, stop, dtype=jnp.int32)
-        ck = ("chunk", stop - r)
-        if ck not in compiled:
-            t = time.perf_counter()
-            compiled[ck] = jax.jit(chunk, **out).lower(st, data, k_train, hps, rarr).compile()
-            timing["compile_s"] += time.perf_counter() - t
-        t0 = time.perf_counter()
-        new_state, metrics = compiled[ck](st, data, k_train, hps, rarr)
-        jax.block_until_ready(new_state)
-        timing["run_s"] += time.perf_counter() - t0
-        return new_state, {k: np.asarray(v) for k, v in fetch(metrics).items()
-                           if np.ndim(v) == 2}  # [P, L] scalars per round
-
-    def commit(stop, new_state, m):
-        ev = entries(stop, new_state) if stop in evals else None
-        per_round.append(m)  # commit the chunk (a Ctrl-C before this keeps round r)
-        if ev is not None:
-            for h, e in zip(histories, ev, strict=True):
-                h.append(e)
-
-    def after(r, st):
+    def after(r, st, entries):
         if r in saves:
-            save(st, r, histories, per_round)
+            save(st, r, drv.histories, drv.per_round)
         if progress is not None and r in evals:
             el = time.perf_counter() - t_start
-            best = max((h[-1].get("test_acc_seen", float("nan")) for h in histories),
+            best = max((h[-1].get("test_acc_seen", float("nan")) for h in drv.histories),
                        key=lambda v: -1 if v != v else v)
             progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
                      f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
 
     def interrupted(r, st):
         if save is not None and r > start:
-            save(st, r, histories, per_round)
+            save(st, r, drv.histories, drv.per_round)
 
-    run_loop(state, start, stop_points(start, evals, saves), advance,
-             Hooks(commit=commit, after=after, interrupted=interrupted))
-    rm = ({k: np.concatenate([m[k] for m in per_round], axis=1) for k in per_round[0]}
-          if per_round else {})
-    return histories, rm, timing
+    drv.run(state, start, rounds=rounds, eval_every=eval_every, saves=saves, after=after,
+            interrupted=interrupted)
+    rm = drv.round_metrics()
+    if one:
+        rm = {k: v[None] for k, v in rm.items()}
+    t = drv.timing
+    timing = {"compile_s": t["init_compile_s"] + t["eval_compile_s"] + t["compile_s"],
+              "run_s": drv.train_s, "eval_s": float(sum(drv.eval_times))}
+    return drv.histories, rm, timing
 
 
 def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:

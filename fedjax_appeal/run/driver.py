@@ -1,0 +1,271 @@
+"""The one driver of runs and sweeps: compiled init, evaluation and chunks of rounds, the
+history of every run, the per-round metrics, and the loop between evaluation and
+checkpoint points (`loop.run_loop`).
+
+A `Driver` runs either one run (`runs=None`: no runs axis; what `simulate` and a sweep of a
+single combination use, so the two are the same program) or a batch of P runs with a
+leading runs axis (`runs=P`: stacked hyperparameters and keys, `lanes` of them side by side
+in a vmap, the rest in a `lax.map` of the same program; with a mesh, the runs axis is
+sharded over its devices). The layout is decided once, here, from `runs`, `lanes` and
+`mesh`. What differs between a run and a sweep (the NaN guard, checkpoints, progress, what
+an interruption saves) comes in as the loop's hooks.
+
+The round key of round r is `fold_in(train_key, r)`, so a run resumed at round r draws
+exactly what an uninterrupted run draws. Every program is compiled ahead of time (`lower`,
+then `compile`) into `compiled`, which a caller may share between drivers of the same
+shapes (a sweep's batches).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..algorithms.base import FederatedAlgorithm
+from ..core.config import HParams
+from ..data.arrays import FederatedData
+from ..evaluate.metrics import summarize
+from ..execute.distributed import fetch
+from .loop import Hooks, run_loop, stop_points
+
+
+def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(init key, training key) of a run's root key."""
+    return jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
+
+
+def params_finite(params) -> jax.Array:
+    """[] bool: every server parameter is finite (the NaN/Inf guard's per-round flag)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
+
+
+def make_chunk(alg: FederatedAlgorithm) -> Callable:
+    """chunk(state, data, train_key, hp, rounds[L]) -> (state, metrics[L]): L rounds.
+
+    Besides the round's metrics, each round reports `params_finite` (see `params_finite`).
+    """
+
+    def chunk(state, data, train_key, hp, rounds):
+        def body(s, r):
+            s, m = alg.round(s, data, jax.random.fold_in(train_key, r), hp)
+            return s, {**m, "params_finite": params_finite(s.params)}
+
+        return jax.lax.scan(body, state, rounds)
+
+    return chunk
+
+
+@functools.lru_cache(maxsize=32)
+def _chunk_of(alg: FederatedAlgorithm) -> Callable:
+    """`make_chunk(alg)`, one function per algorithm, so that runs of the same algorithm
+    reuse its traced program."""
+    return make_chunk(alg)
+
+
+def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
+    """`fn(state, data, key, hp, rounds)` over P runs (state, key, hp stacked [P]): `lanes`
+    of them side by side in a vmap, the groups of lanes one after another in a `lax.map`
+    inside the same program (lanes <= 0 or >= P: one vmap over all P).
+
+    With a `mesh` of D devices that divide P, each device takes P / D consecutive runs and
+    runs them `lanes` at a time (`distributed.over_rows`).
+    """
+    from ..execute.distributed import over_rows
+
+    def run(state, data, key, hp, rounds):
+        return over_rows(lambda r: fn(r[0], data, r[1], r[2], rounds), (state, key, hp), lanes,
+                         mesh)
+
+    return run
+
+
+def eval_rounds(total: int, every: int) -> list[int]:
+    """Rounds after which a run evaluates: every `every` rounds and the last one."""
+    pts = list(range(every, total, every)) if every > 0 else []
+    return pts + [total] if total > 0 else []
+
+
+def _block(tree):
+    return jax.tree.map(lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a,
+                        tree)
+
+
+class Driver:
+    """Runs `alg` on `data` for one run or a batch of runs (see the module docstring).
+
+    Args:
+      alg, data: the algorithm and the federated data.
+      hp: hyperparameters as arrays (stacked [P] with `runs=P`).
+      keys: the root key `jax.random.key(seed)` of the run, or [P] keys with `runs=P`.
+      runs: None for one run without a runs axis, or P.
+      lanes: with `runs`, runs side by side in one vmap (0 = all P).
+      mesh: a `distributed` mesh: one run replicates data and state over it (its algorithm
+        shards the cohort); a batch shards the runs axis over it.
+      compiled: the cache of compiled programs ("init", "eval", ("chunk", length)).
+      keep_metric: which per-round metrics the driver keeps (name, host array) -> bool.
+      account: `alg.account` of DP runs: privacy entries added to each history entry.
+      before_training: called once, with the state and the number of per-round metric
+        values a round returns (all runs together), after the first chunk is lowered and
+        before it runs (the free-space check of checkpointed runs).
+    """
+
+    def __init__(self, alg: FederatedAlgorithm, data: FederatedData, hp: HParams,
+                 keys: jax.Array, *, runs: int | None = None, lanes: int = 0, mesh=None,
+                 compiled: dict | None = None,
+                 keep_metric: Callable[[str, np.ndarray], bool] | None = None,
+                 account: Callable | None = None,
+                 before_training: Callable[[Any, int], None] | None = None):
+        self.alg, self.runs, self.mesh = alg, runs, mesh
+        self.compiled = {} if compiled is None else compiled
+        self.keep_metric, self.account = keep_metric, account
+        self.before_training = before_training
+        self.timing = {"init_compile_s": 0.0, "eval_compile_s": 0.0, "compile_s": 0.0}
+        self.eval_times: list[float] = []
+        self.round_times: list[float] = []  # seconds per round of each chunk
+        self.train_s = 0.0  # seconds of all chunks
+        self.histories: list[list[dict]] = [[] for _ in range(runs or 1)]
+        self.per_round: list[dict[str, np.ndarray]] = []
+        if runs is None:
+            self.k_init, self.k_train = split_key(keys)
+            self._out = {}
+            if mesh is not None:
+                from ..execute.distributed import replicate
+
+                data, hp = replicate((data, hp), mesh)
+            self._chunk = _chunk_of(alg)
+        else:
+            self.k_init, self.k_train = jax.vmap(split_key)(keys)
+            self._out = {}  # every output has the runs axis first: keep it sharded
+            if mesh is not None:
+                from jax.sharding import NamedSharding, PartitionSpec
+
+                from ..execute.distributed import AXIS, replicate, shard_leading
+
+                data = replicate(data, mesh)
+                hp, self.k_init, self.k_train = shard_leading((hp, self.k_init, self.k_train),
+                                                              mesh)
+                self._out = {"out_shardings": NamedSharding(mesh, PartitionSpec(AXIS))}
+            self._chunk = combine_lanes(make_chunk(alg), lanes, runs, mesh)
+        self.data, self.hp = data, hp
+
+    def _vmapped(self, fn, in_axes):
+        return fn if self.runs is None else jax.vmap(fn, in_axes=in_axes)
+
+    def init(self):
+        """The initial server state(s)."""
+        if "init" not in self.compiled:
+            t = time.perf_counter()
+            self.compiled["init"] = jax.jit(self._vmapped(self.alg.init, (0, None, 0)),
+                                            **self._out).lower(self.k_init, self.data,
+                                                               self.hp).compile()
+            self.timing["init_compile_s"] += time.perf_counter() - t
+        return _block(self.compiled["init"](self.k_init, self.data, self.hp))
+
+    def place(self, state):
+        """A state read from a checkpoint, laid out as the driver's own."""
+        if self.mesh is None:
+            return state
+        from ..execute.distributed import replicate, shard_leading
+
+        return replicate(state, self.mesh) if self.runs is None else shard_leading(state,
+                                                                                  self.mesh)
+
+    def evaluate(self, state) -> list[Any]:
+        """The host-side evaluation of every run (per-client arrays)."""
+        if "eval" not in self.compiled:
+            t = time.perf_counter()
+            self.compiled["eval"] = jax.jit(self._vmapped(self.alg.evaluate, (0, None, 0)),
+                                            **self._out).lower(state, self.data,
+                                                               self.hp).compile()
+            self.timing["eval_compile_s"] += time.perf_counter() - t
+        t0 = time.perf_counter()
+        ev = fetch(self.compiled["eval"](state, self.data, self.hp))
+        self.eval_times.append(time.perf_counter() - t0)
+        if self.runs is None:
+            return [ev]
+        return [jax.tree.map(lambda a, i=i: a[i], ev) for i in range(self.runs)]
+
+    def record(self, r: int, evals: list[Any]) -> list[dict]:
+        """Append round r's history entry of every run; returns the entries."""
+        entries = []
+        for h, ev in zip(self.histories, evals, strict=True):
+            entry = {"round": r, **summarize(ev)}
+            if self.account is not None:  # DP: epsilon after r rounds (host-side accountant)
+                entry.update(self.account(r))
+            h.append(entry)
+            entries.append(entry)
+        return entries
+
+    def advance(self, state, r: int, stop: int):
+        """(state after round `stop`, host per-round metrics of rounds r+1 .. stop)."""
+        length = stop - r
+        rarr = jnp.arange(r, stop, dtype=jnp.int32)
+        ck = ("chunk", length)
+        if ck not in self.compiled:
+            t0 = time.perf_counter()
+            lowered = jax.jit(self._chunk, **self._out).lower(state, self.data, self.k_train,
+                                                              self.hp, rarr)
+            if self.before_training is not None:
+                values = sum(int(np.prod(a.shape)) for a in
+                             jax.tree.leaves(lowered.out_info[1])) // length
+                self.before_training(state, values)
+                self.before_training = None
+            self.compiled[ck] = lowered.compile()
+            self.timing["compile_s"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        new_state, metrics = self.compiled[ck](state, self.data, self.k_train, self.hp, rarr)
+        _block(new_state)
+        took = time.perf_counter() - t0
+        self.train_s += took
+        self.round_times.append(took / length)
+        metrics = fetch(metrics)
+        if self.keep_metric is not None:
+            metrics = {k: v for k, v in metrics.items() if self.keep_metric(k, v)}
+        return new_state, metrics
+
+    def round_metrics(self) -> dict[str, np.ndarray]:
+        """The per-round metrics so far, concatenated over chunks along the rounds axis
+        (axis 0 for one run, 1 behind the runs axis)."""
+        axis = 0 if self.runs is None else 1
+        if not self.per_round:
+            return {}
+        return {k: np.concatenate([np.asarray(m[k]) for m in self.per_round], axis=axis)
+                for k in self.per_round[0]}
+
+    def run(self, state, start: int, *, rounds: int, eval_every: int, saves=(),
+            guard: Callable | None = None, after: Callable | None = None,
+            interrupted: Callable | None = None):
+        """Train from round `start` to `rounds`, evaluating at `eval_rounds` and stopping at
+        `saves`; returns (state, last round, the latest evaluation or None).
+
+        `guard(state, r, metrics)` may refuse a chunk before it is committed; `after(r,
+        state, entries)` runs once a chunk is committed with the history entries it added
+        (checkpoints, progress); `interrupted(r, state)` on Ctrl-C (see `loop.Hooks`).
+        """
+        evals = set(eval_rounds(rounds, eval_every))
+        latest: list[Any] = []
+        fresh: list[dict] = []
+
+        def commit(stop, new_state, metrics):
+            ev = self.evaluate(new_state) if stop in evals else None
+            self.per_round.append(metrics)  # a Ctrl-C before this keeps round r
+            if ev is not None:
+                fresh.extend(self.record(stop, ev))
+                latest[:] = [ev]
+
+        def after_chunk(r, st):
+            entries = list(fresh)
+            fresh.clear()
+            if after is not None:
+                after(r, st, entries)
+
+        state, r = run_loop(state, start, stop_points(start, evals, set(saves)), self.advance,
+                            Hooks(guard=guard, commit=commit, after=after_chunk,
+                                  interrupted=interrupted))
+        return state, r, (latest[0] if latest else None)
