@@ -14,6 +14,7 @@ from ..aggregate.adversary import byzantine
 from ..aggregate.privacy import poisson_selector
 from ..aggregate.server import server_optimizer
 from ..aggregate.uplink import make_uplink
+from ..core.arrays import FederatedData
 from ..core.capabilities import SUPPORTS, Supports
 from ..core.config import HParams, RunConfig
 from ..core.models import Model
@@ -27,7 +28,6 @@ from ..core.round import (
     init_state,
     make_round,
 )
-from ..data.arrays import FederatedData
 from ..evaluate.evaluation import evaluate_global, evaluate_split
 from ..evaluate.expalpha_metrics import tag_metrics
 from ..execute.distributed import make_mesh

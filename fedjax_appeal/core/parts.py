@@ -11,7 +11,7 @@ import jax
 import optax
 from flax import struct
 
-from ..data.arrays import FederatedData
+from .arrays import FederatedData
 from .config import HParams
 
 

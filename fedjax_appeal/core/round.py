@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ..data.arrays import FederatedData
 from ..execute import cohort
 from ..execute.distributed import constrain_cohort, over_rows
+from .arrays import FederatedData
 from .config import HParams
 from .parts import (  # noqa: F401  (the round's types, re-exported)
     AUTO,

@@ -20,9 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..algorithms.base import FederatedAlgorithm
+from ..core.arrays import FederatedData
 from ..core.config import HParams
 from ..core.round import ServerState
-from ..data.arrays import FederatedData
 from ..evaluate.metrics import per_client, summarize
 from ..execute.distributed import fetch
 from .checkpoint import Checkpointer, Interrupted, NonFiniteError
