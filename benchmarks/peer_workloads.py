@@ -73,11 +73,11 @@ from _common import HERE, append_results, machine, stats, write_json  # noqa: E4
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import PARTITIONS, HParams, RunConfig  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
-from fedjax_appeal.core.parts import Executor  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.data.pool import register_partition  # noqa: E402
 from fedjax_appeal.evaluate.evaluation import evaluate_split  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
+from fedjax_appeal.execute.executor import Executor  # noqa: E402
 from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 FLOWER_VENV = HERE / ".flower_venv"

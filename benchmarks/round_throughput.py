@@ -60,9 +60,9 @@ from torch_peer import LABELS, VARIANTS, make_torch_round  # noqa: E402
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import HParams, RunConfig  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
-from fedjax_appeal.core.parts import Executor  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
+from fedjax_appeal.execute.executor import Executor  # noqa: E402
 from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 FMNIST_DIR = "/usr/share/datasets/fashion-mnist"

@@ -58,9 +58,9 @@ from round_throughput import FMNIST_DIR, WORKLOAD, workload  # noqa: E402
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import HParams  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
-from fedjax_appeal.core.parts import Executor  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, split_cpu  # noqa: E402
+from fedjax_appeal.execute.executor import Executor  # noqa: E402
 from fedjax_appeal.run.simulate import simulate  # noqa: E402
 from fedjax_appeal.run.sweep import sweep  # noqa: E402
 

@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_appeal.core.arrays import ClientArrays, FederatedData
 from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.core.models import Model, make_model
-from fedjax_appeal.data import ClientArrays, FederatedData
 
 
 class NoBiasLinear(nn.Module):

@@ -9,9 +9,10 @@ import pytest
 from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.algorithms import build
+from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
-from fedjax_appeal.data import FederatedData, load_federated
+from fedjax_appeal.data import load_federated
 from fedjax_appeal.evaluate.evaluation import ClientEval  # noqa: E402
 from fedjax_appeal.local.solo import (
     SoloStats,  # noqa: E402

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_appeal.core.arrays import ClientArrays
 from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
 from fedjax_appeal.core.models import make_model
-from fedjax_appeal.data.arrays import ClientArrays
 from fedjax_appeal.data.sources import Dataset
 from fedjax_appeal.local.client import local_sgd
 from fedjax_appeal.run.validate import validate

@@ -94,7 +94,7 @@ def test_algorithm_contract(name):
 def test_executor_is_an_explicit_argument():
     """A chunked executor passed to `build` (no ambient setting) changes how the cohort
     runs, not what it computes: equal to one vmap up to float summation order."""
-    from fedjax_appeal.core.round import VMAP, chunked
+    from fedjax_appeal.execute.executor import VMAP, chunked
 
     model, data = golden.tiny_setup("plain")
     cfg = RunConfig(algorithm="maxfl", clients=6, unseen_clients=2, cohort=5, local_steps=1,

@@ -32,7 +32,7 @@ from fedjax_appeal.algorithms import build
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
 from fedjax_appeal.run.simulate import simulate
-from fedjax_appeal.core.round import for_each_client
+from fedjax_appeal.execute.executor import for_each_client
 from fedjax_appeal.execute.distributed import make_mesh
 
 assert len(jax.devices()) == 8, jax.devices()

@@ -14,8 +14,8 @@ def _bn_setup(num_clients=3):
     import flax.linen as nn
     from conftest import arrays_from_clients
 
+    from fedjax_appeal.core.arrays import FederatedData
     from fedjax_appeal.core.models import Model
-    from fedjax_appeal.data import FederatedData
 
     class BNNet(nn.Module):
         @nn.compact

@@ -10,7 +10,7 @@ from fedjax_appeal.core.config import HParams, RunConfig
 
 def test_fedfor_local_steps_by_hand():
     from fedjax_appeal.algorithms import build
-    from fedjax_appeal.data import FederatedData
+    from fedjax_appeal.core.arrays import FederatedData
     from tests.conftest import arrays_from_clients, linear_model
 
     model = linear_model(2)

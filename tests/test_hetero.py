@@ -21,9 +21,9 @@ from conftest import arrays_from_clients, assert_refused, linear_model
 from fedjax_appeal.aggregate.fednova import fednova_weights, local_norm
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.fedbuff import dispatch_draw, fedbuff_init, fedbuff_step
+from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
 from fedjax_appeal.core.round import init_state
-from fedjax_appeal.data import FederatedData
 from fedjax_appeal.local import hetero
 from fedjax_appeal.run.validate import validate
 from fedjax_appeal.select.availability import available

@@ -1,4 +1,5 @@
-"""The package has no import cycle, imports inside functions counted (`tools/import_cycles.py`)."""
+"""The package has no import cycle, imports inside functions counted (`tools/import_cycles.py`),
+and `core/` imports no other subpackage of it."""
 
 from __future__ import annotations
 
@@ -59,3 +60,69 @@ def test_data_fields_are_exactly_what_the_data_layer_reads():
                 read |= {"seed", "data_seed"}
     assert read <= set(field_names(RunConfig))
     assert set(data_fields()) == read
+
+
+
+def imports_outside_core(path, package: str = "fedjax_appeal") -> list[str]:
+    """The imports of `path`, a module of `<package>/core/`, anywhere in its body (functions
+    included), that name a module of `package` outside `<package>.core`: `line: import`."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            named = [(a.name.split("."), f"import {a.name}") for a in node.names]
+            level = 0
+        elif isinstance(node, ast.ImportFrom):
+            level = node.level
+            # level 1 starts at <package>.core, level 2 at <package>, 3 above the package
+            base = [package, "core"][:3 - level] if level else []
+            module = base + (node.module.split(".") if node.module else [])
+            dots = "." * level + (node.module or "")
+            named = [(module + [a.name], f"from {dots} import {a.name}") for a in node.names]
+        else:
+            continue
+        for target, written in named:
+            if level >= 3 or (target[0] == package and target[1:2] != ["core"]):
+                found.append(f"{path.name}:{node.lineno}: {written}")
+    return found
+
+
+def test_core_imports_nothing_else_of_the_package():
+    """`core/` is the bottom layer: no module in it imports another subpackage of
+    fedjax_appeal (data, execute, run, ...), at module level or inside functions."""
+    from pathlib import Path
+
+    modules = sorted((Path(ROOT) / "fedjax_appeal" / "core").rglob("*.py"))
+    assert len(modules) > 5
+    found = [f for path in modules for f in imports_outside_core(path)]
+    assert found == [], "core imports outside core:\n" + "\n".join(found)
+
+
+def test_the_core_check_sees_imports_inside_functions(tmp_path):
+    core = tmp_path / "core"
+    core.mkdir()
+    (core / "ok.py").write_text(textwrap.dedent("""
+        import jax
+        from . import parts
+        from .parts import ServerState
+        from ..core.config import HParams
+        import fedjax_appeal.core.arrays
+        from fedjax_appeal.core import round
+    """))
+    (core / "bad.py").write_text(textwrap.dedent("""
+        from ..data.arrays import FederatedData
+
+        def f():
+            from ..execute import cohort
+            from .. import run
+            import fedjax_appeal.select.selectors
+            from fedjax_appeal.local import client
+            import fedjax_appeal
+            return cohort
+    """))
+    assert imports_outside_core(core / "ok.py") == []
+    assert [f.split(": ", 1)[1] for f in imports_outside_core(core / "bad.py")] == [
+        "from ..data.arrays import FederatedData", "from ..execute import cohort",
+        "from .. import run", "import fedjax_appeal.select.selectors",
+        "from fedjax_appeal.local import client", "import fedjax_appeal"]

@@ -12,8 +12,8 @@ from conftest import arrays_from_clients, linear_model
 
 from fedjax_appeal.algorithms import ALGORITHMS, build
 from fedjax_appeal.algorithms.maxfl import appeal_q, maxfl_weights
+from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import HParams, RunConfig
-from fedjax_appeal.data import FederatedData
 
 
 def _lsq_data(byzantine=None):

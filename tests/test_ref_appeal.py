@@ -22,9 +22,9 @@ from conftest import arrays_from_clients, linear_model
 
 from fedjax_appeal.aggregate.adversary import byzantine
 from fedjax_appeal.aggregate.server import server_optimizer
+from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.round import ClientUpdate, init_state
-from fedjax_appeal.data import FederatedData
 from fedjax_appeal.evaluate.evaluation import ClientEval
 from fedjax_appeal.evaluate.metrics import summarize
 from fedjax_appeal.protocols.appeal.appeal import appeal_pool

@@ -24,9 +24,9 @@ import pytest
 from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.algorithms import build
+from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
-from fedjax_appeal.data import FederatedData
 
 X = np.array([[1.0, 0.5], [-0.3, 1.2], [0.8, -0.9], [0.2, 0.4]], np.float32)
 Y = np.array([1.5, -0.7, 0.4, 2.0], np.float32)

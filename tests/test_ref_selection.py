@@ -21,9 +21,9 @@ import pytest
 from conftest import arrays_from_clients, linear_model, make_tiny_data
 
 from fedjax_appeal.aggregate.server import server_optimizer
+from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.round import init_state
-from fedjax_appeal.data import FederatedData
 from fedjax_appeal.select.selectors import make_selector
 
 N, M = 8, 3

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_appeal.data import FederatedData
+from fedjax_appeal.core.arrays import FederatedData
 
 
 def _six_class_partition(order):

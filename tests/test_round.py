@@ -10,8 +10,8 @@ from conftest import arrays_from_clients, linear_model
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.fedavg import sgd_local
+from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import HParams, RunConfig
-from fedjax_appeal.data import FederatedData
 from fedjax_appeal.evaluate.evaluation import evaluate_split
 from fedjax_appeal.local.client import client_loss, local_sgd, reporting
 

@@ -14,12 +14,13 @@ from ..aggregate.adversary import byzantine
 from ..aggregate.privacy import poisson_selector
 from ..aggregate.server import server_optimizer
 from ..aggregate.uplink import make_uplink
+from ..core.arrays import FederatedData
 from ..core.capabilities import SUPPORTS, Supports
 from ..core.config import HParams, RunConfig
 from ..core.models import Model
 from ..core.registry import Registry
 from ..core.round import (
-    Executor,
+    CohortExecutor,
     PostFn,
     ServerState,
     WeightRule,
@@ -27,10 +28,10 @@ from ..core.round import (
     init_state,
     make_round,
 )
-from ..data.arrays import FederatedData
 from ..evaluate.evaluation import evaluate_global, evaluate_split
 from ..evaluate.expalpha_metrics import tag_metrics
 from ..execute.distributed import make_mesh
+from ..execute.executor import Executor
 from ..local.client import Trained, reporting
 from ..local.hetero import hetero_on, init_hetero
 from ..select.availability import with_availability
@@ -78,7 +79,7 @@ def global_evaluator(model: Model) -> EvalFn:
 def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
             weights: WeightRule, post: PostFn | None = None, init_extra: ExtraInit | None = None,
             evaluate: EvalFn | None = None, average_state: bool = True,
-            executor: Executor | None = None) -> FederatedAlgorithm:
+            executor: CohortExecutor | None = None) -> FederatedAlgorithm:
     """An algorithm from its parts; the shared parts come from `cfg`.
 
     init: key -> (k_model, k_sel); params from `model.init(k_model)`; the algorithm's
@@ -86,7 +87,7 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
     models of MaxFL); the `cfg.server_opt` optimizer state; the `cfg.selector` memory.
     round: `make_round` with the local objective wrapped by `client.reporting` (the loss
     reports `weights.needs`), the Byzantine hook, the server optimizer and `executor`
-    (default: `Executor(cfg.client_chunk)`, one device).
+    (default: `Executor(cfg.client_chunk, None, cfg.client_lanes)`, one device).
 
     Args:
       name: the algorithm's registered name.
@@ -97,7 +98,8 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
       init_extra: the algorithm's entries of `state.extra`.
       evaluate: the evaluator (default: the global model on every split).
       average_state: average the clients' model state (FedBN keeps it per client).
-      executor: vmapped / chunked / sharded cohort.
+      executor: runs the cohort's local updates (a `CohortExecutor`: vmapped, lanes,
+        chunked, sharded).
     """
     uplink = make_uplink(cfg)  # compression / DP (None when both are off)
     selector = (poisson_selector(cfg) if getattr(cfg, "dp", "off") != "off"
@@ -130,7 +132,7 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
 
 
 # builder(model, cfg, executor) -> FederatedAlgorithm
-Builder = Callable[[Model, RunConfig, Executor | None], FederatedAlgorithm]
+Builder = Callable[[Model, RunConfig, CohortExecutor | None], FederatedAlgorithm]
 ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
 
 
@@ -143,7 +145,7 @@ def register(name: str, supports: Supports | None = None):
 
 
 def build(name: str, model: Model, cfg: RunConfig, *,
-          executor: Executor | None = None) -> FederatedAlgorithm:
+          executor: CohortExecutor | None = None) -> FederatedAlgorithm:
     """The registered algorithm `name` with the given executor (None: the cohort chunked
     per `cfg.client_chunk` and sharded over the mesh of `cfg.devices`, built here)."""
     builder = ALGORITHMS.get(name)

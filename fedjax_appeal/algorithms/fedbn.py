@@ -22,10 +22,10 @@ import jax.numpy as jnp
 from flax import traverse_util
 
 from ..aggregate.aggregation import weight_rule
+from ..core.arrays import sample_batch
 from ..core.capabilities import Supports
 from ..core.config import ConfigError, RunConfig
 from ..core.models import Model
-from ..data.arrays import sample_batch
 from ..evaluate.evaluation import evaluate_personal
 from ..evaluate.expalpha_metrics import tag_metrics
 from ..local.client import Trained, local_sgd, proximal, tree_sub

@@ -26,10 +26,10 @@ from __future__ import annotations
 import jax
 
 from ..aggregate.aggregation import weight_rule
+from ..core.arrays import sample_batch
 from ..core.capabilities import Supports
 from ..core.config import RunConfig
 from ..core.models import Model
-from ..data.arrays import sample_batch
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
 from .base import compose, register

@@ -1,17 +1,17 @@
 """The parts of a federated round as types: server state, client update, cohort selector,
-weight rule and executor. A leaf module: everything else imports its types from here (or
-from `round`, which re-exports them)."""
+weight rule and cohort executor. A leaf module: everything else imports its types from here
+(or from `round`, which re-exports them)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import optax
 from flax import struct
 
-from ..data.arrays import FederatedData
+from .arrays import FederatedData
 from .config import HParams
 
 
@@ -81,7 +81,7 @@ class WeightRule(NamedTuple):
     softmax of per-slot values, fn == masked_softmax(z, valid) (proportional: log n_k,
     uniform: 0, Exp-alpha: (F_k(w_k) - F_k(w)) / alpha). z_k may read only slot k's own
     reports, so a chunked round can aggregate in one pass with a running softmax
-    (`execute.cohort.chunked_one_pass`) instead of training every client twice.
+    (`CohortExecutor.one_pass`) instead of training every client twice.
     """
 
     fn: WeightFn
@@ -92,36 +92,53 @@ class WeightRule(NamedTuple):
 REPORTS = ("loss_before", "loss_after")
 
 
-class Executor(NamedTuple):
+class CohortJob(NamedTuple):
+    """The local updates a round hands to its `CohortExecutor`: one client's update
+    `local(state, data, k, key, hp)` for every slot of the cohort (`idx`, `keys`, `valid`,
+    each [m]), and the optional `corrupt(updates, idx, valid, key, data, hp)` hook applied to
+    what the clients send (drawing from `k_adv`)."""
+
+    local: LocalFn
+    corrupt: CorruptFn | None
+    state: ServerState
+    data: FederatedData
+    idx: jax.Array
+    keys: jax.Array
+    valid: jax.Array
+    k_adv: jax.Array
+    hp: HParams
+
+
+class CohortExecutor(Protocol):
     """How a round runs its cohort's local updates (an explicit argument of `make_round`).
 
-    client_chunk: > 0 runs the cohort in chunks of that many clients (one or two passes, see
-      `cohort`); 0 chunks only when the cohort's copies of the model exceed the memory
-      budget (`memory.memory_budget`); -1 always runs one `vmap` over the whole cohort.
-    mesh: a `distributed` mesh whose devices share the cohort axis (None = one device).
-    lanes: in an unchunked round, how many clients train side by side in one `vmap`; the
-      groups of `lanes` follow one another in a `lax.map` inside the same program (one
-      pass, same results up to float reassociation). 0 = the whole cohort in one vmap (the
-      faster layout measured for the MLP round on a 2-core CPU, see benchmarks/RESULTS.md;
-      narrow lanes bound the working set of large models). With a mesh of D devices, each
-      device runs its m / D clients `lanes` at a time (see `round.for_each_client`).
-    The default, `Executor()`, is the automatic single-device round.
+    `chunk(m, params)` picks the layout of a cohort of m clients: 0 runs every client at
+    once (`each`); c > 0 runs chunks of c clients, in one pass for a softmax weight rule
+    (`one_pass`) or in two (`statistics`, then `weighted_delta` with the same keys), so that
+    at most c client models are alive at a time. Every method returns what the clients
+    send after `job.corrupt`; the chunked ones carry `delta=None` and each client's
+    ||Delta_k||^2 in `extra["delta_sq_norm"]` instead. The package's executors (one vmap,
+    lanes, chunks, a device mesh) are `execute.executor.Executor`.
     """
 
-    client_chunk: int = 0
-    mesh: Any = None
-    lanes: int = 0
+    def chunk(self, m: int, params: Any) -> int:
+        """Clients per chunk for a cohort of `m` clients training `params` (0 = unchunked)."""
+        ...
 
+    def each(self, job: CohortJob) -> ClientUpdate:
+        """Every client's update at once (leaves with a leading axis m)."""
+        ...
 
-AUTO = Executor()  # automatic chunking, one device
-VMAP = Executor(client_chunk=-1)  # always one vmap over the whole cohort
+    def statistics(self, job: CohortJob, c: int) -> ClientUpdate:
+        """The cohort's updates without deltas, run in chunks of `c` clients."""
+        ...
 
+    def weighted_delta(self, job: CohortJob, w: jax.Array, c: int) -> Any:
+        """sum_k w_k Delta_k (like params), run in chunks of `c` clients."""
+        ...
 
-def chunked(clients: int) -> Executor:
-    """Chunks of `clients` clients (one or two passes, see `cohort`)."""
-    return Executor(client_chunk=clients)
-
-
-def sharded(mesh, client_chunk: int = 0) -> Executor:
-    """The cohort axis sharded over `mesh` (see `distributed.make_mesh`)."""
-    return Executor(client_chunk=client_chunk, mesh=mesh)
+    def one_pass(self, job: CohortJob, logits: WeightFn, c: int) -> tuple[ClientUpdate, Any]:
+        """(updates without deltas, sum_k w_k Delta_k) with w = masked_softmax of
+        `logits(updates, idx, valid, state, hp)`, each client trained once, in chunks of
+        `c` clients."""
+        ...

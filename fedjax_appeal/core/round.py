@@ -2,7 +2,7 @@
 
     round(state, data, key, hp) -> (state, metrics)
 
-    select cohort -> local update (vmapped over the cohort) -> client statistics
+    select cohort -> local update (over the cohort, by the executor) -> client statistics
         -> aggregation weights -> server optimizer (optax) on -sum_k w_k Delta_k
 
 `make_round` wires the parts; an algorithm is a choice of parts (see `algorithms/`).
@@ -15,17 +15,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ..data.arrays import FederatedData
-from ..execute import cohort
-from ..execute.distributed import constrain_cohort, over_rows
+from .arrays import FederatedData
 from .config import HParams
 from .parts import (  # noqa: F401  (the round's types, re-exported)
-    AUTO,
     REPORTS,
-    VMAP,
     ClientUpdate,
+    CohortExecutor,
+    CohortJob,
     CorruptFn,
-    Executor,
     LocalFn,
     PostFn,
     SelectFn,
@@ -34,8 +31,6 @@ from .parts import (  # noqa: F401  (the round's types, re-exported)
     TxFn,
     WeightFn,
     WeightRule,
-    chunked,
-    sharded,
 )
 
 UPLINK_KEY = 0x0B1E  # the uplink's stream: fold_in(round key, UPLINK_KEY)
@@ -58,69 +53,44 @@ def server_step(state: ServerState, pseudo_grad, tx: optax.GradientTransformatio
     return state.replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state)
 
 
-def for_each_client(local: LocalFn, lanes: int = 0, mesh=None):
-    """`local(state, data, k, key, hp)` over the cohort (`k`, `key` stacked [m]): `lanes`
-    clients side by side in a vmap, the groups of lanes in turn in a `lax.map` (0 or >= m:
-    one vmap over all m).
-
-    With a `mesh` of D devices and lanes > 0, each device takes m / D consecutive clients
-    and runs them `lanes` at a time: the cohort is viewed as [D, m / D], the outer axis is
-    sharded over the devices (a vmap), and the inner one goes through the `lax.map`
-    (a cohort that D does not divide runs as one sharded vmap instead). See `over_rows`.
-    """
-
-    def run(state, data, idx, keys, hp):
-        return over_rows(lambda r: local(state, data, r[0], r[1], hp), (idx, keys), lanes,
-                         mesh)
-
-    return run
-
-
 def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxFn,
-               post: PostFn | None = None, corrupt: CorruptFn | None = None,
-               average_state: bool = True, executor: Executor = AUTO, uplink=None):
+               executor: CohortExecutor, post: PostFn | None = None,
+               corrupt: CorruptFn | None = None, average_state: bool = True, uplink=None):
     """Compose parts into `round(state, data, key, hp) -> (state, metrics)`.
 
     Args:
       select: the `Selector` that picks the cohort (indices and validity mask) and
         updates its memory after the round.
-      local: one client's update; vmapped over the cohort.
+      local: one client's update; `executor` runs it over the cohort.
       weights: the `WeightRule` giving aggregation weights over the cohort slots; `local`
         must report what it `needs` (`client.reporting` does).
       tx: builds the server optax transform from the hyperparameters.
+      executor: runs the cohort's local updates: one vmap, lanes, chunks of clients or a
+        device mesh (`CohortExecutor`; the package's are `execute.executor.Executor`).
       post: optional hook `post(old_state, new_state, updates, idx, valid, w, hp)` for
         algorithm state (control variates, weights, selector memory).
       corrupt: optional `corrupt(updates, idx, valid, key, data, hp) -> updates` applied to what
         the cohort sends before the server sees it (Byzantine clients, see `adversary`).
       average_state: average the clients' model state (e.g. BatchNorm statistics) with the
         normalised weights; FedBN turns this off and keeps it per client.
-      executor: vmapped, chunked or sharded cohort (see `Executor`).
       uplink: optional `aggregate.uplink.Uplink` (compression of what clients send, DP
         clipping and noise), with its memory in `state.extra["uplink"]`; it runs the
         cohort unchunked and draws from `fold_in(key, UPLINK_KEY)`.
     """
 
-    client_chunk, mesh, lanes = executor
-
     def round_fn(state: ServerState, data: FederatedData, key: jax.Array, hp: HParams):
         k_sel, k_loc, k_adv = jax.random.split(key, 3)
         idx, valid = select.select(k_sel, state, data, hp)
         keys = jax.random.split(k_loc, idx.shape[0])
-        c = 0 if uplink is not None else cohort.chunk_size(client_chunk, idx.shape[0],
-                                                          state.params)
+        job = CohortJob(local, corrupt, state, data, idx, keys, valid, k_adv, hp)
+        c = 0 if uplink is not None else executor.chunk(idx.shape[0], state.params)
         one_pass = bool(c) and weights.logits is not None
-        if one_pass:  # a softmax rule: one pass over chunks of c clients (see cohort.py)
-            upd, pseudo = cohort.chunked_one_pass(local, corrupt, state, data, idx, keys,
-                                                  valid, k_adv, hp, weights.logits, c)
-        elif c:  # two passes over chunks of c clients (see cohort.py)
-            upd = cohort.chunked_statistics(local, corrupt, state, data, idx, keys, valid,
-                                            k_adv, hp, c)
+        if one_pass:  # a softmax rule: one pass over chunks of c clients
+            upd, pseudo = executor.one_pass(job, weights.logits, c)
+        elif c:  # two passes over chunks of c clients: statistics now, deltas below
+            upd = executor.statistics(job, c)
         else:
-            idx_s, keys_s = constrain_cohort((idx, keys), mesh)
-            upd = for_each_client(local, lanes, mesh)(state, data, idx_s, keys_s, hp)
-            upd = constrain_cohort(upd, mesh)
-            if corrupt is not None:
-                upd = corrupt(upd, idx, valid, k_adv, data, hp)
+            upd = executor.each(job)
         up_metrics = {}
         if uplink is not None:
             k_send, k_agg = jax.random.split(jax.random.fold_in(key, UPLINK_KEY))
@@ -134,8 +104,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
             pseudo, w, mem, m2 = uplink.aggregate(upd, w, valid, k_agg, mem, hp)
             up_metrics.update(m2)
         elif c and not one_pass:
-            pseudo = cohort.chunked_weighted_delta(local, corrupt, state, data, idx, keys,
-                                                   valid, k_adv, hp, w, c)
+            pseudo = executor.weighted_delta(job, w, c)
         elif not c:
             pseudo = weighted_sum(w, upd.delta)
         new = server_step(state, pseudo, tx(hp))

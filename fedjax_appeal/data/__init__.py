@@ -1,18 +1,18 @@
-"""Data layer: sources (numpy in), partitioners, and flat on-device `ClientArrays`."""
+"""Data layer: sources (numpy in), partitioners, heterogeneity generators, and
+`load_federated`, which turns them into a run's on-device `core.arrays.FederatedData`."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..core.arrays import FederatedData
 from ..core.config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources  # noqa: F401  (public submodules)
-from .arrays import ClientArrays, FederatedData, client_chunk, sample_batch
 from .generated import load_generated
 from .pool import apply_heterogeneity, build_federated, load_dataset, partition_clients
 from .sources import Dataset
 
-__all__ = ["ClientArrays", "FederatedData", "Dataset", "sample_batch", "client_chunk",
-           "load_dataset", "partition_clients", "build_federated", "load_federated",
+__all__ = ["Dataset", "load_dataset", "partition_clients", "build_federated", "load_federated",
            "partition", "sources"]
 
 

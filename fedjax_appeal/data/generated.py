@@ -21,9 +21,9 @@ import dataclasses
 
 import numpy as np
 
+from ..core.arrays import ClientArrays, FederatedData
 from ..core.config import ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
-from .arrays import ClientArrays, FederatedData
 from .pool import apply_heterogeneity, load_dataset
 from .sources import Dataset
 

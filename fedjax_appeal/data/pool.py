@@ -6,9 +6,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from ..core.arrays import ClientArrays, FederatedData
 from ..core.config import DATASETS, PARTITIONS, ConfigError, RunConfig, data_seed
 from . import heterogeneity, partition, sources
-from .arrays import ClientArrays, FederatedData
 from .sources import Dataset
 
 

@@ -14,8 +14,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ..core.arrays import ClientArrays, FederatedData
 from ..core.models import Model
-from ..data.arrays import ClientArrays, FederatedData
 from ..local.client import client_loss
 
 

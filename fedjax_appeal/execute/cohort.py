@@ -1,8 +1,8 @@
 """Large cohorts: the cohort's local updates in chunks of clients (one or two passes).
 
-When m x |params| does not fit in memory, `make_round` runs the vmapped local update on
-chunks of c clients with `lax.map`/`lax.scan` instead of all m at once, so at most c
-client models (and their deltas) are alive at a time.
+When m x |params| does not fit in memory, the round's `executor.Executor` runs the vmapped
+local update on chunks of c clients with `lax.map`/`lax.scan` instead of all m at once, so
+at most c client models (and their deltas) are alive at a time.
 
 Aggregation weights may depend on statistics of the whole cohort (MaxFL's q_k and adaptive
 server lr, Exp-alpha's softmax over the cohort, q-FFL), so the chunked round makes two

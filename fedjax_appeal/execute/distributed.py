@@ -1,7 +1,7 @@
 """Several devices: a `Mesh` with one axis `clients` over which the cohort is sharded.
 
-The cohort axis is the natural shard axis. Inside a round (see `round.make_round`), the
-cohort's indices, keys and everything the clients send back carry a
+The cohort axis is the natural shard axis. Inside a round (see `executor.Executor.each`),
+the cohort's indices, keys and everything the clients send back carry a
 `NamedSharding(mesh, P("clients"))` constraint, so each device runs the local updates of
 m / D clients; the server state, the hyperparameters and the client data are replicated
 (`NamedSharding(mesh, P())`), and XLA inserts the cross-device reductions of the weighted

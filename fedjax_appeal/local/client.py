@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ..core.arrays import ClientArrays, client_chunk, sample_batch
 from ..core.models import Model
 from ..core.parts import REPORTS, ClientUpdate
-from ..data.arrays import ClientArrays, client_chunk, sample_batch
 
 Regularizer = Callable[[Any], jax.Array]  # params -> scalar added to the minibatch loss
 

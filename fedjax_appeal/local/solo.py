@@ -15,8 +15,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ..core.arrays import ClientArrays
 from ..core.models import Model
-from ..data.arrays import ClientArrays
 from .client import client_loss, local_sgd
 
 

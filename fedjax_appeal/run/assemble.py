@@ -13,10 +13,11 @@ import time
 from typing import NamedTuple
 
 from ..algorithms import FederatedAlgorithm, build
+from ..core.arrays import FederatedData
 from ..core.config import RunConfig, appeal_on
 from ..core.models import Model, model_for
-from ..core.round import Executor
-from ..data import Dataset, FederatedData, load_federated
+from ..data import Dataset, load_federated
+from ..execute.executor import Executor
 from ..protocols.appeal.appeal import with_appeal
 
 

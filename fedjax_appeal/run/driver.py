@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..algorithms.base import FederatedAlgorithm
+from ..core.arrays import FederatedData
 from ..core.config import HParams
-from ..data.arrays import FederatedData
 from ..evaluate.metrics import summarize
 from ..execute.distributed import fetch
 from .loop import Hooks, run_loop, stop_points

@@ -14,8 +14,9 @@ import numpy as np
 
 from .. import __version__
 from ..aggregate.accounting import summary as privacy_summary
+from ..core.arrays import FederatedData
 from ..core.config import ConfigError, HParams, RunConfig, appeal_on, appeal_reason
-from ..data import Dataset, FederatedData
+from ..data import Dataset
 from ..execute.distributed import fetch
 from ..protocols.appeal.appeal import personalize
 from .assemble import assemble

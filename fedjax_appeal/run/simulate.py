@@ -18,9 +18,9 @@ import jax
 import numpy as np
 
 from ..algorithms.base import FederatedAlgorithm
+from ..core.arrays import FederatedData
 from ..core.config import HParams
 from ..core.round import ServerState
-from ..data.arrays import FederatedData
 from ..evaluate.metrics import per_client
 from .checkpoint import Checkpointer, Interrupted, NonFiniteError
 from .driver import Driver

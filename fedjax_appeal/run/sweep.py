@@ -41,10 +41,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core.arrays import FederatedData
 from ..core.config import ConfigError, HParams, RunConfig, data_fields, field_names
 from ..core.memory import memory_budget
 from ..core.tunables import TUNABLES
-from ..data import Dataset, FederatedData, load_federated
+from ..data import Dataset, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble
 from .driver import Driver, eval_rounds

@@ -53,11 +53,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.arrays import ClientArrays, client_chunk
 from ..core.config import ConfigError, RunConfig
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
-from ..data.arrays import ClientArrays, client_chunk
 from ..local.client import client_loss
 from . import submodular
 from .selection import flip_cohort, stratified, stratified_counts, uniform, weighted

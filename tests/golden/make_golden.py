@@ -88,7 +88,7 @@ class BNNet(nn.Module):
 
 
 def _arrays(rng, sizes, dim, classes):
-    from fedjax_appeal.data import ClientArrays
+    from fedjax_appeal.core.arrays import ClientArrays
 
     xs = [rng.normal(size=(n, dim)).astype(np.float32) for n in sizes]
     ys = [rng.integers(0, classes, n) for n in sizes]
@@ -101,8 +101,8 @@ def _arrays(rng, sizes, dim, classes):
 
 def tiny_setup(variant: str):
     """(model, data): 6 seen + 2 unseen clients, 5 features, 3 classes, fixed numbers."""
+    from fedjax_appeal.core.arrays import FederatedData
     from fedjax_appeal.core.models import Model, make_model
-    from fedjax_appeal.data import FederatedData
 
     rng = np.random.default_rng(1234)
     sizes = [7, 12, 5, 16, 9, 11, 8, 10]

@@ -145,9 +145,9 @@ def toy_fixed_points(lrs: tuple[float, ...] = (0.05, 0.005), rounds: int = 1500)
     import flax.linen as nn
 
     from ...algorithms import build
+    from ...core.arrays import ClientArrays, FederatedData
     from ...core.config import RunConfig
     from ...core.models import Model
-    from ...data import ClientArrays, FederatedData
 
     class Linear(nn.Module):
         @nn.compact

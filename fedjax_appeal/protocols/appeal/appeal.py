@@ -53,10 +53,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...algorithms.base import FederatedAlgorithm
+from ...core.arrays import FederatedData
 from ...core.config import HParams, RunConfig
 from ...core.models import Model
 from ...core.round import ServerState
-from ...data.arrays import FederatedData
 from ...evaluate.evaluation import evaluate_split
 from ...local.solo import SoloStats, solo_stats
 from .requirement import parse_requirement, requirement_values, seen_solo, unseen_solo

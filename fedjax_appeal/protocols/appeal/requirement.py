@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...core.arrays import FederatedData
 from ...core.config import ConfigError, HParams, RunConfig
 from ...core.models import Model
-from ...data.arrays import FederatedData
 from ...local.solo import SoloStats, solo_stats
 
 SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
