@@ -28,7 +28,7 @@ from ..core.config import ConfigError, RunConfig
 from ..core.models import Model
 from ..evaluate.evaluation import evaluate_personal
 from ..evaluate.expalpha_metrics import tag_metrics
-from ..local.client import Trained, local_sgd, proximal, tree_sub
+from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
 
 ADAPT_STEPS = 20  # train-mode forward passes that set an unseen client's BN statistics
@@ -60,16 +60,15 @@ def _scatter(table, rows, idx, valid):
     return jax.tree.map(one, table, rows)
 
 
-def fedbn_local(model: Model, cfg: RunConfig, prox: bool = False):
+def fedbn_local(model: Model, cfg: RunConfig):
     """Local objective of client k with its own BN parameters and statistics."""
 
     def local(state, data, k, key, hp):
         bn_k = jax.tree.map(lambda a: a[k], state.extra["bn_params"])
         ms_k = jax.tree.map(lambda a: a[k], state.extra["bn_state"])
         params = with_bn(state.params, bn_k)
-        reg = proximal(params, hp.prox_mu) if prox else None
         res = local_sgd(model, params, ms_k, data.train, k, key, hp.client_lr,
-                        steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg)
+                        steps=cfg.local_steps, batch_size=cfg.batch_size)
         delta = tree_sub(params, res.params)
         delta = with_bn(delta, jax.tree.map(jnp.zeros_like, bn_k))  # BN never aggregated
         return Trained((params, ms_k), (res.params, res.state), res.loss,
@@ -137,7 +136,7 @@ def fedbn_post(old, new, upd, idx, valid, w, hp):
     return new.replace(extra=ex)
 
 
-FEDBN_SUPPORTS = Supports(options=("prox_mu",))
+FEDBN_SUPPORTS = Supports()
 
 
 @register("fedbn", FEDBN_SUPPORTS)

@@ -129,6 +129,7 @@ class Driver:
         self.eval_times: list[float] = []
         self.round_times: list[float] = []  # seconds per round of each chunk
         self.train_s = 0.0  # seconds of all chunks
+        self.start = 0  # the round the current `run` started from
         self.histories: list[list[dict]] = [[] for _ in range(runs or 1)]
         self.per_round: list[dict[str, np.ndarray]] = []
         if runs is None:
@@ -248,6 +249,7 @@ class Driver:
         state, entries)` runs once a chunk is committed with the history entries it added
         (checkpoints, progress); `interrupted(r, state)` on Ctrl-C (see `loop.Hooks`).
         """
+        self.start = start
         evals = set(eval_rounds(rounds, eval_every))
         latest: list[Any] = []
         fresh: list[dict] = []
