@@ -119,7 +119,12 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
         if k in FORBIDDEN:
             raise ConfigError(f"grid key '{key}' cannot be swept: {FORBIDDEN[k]}")
         if k not in known_hp and k not in known_run:
-            close = [n for n in sorted(known_hp | known_run) if k in n or n in k][:3]
+            from ..core.registry import did_you_mean
+
+            names = sorted(known_hp | known_run)
+            guess = did_you_mean(k, names)
+            close = ([guess] if guess else
+                     [n for n in names if k.lower() in n or n in k.lower()][:3])
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"unknown grid key '{key}'{hint}; use a field of HParams "
                               "(e.g. client_lr), a registered tunable "
@@ -343,7 +348,12 @@ def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
     if metric not in keys:
         import difflib
 
-        close = difflib.get_close_matches(metric, keys, n=3)
+        from ..core.registry import did_you_mean
+
+        first = did_you_mean(metric, keys)
+        close = [first] if first else []
+        close += [k for k in difflib.get_close_matches(metric.lower(), keys, n=3)
+                  if k not in close][:3 - len(close)]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ConfigError(f"--metric {metric!r} is not in the history{hint}; choose one of: "
                           + ", ".join(keys))
