@@ -172,6 +172,7 @@ def test_wrong_type_from_python_is_refused():
 
 
 def test_results_config_block_holds_every_declared_field():
-    # results.json's config and hparams blocks are the dataclasses, field for field
+    # results.json's config block is the dataclass, field for field; checkpoints keep every
+    # hyperparameter (results.json lists the ones a configuration uses, test_records.py)
     assert set(dataclasses.asdict(RunConfig())) == set(RUN)
     assert set(HParams().to_dict()) >= set(HP)

@@ -342,10 +342,12 @@ def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
             print(f"fedjax-appeal: {dp_header(cfg, hp, data.num_clients)}", file=sys.stderr)
     tracker = None
     if main and cfg.log:
+        from ..run.records import recorded_config, recorded_hparams
         from ..run.tracking import LOG_DIR, Tracker, parse_kinds
 
         tracker = Tracker(parse_kinds(cfg.log), Path(cfg.out) / LOG_DIR,
-                          Path(cfg.out).name, dataclasses.asdict(cfg), hp.to_dict())
+                          Path(cfg.out).name, recorded_config(cfg, model.name),
+                          recorded_hparams(cfg, hp))
     printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
     try:
         results, sim = run_config(cfg, hp, data=data, dataset=dataset,

@@ -2,13 +2,18 @@
 
 Reads the results of `fedjax-appeal run` (a folder with `results.json`) and of
 `fedjax-appeal sweep` (a folder with `sweep.json`, one run per row), or any folder below
-which such files lie. Runs are grouped by the values of `--group-by` keys (config or hparams
-names; by default every key whose value differs between the runs, the seed excepted), the
-seeds of a group are aligned round by round, and each group is drawn as its mean with a band:
-± one standard deviation (`std`), a 95% Student-t confidence interval of the mean (`ci95`),
-or the range over seeds (`minmax`). Written (all-or-nothing): `compare.{png,pdf,svg}`,
-`compare.md` (final values: mean ± std, n, per-seed values), `compare.csv` (the aligned
-curves) and `compare.json`.
+which such files lie. Every run's settings are its resolved values (`records.runs_of`: the
+model that was built, the appeal protocol on or off, the hyperparameters its configuration
+uses), also for older files that hold `model = auto` or `appeal = auto`, which are resolved
+here (the dataset's default model, `core/models.DEFAULT_MODEL`; `config.appeal_on`); so a
+run and a sweep row of one configuration fall into one group. Runs are grouped by the
+values of `--group-by` keys (config or hparams names; by default every key whose value
+differs between the runs, the seed excepted), the seeds of a group are aligned round by
+round, and each group is drawn as its mean with a band: ± one standard deviation
+(`std`), a 95% Student-t confidence interval of the mean (`ci95`), or the range over
+seeds (`minmax`). Written (all-or-nothing): `compare.{png,pdf,svg}`, `compare.md` (final
+values: mean ± std, n, per-seed values), `compare.csv` (the aligned curves) and
+`compare.json`.
 """
 
 from __future__ import annotations
@@ -23,12 +28,10 @@ from typing import Any
 import numpy as np
 
 from ..core.config import ConfigError
+from .records import NOT_A_SETTING, runs_of
 
 BANDS = ("std", "ci95", "minmax")
 FORMATS = ("png", "pdf", "svg")
-# Keys that name where a run was written, not what it ran.
-_NOT_A_SETTING = {"out", "resume", "overwrite", "cache_dir", "data_dir", "fmnist_dir", "config",
-                  "checkpoint_every", "eval_every", "devices", "seed"}
 
 
 def _runs_in(path: Path) -> list[dict[str, Any]]:
@@ -41,17 +44,9 @@ def _runs_in(path: Path) -> list[dict[str, Any]]:
             res = json.loads(f.read_text())
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read {f}: {e}; pass run or sweep folders") from None
-        if f.name == "sweep.json" or "rows" in res:
-            for row in res.get("rows", []):
-                settings = {**res.get("config", {}), **row.get("static", {}),
-                            **{k: v for k, v in res.get("hparams", {}).items()},
-                            **row.get("hparams", {})}
-                runs.append({"settings": settings, "seed": row.get("seed", 0),
-                             "history": row.get("history", []), "source": f"{f}#{row['id']}"})
-        elif "history" in res:
-            runs.append({"settings": {**res.get("config", {}), **res.get("hparams", {})},
-                         "seed": res.get("config", {}).get("seed", 0),
-                         "history": res["history"], "source": str(f)})
+        if f.name == "sweep.json" and "rows" not in res:
+            res = {**res, "rows": []}
+        runs += runs_of(res, str(f))
     return runs
 
 
@@ -72,7 +67,7 @@ def load_runs(paths: list[str]) -> list[dict[str, Any]]:
 
 def default_group_keys(runs: list[dict[str, Any]]) -> list[str]:
     """Settings whose value differs between runs (the seed and output paths excepted)."""
-    keys = sorted({k for r in runs for k in r["settings"]} - _NOT_A_SETTING)
+    keys = sorted({k for r in runs for k in r["settings"]} - NOT_A_SETTING)
     return [k for k in keys
             if len({json.dumps(r["settings"].get(k), sort_keys=True) for r in runs}) > 1]
 
@@ -83,7 +78,7 @@ def group_runs(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, list[di
     bad = [k for k in keys if k not in known]
     if bad:
         raise ConfigError(f"--group-by {','.join(bad)}: not a setting of these runs; choose "
-                          f"from {', '.join(sorted(known - _NOT_A_SETTING))}")
+                          f"from {', '.join(sorted(known - NOT_A_SETTING))}")
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         label = ", ".join(f"{k}={r['settings'].get(k)}" for k in keys) or "all runs"

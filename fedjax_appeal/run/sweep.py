@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..core.config import ConfigError, HParams, RunConfig, data_fields, field_names
+from ..core.config import ConfigError, HParams, RunConfig, appeal_on, data_fields, field_names
 from ..core.memory import memory_budget
 from ..core.tunables import TUNABLES
 from ..data import Dataset, FederatedData, load_federated
@@ -60,7 +60,9 @@ FORBIDDEN = {"seed": "give training seeds with --seeds (the data seed is --data-
 
 @dataclasses.dataclass
 class SweepResult:
-    rows: list[dict[str, Any]]  # one per (config, seed): hparams, static, seed, history, final
+    # one per (config, seed): hparams (its grid point), static (its RunConfig grid values,
+    # with the resolved model and appeal setting), seed, history, final
+    rows: list[dict[str, Any]]
     summary: list[dict[str, Any]]  # one per config: mean/std of the metric over seeds, ranked
     best: dict[str, Any]  # the first entry of `summary`
     timing: dict[str, Any]
@@ -475,6 +477,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         # `assemble` composes it exactly as `experiment.run_config` does
         cfg_b = cfg_g.replace(devices=1)
         alg, model, _, _, _ = assemble(cfg_b, data=gdata, dataset=gds, mesh=None)
+        # rows record what the group resolved: the model built, the appeal protocol on/off
+        resolved = {"model": model.name, "appeal": "on" if appeal_on(cfg_g) else "off"}
         if gi == 0:
             check_metric(alg, gdata, hps[0], metric)
             say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
@@ -506,7 +510,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
             bkey = f"{gi}/{bi}"
             if bkey in done:  # finished before the interruption
                 for row in done[bkey]:
-                    rows.append({**row, "id": len(rows)})
+                    rows.append({**row, "id": len(rows),
+                                 "static": {**row["static"], **resolved}})
                 say(f"{label}finished before: taken from the checkpoint")
                 continue
             ck_kw = {}
@@ -531,7 +536,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                 lab = ", ".join([f"{k}={v}" for k, v in st.items()]
                                 + [f"{k}={v:g}" for k, v in pt.items()]) or "base"
                 rows.append({
-                    "id": len(rows), "label": lab, "static": st, "hparams": pt, "seed": s,
+                    "id": len(rows), "label": lab, "static": {**st, **resolved},
+                    "hparams": pt, "seed": s,
                     "final": hist[i][-1], "history": hist[i],
                     "diverged_round": int(bad[0]) + 1 if bad.size else None,
                     "cohort_loss": rm["cohort_loss"][i].tolist() if "cohort_loss" in rm

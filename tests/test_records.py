@@ -1,0 +1,106 @@
+"""What runs and sweeps record: the resolved configuration and the hyperparameters it uses,
+read back alike by `compare` (older files included); one std over seeds for the sweep
+summary and `compare`; duplicated seeds and missing metrics in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fedjax_appeal.cli.commands import main
+from fedjax_appeal.core.capabilities import SUPPORTS
+from fedjax_appeal.core.config import HParams, RunConfig, field_names
+from fedjax_appeal.run.records import (
+    NOT_A_SETTING,
+    recorded_hparams,
+    resolve_settings,
+    runs_of,
+)
+from fedjax_appeal.run.validate import used_hparams
+
+TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "0", "--cohort", "3",
+        "--rounds", "2", "--local-steps", "2", "--batch-size", "8", "--eval-every", "1",
+        "--min-samples", "4", "--partition", "natural"]
+
+
+def _setting_part(block: dict) -> dict:
+    return {k: v for k, v in block.items() if k not in NOT_A_SETTING}
+
+
+def test_run_and_sweep_of_one_configuration_record_the_same_and_compare_as_one(tmp_path,
+                                                                                capsys):
+    run, sw, cmp = tmp_path / "run", tmp_path / "sw", tmp_path / "cmp"
+    assert main(["run", *TINY, "--seed", "0", "--out", str(run)]) == 0
+    assert main(["sweep", *TINY, "--seeds", "0,1", "--out", str(sw)]) == 0
+    capsys.readouterr()
+    res = json.loads((run / "results.json").read_text())
+    swp = json.loads((sw / "sweep.json").read_text())
+    # resolved values, not "auto": the model built for synthetic data, appeal off
+    assert res["config"]["model"] == swp["config"]["model"] == "logistic"
+    assert res["config"]["appeal"] == swp["config"]["appeal"] == "off"
+    for row in swp["rows"]:
+        assert row["static"] == {"model": "logistic", "appeal": "off"}
+    assert _setting_part(res["config"]) == _setting_part(swp["config"])
+    assert res["hparams"] == swp["hparams"]
+    assert main(["compare", str(run), str(sw), "--out", str(cmp)]) == 0
+    out = json.loads((cmp / "compare.json").read_text())
+    (group,) = out["groups"]
+    assert group["n"] == 3 and sorted(group["seeds"]) == [0, 0, 1]
+
+
+def test_files_that_hold_auto_are_resolved_when_read(tmp_path):
+    """Older files: `model = auto` / `appeal = auto` in config and sweep rows and every
+    hyperparameter in `hparams` read back as a run of today."""
+    full = HParams().to_dict()
+    old_cfg = {"algorithm": "fedavg", "dataset": "fmnist", "model": "auto", "appeal": "auto",
+               "seed": 0, "out": "a"}
+    hist = [{"round": 0, "test_acc_seen": 0.1}]
+    old_run = {"config": {**old_cfg, "model": "mlp"}, "hparams": full, "history": hist,
+               "appeal_protocol": {"on": False}}
+    old_sweep = {"config": {**old_cfg, "out": "b"}, "hparams": full,
+                 "rows": [{"id": 0, "static": {}, "hparams": {"client_lr": 0.05}, "seed": 1,
+                           "history": hist},
+                          {"id": 1, "static": {"algorithm": "maxfl"}, "hparams": {},
+                           "seed": 1, "history": hist}]}
+    (r,) = runs_of(old_run, "run")
+    row0, row1 = runs_of(old_sweep, "sweep")
+    assert _setting_part(r["settings"]) == _setting_part(row0["settings"])
+    assert r["settings"]["model"] == "mlp" and r["settings"]["appeal"] == "off"
+    assert set(r["settings"]) & set(full) == {"client_lr", "server_lr"}
+    # maxfl turns the appeal protocol on (`auto`) and uses its own hyperparameters
+    assert row1["settings"]["appeal"] == "on" and row1["settings"]["model"] == "mlp"
+    assert {"maxfl_eps", "solo_lr"} <= set(row1["settings"])
+    # a dataset with another default model
+    assert resolve_settings({"dataset": "cifar10", "model": "auto"})["model"] == "cnn"
+
+
+def test_results_hparams_of_fedavg_and_maxfl_differ(tmp_path):
+    from fedjax_appeal.run.experiment import run_config
+
+    got = {}
+    for alg in ("fedavg", "maxfl"):
+        cfg = RunConfig(dataset="synthetic", clients=6, unseen_clients=0, cohort=3, rounds=1,
+                        local_steps=1, batch_size=8, min_samples=4, partition="natural",
+                        rho_steps=2, algorithm=alg)
+        res, _ = run_config(cfg, HParams())
+        got[alg] = res["hparams"]
+        assert list(res["hparams"]) == used_hparams(cfg)
+        assert res["hparams"] == recorded_hparams(cfg, HParams())
+        own = {k for k in field_names(HParams) if k in SUPPORTS[alg].options}
+        assert own <= set(res["hparams"])
+    assert set(got["maxfl"]) - set(got["fedavg"]) == {"solo_lr", "maxfl_eps"}
+    assert got["maxfl"]["maxfl_eps"] == pytest.approx(HParams().maxfl_eps)
+
+
+def test_checkpoint_meta_keeps_every_hyperparameter(tmp_path):
+    from fedjax_appeal.run.checkpoint import read_meta
+
+    out = tmp_path / "run"
+    assert main(["run", *TINY, "--rounds", "2", "--checkpoint-every", "1", "--out",
+                 str(out)]) == 0
+    meta = read_meta(out)
+    assert set(meta["hparams"]) == set(HParams().to_dict())
+    assert set(json.loads((out / "results.json").read_text())["hparams"]) == {
+        "client_lr", "server_lr"}
+
