@@ -5,18 +5,23 @@ summary and `compare`; duplicated seeds and missing metrics in one line."""
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 
 from fedjax_appeal.cli.commands import main
 from fedjax_appeal.core.capabilities import SUPPORTS
 from fedjax_appeal.core.config import HParams, RunConfig, field_names
+from fedjax_appeal.run.compare import band, summarise
 from fedjax_appeal.run.records import (
     NOT_A_SETTING,
     recorded_hparams,
     resolve_settings,
     runs_of,
+    sample_std,
 )
+from fedjax_appeal.run.sweep import summarize_sweep
 from fedjax_appeal.run.validate import used_hparams
 
 TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "0", "--cohort", "3",
@@ -103,4 +108,32 @@ def test_checkpoint_meta_keeps_every_hyperparameter(tmp_path):
     assert set(meta["hparams"]) == set(HParams().to_dict())
     assert set(json.loads((out / "results.json").read_text())["hparams"]) == {
         "client_lr", "server_lr"}
+
+
+def test_sample_std_by_hand():
+    v = [0.4, 0.5, 0.9]
+    assert sample_std(v) == pytest.approx(math.sqrt((0.2 ** 2 + 0.1 ** 2 + 0.3 ** 2) / 2))
+    assert sample_std(v) == pytest.approx(np.std(v, ddof=1))
+    assert math.isnan(sample_std([0.7]))
+    m = np.array([[1.0, 2.0], [3.0, 6.0]])
+    assert np.allclose(sample_std(m, axis=0), [math.sqrt(2.0), math.sqrt(8.0)])
+
+
+def test_sweep_summary_and_compare_report_the_same_std():
+    finals = [0.4, 0.5, 0.9]
+    rows = [{"label": "a", "static": {}, "hparams": {}, "seed": s,
+             "final": {"test_acc_seen": v}} for s, v in enumerate(finals)]
+    (summary,) = summarize_sweep(rows, "test_acc_seen")
+    group = [{"seed": s, "source": str(s),
+              "history": [{"round": 0, "test_acc_seen": 0.0}, {"round": 1, "test_acc_seen": v}]}
+             for s, v in enumerate(finals)]
+    (cmp,) = summarise({"a": group}, "test_acc_seen", "std")
+    want = np.std(finals, ddof=1)
+    assert summary["test_acc_seen_std"] == pytest.approx(want) == cmp["final_std"]
+    assert cmp["high"][-1] - cmp["final_mean"] == pytest.approx(want)
+    # one seed: no std, no band
+    (one,) = summarize_sweep(rows[:1], "test_acc_seen")
+    assert math.isnan(one["test_acc_seen_std"])
+    mean, lo, hi = band(np.array([[0.3, 0.5]]), "ci95")
+    assert np.array_equal(lo, mean) and np.array_equal(hi, mean)
 

@@ -7,8 +7,8 @@ Writes into DIR (all-or-nothing): `sweep.json` (one row per run: grid values wit
 resolved model and appeal setting, seed, final metrics, history; the ranked summary; the
 best configuration; timing; the config and the hyperparameters the configurations use, as
 `run` records them, see `run/records.py`), `sweep.csv` (one row per run, final metrics),
-`summary.md` (configurations ranked by the metric, mean ± std over seeds) and `sweep.png`
-(the metric over rounds of the best configurations).
+`summary.md` (configurations ranked by the metric, mean ± sample std over seeds, the std
+`compare` reports) and `sweep.png` (the metric over rounds of the best configurations).
 """
 
 from __future__ import annotations
@@ -85,12 +85,17 @@ def _csv(rows: list[dict[str, Any]]) -> str:
 
 
 def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
-    lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± std over seeds).", "",
+    """summary.md: configurations ranked by the final metric, mean ± sample std over seeds
+    (`records.sample_std`, ddof = 1, the std `compare` reports; n/a for one seed)."""
+    from ..run.records import mean_std_text
+
+    lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± sample std over seeds, "
+             "n/a for a single seed).", "",
              f"| rank | configuration | {metric} | per seed |", "|---|---|---|---|"]
     for i, e in enumerate(summary):
         vals = ", ".join("nan" if v != v else f"{v:.4f}" for v in e["values"])
-        lines.append(f"| {i + 1} | {e['label']} | {e[f'{metric}_mean']:.4f} ± "
-                     f"{e[f'{metric}_std']:.4f} | {vals} |")
+        lines.append(f"| {i + 1} | {e['label']} | "
+                     f"{mean_std_text(e[f'{metric}_mean'], e[f'{metric}_std'])} | {vals} |")
     return "\n".join(lines) + "\n"
 
 
@@ -215,7 +220,12 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
     from ..core.config import appeal_on, appeal_reason
     from ..execute.distributed import is_main, make_mesh
     from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
-    from ..run.records import recorded_config, recorded_hparams, resolved_model
+    from ..run.records import (
+        mean_std_text,
+        recorded_config,
+        recorded_hparams,
+        resolved_model,
+    )
     from ..run.report import to_jsonable, write_outputs
     from ..run.sweep import sweep
     from ..run.validate import SWEEP_FILES
@@ -278,7 +288,7 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
                              row["history"])
     b = res.best
     print(f"best ({metric}, mean over {len(seeds)} seed(s)): {b['label']}  "
-          f"{b[f'{metric}_mean']:.4f} ± {b[f'{metric}_std']:.4f}; {len(res.rows)} runs in "
+          f"{mean_std_text(b[f'{metric}_mean'], b[f'{metric}_std'])}; {len(res.rows)} runs in "
           f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
           "sweep.png")
     return 0

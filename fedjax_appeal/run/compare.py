@@ -9,8 +9,9 @@ here (the dataset's default model, `core/models.DEFAULT_MODEL`; `config.appeal_o
 run and a sweep row of one configuration fall into one group. Runs are grouped by the
 values of `--group-by` keys (config or hparams names; by default every key whose value
 differs between the runs, the seed excepted), the seeds of a group are aligned round by
-round, and each group is drawn as its mean with a band: ± one standard deviation
-(`std`), a 95% Student-t confidence interval of the mean (`ci95`), or the range over
+round, and each group is drawn as its mean with a band: ± one sample standard deviation
+(`std`; ddof = 1, `records.sample_std`, the std of the sweep summary too; none for a
+single seed), a 95% Student-t confidence interval of the mean (`ci95`), or the range over
 seeds (`minmax`). Written (all-or-nothing): `compare.{png,pdf,svg}`, `compare.md` (final
 values: mean ± std, n, per-seed values), `compare.csv` (the aligned curves) and
 `compare.json`.
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..core.config import ConfigError
-from .records import NOT_A_SETTING, runs_of
+from .records import NOT_A_SETTING, mean_std_text, runs_of, sample_std
 
 BANDS = ("std", "ci95", "minmax")
 FORMATS = ("png", "pdf", "svg")
@@ -103,13 +104,19 @@ def curves(group: list[dict[str, Any]], metric: str, x_key: str = "round"
 
 
 def band(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, low, high) over axis 0 of values [n, T]."""
+    """(mean, low, high) over axis 0 of values [n, T].
+
+    `std` and `ci95` use the sample std (`records.sample_std`, ddof = 1); with a single
+    seed they have no band (low = high = the mean).
+    """
     mean = values.mean(0)
     n = values.shape[0]
     if kind == "minmax":
         return mean, values.min(0), values.max(0)
-    sd = values.std(0, ddof=1) if n > 1 else np.zeros_like(mean)
-    half = sd if kind == "std" else (t975(n - 1) * sd / math.sqrt(n) if n > 1 else sd)
+    if n < 2:
+        return mean, mean.copy(), mean.copy()
+    sd = sample_std(values, axis=0)
+    half = sd if kind == "std" else t975(n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 
@@ -127,8 +134,7 @@ def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
         out.append({"label": label, "n": len(rs), "seeds": [r["seed"] for r in rs],
                     "x": xs.tolist(), "mean": mean.tolist(), "low": lo.tolist(),
                     "high": hi.tolist(), "final": final.tolist(),
-                    "final_mean": float(final.mean()),
-                    "final_std": float(final.std(ddof=1)) if len(final) > 1 else 0.0,
+                    "final_mean": float(final.mean()), "final_std": sample_std(final),
                     "sources": [r["source"] for r in rs]})
     return out
 
@@ -156,11 +162,12 @@ def write_figure(stem: Path, rows: list[dict[str, Any]], metric: str, kind: str,
 
 
 def markdown_table(rows: list[dict[str, Any]], metric: str) -> str:
+    """compare.md's table: per group n, final mean ± sample std (n/a for one seed), seeds."""
     lines = [f"| group | n | final {metric} (mean ± std) | per seed |", "|---|---|---|---|"]
     for r in rows:
         per = ", ".join(f"{s}: {v:.4f}" for s, v in zip(r["seeds"], r["final"], strict=True))
-        lines.append(f"| {r['label']} | {r['n']} | {r['final_mean']:.4f} ± "
-                     f"{r['final_std']:.4f} | {per} |")
+        lines.append(f"| {r['label']} | {r['n']} | "
+                     f"{mean_std_text(r['final_mean'], r['final_std'])} | {per} |")
     return "\n".join(lines) + "\n"
 
 

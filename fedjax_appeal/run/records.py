@@ -9,13 +9,17 @@ which `--resume` checks.
 
 `runs_of` reads either file back as runs (settings, seed, history, source) whose settings
 are resolved the same way, files written before these records included, so `compare`
-groups a run and a sweep row of the same configuration together.
+groups a run and a sweep row of the same configuration together. `sample_std` is the
+spread over seeds that both the sweep summary and `compare` report.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
+
+import numpy as np
 
 from ..core.config import HParams, RunConfig, appeal_on, field_names
 from ..core.models import default_model
@@ -95,3 +99,23 @@ def runs_of(results: dict[str, Any], source: str) -> list[dict[str, Any]]:
                      "history": results["history"], "source": source})
     return runs
 
+
+def sample_std(values: Any, axis: int = 0) -> np.ndarray | float:
+    """The sample standard deviation over seeds (ddof = 1) along `axis`.
+
+    NaN where fewer than two values are given: one seed says nothing about the spread.
+    Used by the sweep summary (`sweep.summarize_sweep`) and by `compare`.
+    """
+    a = np.asarray(values, dtype=float)
+    n = a.shape[axis]
+    if n < 2:
+        sd = np.full(np.delete(a.shape, axis), np.nan)
+    else:
+        sd = a.std(axis=axis, ddof=1)
+    return float(sd) if np.ndim(sd) == 0 else sd
+
+
+def mean_std_text(mean: float, std: float, digits: int = 4) -> str:
+    """'0.8123 ± 0.0100'; the std of a single seed (NaN) shows as 'n/a'."""
+    m = "nan" if mean != mean else f"{mean:.{digits}f}"
+    return f"{m} ± {'n/a' if not math.isfinite(std) else f'{std:.{digits}f}'}"

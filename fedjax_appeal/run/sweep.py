@@ -46,6 +46,7 @@ from ..data import Dataset, FederatedData, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble
 from .loop import Hooks, run_loop, stop_points
+from .records import sample_std
 from .simulate import eval_rounds, make_chunk, split_key
 from .validate import validate
 
@@ -367,10 +368,12 @@ def _lower_is_better(metric: str) -> bool:
 
 def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
                     ) -> list[dict[str, Any]]:
-    """Per configuration: mean/std over seeds of the final `metric`, best first.
+    """Per configuration: mean and std over seeds of the final `metric`, best first.
 
-    `mode` is "max", "min" or "auto" (min for metrics whose name contains "loss").
-    Diverged runs (NaN) rank last.
+    The std is the sample standard deviation (ddof = 1, `records.sample_std`, as in
+    `compare`): NaN for a single seed. A configuration with a diverged seed (NaN) has mean
+    and std NaN and ranks last. `mode` is "max", "min" or "auto" (min for metrics whose
+    name contains "loss").
     """
     lower = _lower_is_better(metric) if mode == "auto" else mode == "min"
     by: dict[str, list[dict]] = {}
@@ -383,7 +386,7 @@ def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
         out.append({"label": label, "static": rs[0]["static"], "hparams": rs[0]["hparams"],
                     "seeds": [r["seed"] for r in rs], "values": vals.tolist(),
                     f"{metric}_mean": float(vals.mean()) if ok else float("nan"),
-                    f"{metric}_std": float(vals.std()) if ok else float("nan")})
+                    f"{metric}_std": sample_std(vals) if ok else float("nan")})
     key = f"{metric}_mean"
 
     def rank(e):
