@@ -49,9 +49,14 @@ def test_run_and_sweep_of_one_configuration_record_the_same_and_compare_as_one(t
     assert _setting_part(res["config"]) == _setting_part(swp["config"])
     assert res["hparams"] == swp["hparams"]
     assert main(["compare", str(run), str(sw), "--out", str(cmp)]) == 0
+    err = capsys.readouterr().err
     out = json.loads((cmp / "compare.json").read_text())
     (group,) = out["groups"]
     assert group["n"] == 3 and sorted(group["seeds"]) == [0, 0, 1]
+    # the run and row 0 are one configuration with one seed: one warning line naming both
+    warn = [ln for ln in err.splitlines() if "warning" in ln]
+    assert len(warn) == 1 and warn[0].startswith("fedjax-appeal: warning: seed 0 appears 2")
+    assert str(run / "results.json") in warn[0] and "sweep.json#0" in warn[0]
 
 
 def test_files_that_hold_auto_are_resolved_when_read(tmp_path):
@@ -137,3 +142,42 @@ def test_sweep_summary_and_compare_report_the_same_std():
     mean, lo, hi = band(np.array([[0.3, 0.5]]), "ci95")
     assert np.array_equal(lo, mean) and np.array_equal(hi, mean)
 
+
+def _write_run(path, seed, metrics=("test_acc_seen",)):
+    path.mkdir(parents=True)
+    hist = [{"round": r, **{m: 0.1 * r for m in metrics}} for r in (0, 1)]
+    path.joinpath("results.json").write_text(json.dumps(
+        {"config": {"algorithm": "fedavg", "seed": seed, "out": str(path)},
+         "hparams": {"client_lr": 0.1}, "history": hist}))
+
+
+def test_compare_warns_about_a_duplicated_seed(tmp_path, capsys):
+    _write_run(tmp_path / "a", 0)
+    _write_run(tmp_path / "b", 0)  # same configuration, same seed
+    _write_run(tmp_path / "c", 1)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c"),
+                 "--out", str(tmp_path / "cmp")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("fedjax-appeal: warning: seed 0 appears 2 times")
+    assert str(tmp_path / "a") in err[0] and str(tmp_path / "b") in err[0]
+
+
+def test_compare_names_a_metric_a_run_lacks(tmp_path, capsys):
+    _write_run(tmp_path / "a", 0, ("test_acc_seen", "gm_appeal_seen"))
+    _write_run(tmp_path / "b", 1)
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--metric",
+                 "gm_appeal_seen", "--out", str(tmp_path / "cmp")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gm_appeal_seen" in err
+    assert str(tmp_path / "b" / "results.json") in err
+    assert not (tmp_path / "cmp").exists()
+
+
+def test_sweep_warns_when_grid_values_resolve_to_one_configuration(tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert main(["sweep", *TINY, "--rounds", "1", "--grid", "model=auto,logistic",
+                 "--out", str(out)]) == 0
+    warn = [ln for ln in capsys.readouterr().err.splitlines() if "warning" in ln]
+    assert len(warn) == 1 and "seed 0 appears 2 times" in warn[0]
+    rows = json.loads((out / "sweep.json").read_text())["rows"]
+    assert [r["static"]["model"] for r in rows] == ["logistic", "logistic"]

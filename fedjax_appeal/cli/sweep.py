@@ -9,6 +9,8 @@ best configuration; timing; the config and the hyperparameters the configuration
 `run` records them, see `run/records.py`), `sweep.csv` (one row per run, final metrics),
 `summary.md` (configurations ranked by the metric, mean ± sample std over seeds, the std
 `compare` reports) and `sweep.png` (the metric over rounds of the best configurations).
+Seeds repeated for one configuration (grid values that resolve alike) are a one-line
+warning.
 """
 
 from __future__ import annotations
@@ -221,10 +223,12 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
     from ..execute.distributed import is_main, make_mesh
     from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
     from ..run.records import (
+        duplicate_seeds,
         mean_std_text,
         recorded_config,
         recorded_hparams,
         resolved_model,
+        runs_of,
     )
     from ..run.report import to_jsonable, write_outputs
     from ..run.sweep import sweep
@@ -286,6 +290,8 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
                               "seed": row["seed"]},
                              recorded_hparams(cfg_row, hp.with_values(**row["hparams"])),
                              row["history"])
+    for msg in duplicate_seeds(runs_of(to_jsonable(results), str(Path(out) / "sweep.json"))):
+        print(f"fedjax-appeal: warning: {msg}", file=sys.stderr)
     b = res.best
     print(f"best ({metric}, mean over {len(seeds)} seed(s)): {b['label']}  "
           f"{mean_std_text(b[f'{metric}_mean'], b[f'{metric}_std'])}; {len(res.rows)} runs in "

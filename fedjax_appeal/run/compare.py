@@ -15,6 +15,9 @@ single seed), a 95% Student-t confidence interval of the mean (`ci95`), or the r
 seeds (`minmax`). Written (all-or-nothing): `compare.{png,pdf,svg}`, `compare.md` (final
 values: mean ± std, n, per-seed values), `compare.csv` (the aligned curves) and
 `compare.json`.
+
+A seed that appears twice for one configuration is a warning (`records.duplicate_seeds`),
+a run whose history lacks the metric an error (`check_metric`), one line each.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..core.config import ConfigError
+from ..core.registry import did_you_mean
 from .records import NOT_A_SETTING, mean_std_text, runs_of, sample_std
 
 BANDS = ("std", "ci95", "minmax")
@@ -66,6 +70,24 @@ def load_runs(paths: list[str]) -> list[dict[str, Any]]:
     return runs
 
 
+def check_metric(runs: list[dict[str, Any]], metric: str) -> None:
+    """Refuse, in one line, a metric that no run's history holds or that one run lacks
+    (naming the metric and the first such run's file)."""
+    have = [any(h.get(metric) is not None for h in r["history"]) for r in runs]
+    if not any(have):
+        metrics = sorted({k for r in runs for h in r["history"] for k in h})
+        guess = did_you_mean(metric, metrics)
+        raise ConfigError(f"--metric {metric}: not in these runs' history; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose from {', '.join(metrics)}")
+    lacking = [r["source"] for r, ok in zip(runs, have, strict=True) if not ok]
+    if lacking:
+        more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
+        raise ConfigError(f"--metric {metric}: the run {lacking[0]}{more} has no value of "
+                          f"{metric} in its history; compare runs that all record it, or "
+                          "choose another --metric")
+
+
 def default_group_keys(runs: list[dict[str, Any]]) -> list[str]:
     """Settings whose value differs between runs (the seed and output paths excepted)."""
     keys = sorted({k for r in runs for k in r["settings"]} - NOT_A_SETTING)
@@ -78,8 +100,10 @@ def group_runs(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, list[di
     known = {k for r in runs for k in r["settings"]}
     bad = [k for k in keys if k not in known]
     if bad:
-        raise ConfigError(f"--group-by {','.join(bad)}: not a setting of these runs; choose "
-                          f"from {', '.join(sorted(known - NOT_A_SETTING))}")
+        guess = did_you_mean(bad[0], sorted(known - NOT_A_SETTING))
+        raise ConfigError(f"--group-by {','.join(bad)}: not a setting of these runs; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose from {', '.join(sorted(known - NOT_A_SETTING))}")
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         label = ", ".join(f"{k}={r['settings'].get(k)}" for k in keys) or "all runs"

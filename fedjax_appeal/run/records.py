@@ -16,6 +16,7 @@ spread over seeds that both the sweep summary and `compare` report.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from typing import Any
 
@@ -98,6 +99,22 @@ def runs_of(results: dict[str, Any], source: str) -> list[dict[str, Any]]:
         runs.append({"settings": resolve_settings(settings), "seed": config.get("seed", 0),
                      "history": results["history"], "source": source})
     return runs
+
+
+def configuration_key(settings: dict[str, Any]) -> str:
+    """One string per configuration: the settings without the seed and output paths."""
+    return json.dumps({k: v for k, v in settings.items() if k not in NOT_A_SETTING},
+                      sort_keys=True, default=str)
+
+
+def duplicate_seeds(runs: list[dict[str, Any]]) -> list[str]:
+    """One message per (configuration, seed) that more than one run holds, naming them."""
+    seen: dict[tuple[str, Any], list[str]] = {}
+    for r in runs:
+        seen.setdefault((configuration_key(r["settings"]), r["seed"]), []).append(r["source"])
+    return [f"seed {seed} appears {len(srcs)} times for one configuration ({', '.join(srcs)}); "
+            "each copy counts as a separate seed in the mean and std"
+            for (_, seed), srcs in seen.items() if len(srcs) > 1]
 
 
 def sample_std(values: Any, axis: int = 0) -> np.ndarray | float:
