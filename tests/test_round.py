@@ -12,6 +12,7 @@ from fedjax_appeal.algorithms import build
 from fedjax_appeal.algorithms.fedavg import sgd_local
 from fedjax_appeal.core.arrays import FederatedData
 from fedjax_appeal.core.config import HParams, RunConfig
+from fedjax_appeal.core.parts import ClientUpdate
 from fedjax_appeal.evaluate.evaluation import evaluate_split
 from fedjax_appeal.local.client import client_loss, local_sgd, reporting
 
@@ -143,3 +144,8 @@ def test_segment_evaluation_equals_per_client_loop(tiny_data, tiny_model):
         l2, a2 = client_loss(tiny_model, params, st, tiny_data.train, jnp.int32(k), chunk=3)
         np.testing.assert_allclose(float(l2), loss, rtol=1e-5)
         np.testing.assert_allclose(float(a2), acc, rtol=1e-6)
+
+
+def test_client_update_documents_every_field():
+    for name in ClientUpdate._fields:
+        assert f"      {name}: " in ClientUpdate.__doc__, name

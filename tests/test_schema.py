@@ -12,7 +12,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from fedjax_appeal.cli.commands import make_parser
+from fedjax_appeal.cli.commands import main, make_parser
 from fedjax_appeal.core.config import (
     GROUPS,
     ConfigError,
@@ -137,12 +137,42 @@ def test_misspelled_names_get_a_suggestion():
             validate(RunConfig(**kw), HParams())
 
 
+@pytest.mark.parametrize("argv, want", [
+    (["run", "--algorithm", "maxFL"], "did you mean 'maxfl'?"),
+    (["run", "--dataset", "FMNIST"], "did you mean 'fmnist'?"),
+    (["run", "--appeal", "ON"], "did you mean 'on'?"),
+    (["run", "--log", "Tensorboard"], "did you mean 'tensorboard'?"),
+    (["run", "--hp", "clinet_lr=0.1"], "did you mean 'client_lr'?"),
+    (["sweep", "--grid", "Client_LR=0.1"], "did you mean client_lr?"),
+    (["sweep", "--metric-mode", "MAX"], "did you mean 'max'?"),
+    (["compare", "x", "--band", "STD", "--out", "y"], "did you mean 'std'?"),
+    (["reproduce", "appeal-tunee"], "did you mean 'appeal-tune'?"),
+])
+def test_misspelled_names_on_the_command_line_get_a_did_you_mean(argv, want, capsys,
+                                                                 tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(argv)
+    except SystemExit as e:  # refused by the argument parser
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedjax-appeal: error: ") and want in err
+
+
+def test_config_file_key_gets_a_did_you_mean(tmp_path, capsys):
+    (tmp_path / "c.json").write_text('{"clinet_lr": 0.1}')
+    assert main(["run", "--config", str(tmp_path / "c.json")]) == 2
+    assert "did you mean 'client_lr'?" in capsys.readouterr().err
+
+
 def test_wrong_type_from_python_is_refused():
     with pytest.raises(ConfigError, match=r"--cohort must be an integer .*got '10'"):
         validate(RunConfig(cohort="10"), HParams())
 
 
 def test_results_config_block_holds_every_declared_field():
-    # results.json's config and hparams blocks are the dataclasses, field for field
+    # results.json's config block is the dataclass, field for field; checkpoints keep every
+    # hyperparameter (results.json lists the ones a configuration uses, test_records.py)
     assert set(dataclasses.asdict(RunConfig())) == set(RUN)
     assert set(HParams().to_dict()) >= set(HP)

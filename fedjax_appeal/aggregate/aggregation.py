@@ -98,6 +98,9 @@ def _exp_alpha_rule(scaled: bool) -> WeightRule:
     return WeightRule(rule, BOTH, logits)
 
 
+# The weight rules that read `hp.exp_alpha` (plain, and scaled by the data sizes n_i).
+EXP_ALPHA_RULES = ("exp-alpha", "exp-alpha-n")
+
 # `--aggregation` name -> WeightRule (the rules of FedAvg-style algorithms)
 AGGREGATIONS = Registry("aggregation", {
     "proportional": WeightRule(
@@ -106,8 +109,8 @@ AGGREGATIONS = Registry("aggregation", {
     "uniform": WeightRule(
         lambda upd, idx, valid, state, hp: uniform_weights(valid),
         logits=lambda upd, idx, valid, state, hp: jnp.zeros(valid.shape, jnp.float32)),
-    "exp-alpha": _exp_alpha_rule(False),
-    "exp-alpha-n": _exp_alpha_rule(True),
+    EXP_ALPHA_RULES[0]: _exp_alpha_rule(False),
+    EXP_ALPHA_RULES[1]: _exp_alpha_rule(True),
     "fednova": FEDNOVA_RULE,  # normalised averaging (fednova.py; fedavg/fedprox local)
 })
 

@@ -35,3 +35,30 @@ SERVER_OPTS = Registry("server optimizer", {
 def server_optimizer(name: str, hp: HParams) -> optax.GradientTransformation:
     """The optax transform `name` of `SERVER_OPTS` with the hyperparameters of `hp`."""
     return SERVER_OPTS.get(name)(hp)
+
+
+class _Reads:
+    """Stands in for `HParams` and notes every field a builder reads."""
+
+    def __init__(self):
+        self.names: set[str] = set()
+
+    def __getattr__(self, name: str) -> float:
+        self.names.add(name)
+        return 0.5
+
+
+def server_opt_reads() -> dict[str, frozenset[str]]:
+    """Server optimizer name -> the `HParams` fields its builder reads (`sgd`: server_lr;
+    `adam`: server_lr, server_momentum, server_beta2, server_eps; ...), found by calling each
+    registered builder once on a recorder. A builder that fails on the recorder is left out
+    (nothing is said about the fields it reads)."""
+    out = {}
+    for name in SERVER_OPTS:
+        rec = _Reads()
+        try:
+            SERVER_OPTS[name](rec)
+        except Exception:  # noqa: BLE001 - a plugin builder that needs a real HParams
+            continue
+        out[name] = frozenset(rec.names)
+    return out

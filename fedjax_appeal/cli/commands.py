@@ -37,6 +37,18 @@ class _Parser(argparse.ArgumentParser):
         print(f"fedjax-appeal: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
+    def _check_value(self, action, value):
+        """A value outside an option's `choices` is refused with the closest choice."""
+        if action.choices is not None and value not in action.choices:
+            from ..core.registry import did_you_mean
+
+            choices = [str(c) for c in action.choices]
+            guess = did_you_mean(value, choices)
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value!r}; "
+                + (f"did you mean '{guess}'? " if guess else "")
+                + f"choose from {', '.join(choices)}")
+
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
@@ -141,7 +153,7 @@ def parse_hp_args(items: list[str]) -> dict[str, float]:
         if name not in field_names(HParams):
             from ..core.tunables import check_tunable
 
-            check_tunable(name)
+            check_tunable(name, field_names(HParams))
         try:
             out[name] = _hp_float(raw)
         except ValueError:
@@ -330,10 +342,12 @@ def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
             print(f"fedjax-appeal: {dp_header(cfg, hp, data.num_clients)}", file=sys.stderr)
     tracker = None
     if main and cfg.log:
+        from ..run.records import recorded_config, recorded_hparams
         from ..run.tracking import LOG_DIR, Tracker, parse_kinds
 
         tracker = Tracker(parse_kinds(cfg.log), Path(cfg.out) / LOG_DIR,
-                          Path(cfg.out).name, dataclasses.asdict(cfg), hp.to_dict())
+                          Path(cfg.out).name, recorded_config(cfg, model.name),
+                          recorded_hparams(cfg, hp))
     printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
     try:
         results, sim = run_config(cfg, hp, data=data, dataset=dataset,

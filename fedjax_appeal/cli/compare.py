@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from ..core.config import ConfigError
 from ..run.compare import (
     BANDS,
     FORMATS,
+    check_metric,
     csv_text,
     default_group_keys,
     group_runs,
@@ -41,11 +43,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(FORMATS):
         raise ConfigError(f"--formats {args.formats}: choose from {', '.join(FORMATS)}")
+    from ..run.records import duplicate_seeds
+
     runs = load_runs(args.paths)
-    metrics = sorted({k for r in runs for h in r["history"] for k in h})
-    if args.metric not in metrics:
-        raise ConfigError(f"--metric {args.metric}: not in these runs' history; choose from "
-                          f"{', '.join(metrics)}")
+    check_metric(runs, args.metric)
+    for msg in duplicate_seeds(runs):
+        print(f"fedjax-appeal: warning: {msg}", file=sys.stderr)
     keys = ([k for k in args.group_by.split(",") if k] if args.group_by is not None
             else default_group_keys(runs))
     rows = summarise(group_runs(runs, keys), args.metric, args.band, args.x)

@@ -3,10 +3,14 @@
     fedjax-appeal sweep --algorithm fedavg --grid client_lr=0.1,0.05,0.01 \
         --grid server_lr=1,0.5 --seeds 0,1,2 [run flags] --metric test_acc_seen --out DIR
 
-Writes into DIR (all-or-nothing): `sweep.json` (one row per run: grid values, seed, final
-metrics, history; the ranked summary; the best configuration; timing), `sweep.csv` (one
-row per run, final metrics), `summary.md` (configurations ranked by the metric, mean ± std
-over seeds) and `sweep.png` (the metric over rounds of the best configurations).
+Writes into DIR (all-or-nothing): `sweep.json` (one row per run: grid values with the
+resolved model and appeal setting, seed, final metrics, history; the ranked summary; the
+best configuration; timing; the config and the hyperparameters the configurations use, as
+`run` records them, see `run/records.py`), `sweep.csv` (one row per run, final metrics),
+`summary.md` (configurations ranked by the metric, mean ± sample std over seeds, the std
+`compare` reports) and `sweep.png` (the metric over rounds of the best configurations).
+Seeds repeated for one configuration (grid values that resolve alike) are a one-line
+warning.
 """
 
 from __future__ import annotations
@@ -83,12 +87,17 @@ def _csv(rows: list[dict[str, Any]]) -> str:
 
 
 def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
-    lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± std over seeds).", "",
+    """summary.md: configurations ranked by the final metric, mean ± sample std over seeds
+    (`records.sample_std`, ddof = 1, the std `compare` reports; n/a for one seed)."""
+    from ..run.records import mean_std_text
+
+    lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± sample std over seeds, "
+             "n/a for a single seed).", "",
              f"| rank | configuration | {metric} | per seed |", "|---|---|---|---|"]
     for i, e in enumerate(summary):
         vals = ", ".join("nan" if v != v else f"{v:.4f}" for v in e["values"])
-        lines.append(f"| {i + 1} | {e['label']} | {e[f'{metric}_mean']:.4f} ± "
-                     f"{e[f'{metric}_std']:.4f} | {vals} |")
+        lines.append(f"| {i + 1} | {e['label']} | "
+                     f"{mean_std_text(e[f'{metric}_mean'], e[f'{metric}_std'])} | {vals} |")
     return "\n".join(lines) + "\n"
 
 
@@ -210,11 +219,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, spec, now
                   ) -> int:
     """`cmd_sweep` once the configuration is checked and the output folder is ours."""
-    import dataclasses
-
     from ..core.config import appeal_on, appeal_reason
     from ..execute.distributed import is_main, make_mesh
     from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
+    from ..run.records import (
+        duplicate_seeds,
+        mean_std_text,
+        recorded_config,
+        recorded_hparams,
+        resolved_model,
+        runs_of,
+    )
     from ..run.report import to_jsonable, write_outputs
     from ..run.sweep import sweep
     from ..run.validate import SWEEP_FILES
@@ -243,7 +258,8 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
         return 0
     title = sweep_title(cfg, checked)
     results = {"command": "fedjax-appeal " + " ".join(sys.argv[1:]),
-               "config": dataclasses.asdict(cfg), "hparams": hp.to_dict(),
+               "config": recorded_config(cfg, resolved_model(cfg)),
+               "hparams": sweep_hparams(cfg, hp, checked),
                "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
                "grid": grid, "seeds": seeds, "metric": metric, "best": res.best,
                "summary": res.summary, "rows": res.rows, "timing": res.timing}
@@ -268,15 +284,30 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
 
         for row in res.rows:
             name = f"{row['label']}/seed-{row['seed']}"
+            cfg_row = cfg.replace(**row["static"])
             log_finished_run(parse_kinds(cfg.log), Path(out) / LOG_DIR / name, name,
-                             {**dataclasses.asdict(cfg), **row["static"], "seed": row["seed"]},
-                             {**hp.to_dict(), **row["hparams"]}, row["history"])
+                             {**recorded_config(cfg_row, row["static"]["model"]),
+                              "seed": row["seed"]},
+                             recorded_hparams(cfg_row, hp.with_values(**row["hparams"])),
+                             row["history"])
+    for msg in duplicate_seeds(runs_of(to_jsonable(results), str(Path(out) / "sweep.json"))):
+        print(f"fedjax-appeal: warning: {msg}", file=sys.stderr)
     b = res.best
     print(f"best ({metric}, mean over {len(seeds)} seed(s)): {b['label']}  "
-          f"{b[f'{metric}_mean']:.4f} ± {b[f'{metric}_std']:.4f}; {len(res.rows)} runs in "
+          f"{mean_std_text(b[f'{metric}_mean'], b[f'{metric}_std'])}; {len(res.rows)} runs in "
           f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
           "sweep.png")
     return 0
+
+
+def sweep_hparams(cfg, hp, grid: dict[str, list]) -> dict[str, float]:
+    """sweep.json's `hparams`: the base values of the hyperparameters that some static
+    group of the sweep uses (`validate.used_hparams`), in `HParams` order."""
+    from ..run.sweep import groups_of
+    from ..run.validate import used_hparams
+
+    used = {k for cfg_g in groups_of(cfg, grid) for k in used_hparams(cfg_g)}
+    return {k: v for k, v in hp.to_dict().items() if k in used}
 
 
 # History metrics that only the appeal protocol computes.

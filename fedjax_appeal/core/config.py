@@ -195,7 +195,7 @@ class HParams:
         extra = dict(values.pop("extra", None) or {})
         for k in values:
             if k not in own:
-                check_tunable(k)
+                check_tunable(k, _HP_OWN)
         extra.update({k: v for k, v in values.items() if k not in own})
         return cls(**{k: v for k, v in values.items() if k in own}, extra=extra)
 
@@ -211,7 +211,7 @@ class HParams:
             return getattr(self, name)
         if name in self.extra:
             return self.extra[name]
-        check_tunable(name)
+        check_tunable(name, _HP_OWN)
         return TUNABLES[name].default
 
     def to_dict(self, fill: bool = True) -> dict[str, float]:
@@ -566,7 +566,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     for k, v in raw.items():
         key = k.replace("-", "_")
         if key not in known:
-            raise ConfigError(f"config file {p}: unknown key '{k}'")
+            guess = did_you_mean(key, sorted(known))
+            raise ConfigError(f"config file {p}: unknown key '{k}'"
+                              + (f"; did you mean '{guess}'?" if guess else ""))
         out[key] = v
     out = check_types(out, f"config file {p}")
     fields = {f.name: (f, _field_kind(RunConfig, f.name) if f.name in _RUN_NAMES else "float")
@@ -626,8 +628,10 @@ def check_types(values: dict[str, Any], source: str = "configuration") -> dict[s
             if k == "appeal" and isinstance(v, bool):  # appeal = true / false
                 v = "on" if v else "off"
             if k == "appeal" and v not in ("auto", "on", "off"):
+                guess = did_you_mean(v, ("auto", "on", "off"))
                 raise ConfigError(f"{source}: key 'appeal' must be on, off or auto (or true / "
-                                  f"false), got {v!r}")
+                                  f"false), got {v!r}"
+                                  + (f"; did you mean '{guess}'?" if guess else ""))
         else:
             out[k] = v
             continue

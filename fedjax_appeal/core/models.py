@@ -189,6 +189,11 @@ DEFAULT_MODEL = {"fmnist": "mlp", "mnist": "mlp", "femnist": "mlp", "usps": "mlp
                  "tfds:emnist/byclass": "mlp", "tfds:cifar10": "cnn"}
 
 
+def default_model(dataset_name: str) -> str:
+    """The model `--model auto` builds for a dataset (`DEFAULT_MODEL`, else `mlp`)."""
+    return DEFAULT_MODEL.get(dataset_name, "mlp")
+
+
 def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...],
                input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0,
                conv_impl: str = "auto") -> Model:
@@ -199,7 +204,7 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     field (the MLPs, user-registered modules) ignore it.
     """
     if name == "auto":
-        name = DEFAULT_MODEL.get(dataset_name, "mlp")
+        name = default_model(dataset_name)
     if name not in MODELS:
         raise ConfigError(f"unknown model '{name}'; choose one of: {', '.join(MODELS)}")
     try:

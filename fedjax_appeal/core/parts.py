@@ -29,13 +29,34 @@ class ServerState:
 
 
 class ClientUpdate(NamedTuple):
-    """What one client sends back (leading axis m once vmapped over the cohort)."""
+    """What one client sends back after its local training (`client.reporting` builds it).
 
-    delta: Any  # pytree like params: w_global - w_k
-    model_state: Any  # the client's model state after local training ({} if none)
-    num_samples: jax.Array  # [] n_k, train rows of the client
-    loss: jax.Array  # [] mean minibatch loss over the local steps
-    extra: dict  # algorithm-specific per-client values (F_k(w) before/after, ...)
+    Shapes are those of one client; vmapped over a cohort of m slots every leaf gets a
+    leading axis [m] (invalid slots included: the round's `valid` mask says which count).
+
+    Attributes:
+      delta: the model update w - w_k, a pytree shaped like the params: w the model the
+        client started from (the received global model; for FedBN with the client's own
+        BatchNorm layers), w_k its model after the local steps (`client.Trained.delta` may
+        replace it). Byzantine clients' noise and the uplink's compression are applied to
+        it before aggregation. None in a chunked round's first pass, which keeps only
+        ||delta||^2 in `extra` (`execute.cohort`).
+      model_state: the client's model collections besides params after training (e.g.
+        BatchNorm `batch_stats`), shaped like `ServerState.model_state`; {} if none.
+      num_samples: [] int32, n_k, the client's number of train rows (the proportional
+        weight).
+      loss: [] float32, the mean minibatch training loss over the local steps.
+      extra: algorithm-specific per-client values, each [] or a pytree: "loss_before" =
+        F_k(w) and "loss_after" = F_k(w_k) (full train split, evaluation mode) when the weight
+        rule `needs` them, FedNova's normaliser "fednova_a", SCAFFOLD's "c_delta", FedBN's
+        "bn_params", the uplink's and heterogeneity's bookkeeping ("uplink", "hetero"), ...
+    """
+
+    delta: Any  # pytree like params: w - w_k (None in a chunked round's first pass)
+    model_state: Any  # pytree like ServerState.model_state, after local training ({} if none)
+    num_samples: jax.Array  # [] int32: n_k, train rows of the client
+    loss: jax.Array  # [] float32: mean minibatch loss over the local steps
+    extra: dict  # name -> [] or pytree: algorithm-specific values (F_k(w) before/after, ...)
 
 
 # Part signatures (single client for LocalFn; everything else sees the whole cohort).

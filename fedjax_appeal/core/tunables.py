@@ -13,10 +13,11 @@ stacked `HParams` batches it like any built-in field), is read inside the round 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from .errors import ConfigError
-from .registry import Registry
+from .registry import Registry, did_you_mean
 
 
 class Tunable(NamedTuple):
@@ -70,11 +71,15 @@ def register_tunable(name: str, default: float, help: str = "") -> str:
     return name
 
 
-def check_tunable(name: str) -> None:
-    """Raise a one-line `ConfigError` unless `name` is a registered tunable."""
+def check_tunable(name: str, builtin: Iterable[str] = ()) -> None:
+    """Raise a one-line `ConfigError` unless `name` is a registered tunable; the closest
+    tunable or `builtin` name (the HParams fields) is suggested."""
     if name in TUNABLES:
         return
+    guess = did_you_mean(name, [*builtin, *TUNABLES])
     known = ", ".join(TUNABLES) if len(TUNABLES) else "none (a plugin adds one with " \
         "fedjax_appeal.extend.register_tunable)"
-    raise ConfigError(f"unknown hyperparameter '{name}'; registered tunables: {known}; "
-                      "built-in ones are the HParams fields (see `fedjax-appeal run --help`)")
+    raise ConfigError(f"unknown hyperparameter '{name}'; "
+                      + (f"did you mean '{guess}'? " if guess else "")
+                      + f"registered tunables: {known}; built-in ones are the HParams fields "
+                      "(see `fedjax-appeal run --help`)")

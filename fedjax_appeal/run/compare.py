@@ -2,13 +2,22 @@
 
 Reads the results of `fedjax-appeal run` (a folder with `results.json`) and of
 `fedjax-appeal sweep` (a folder with `sweep.json`, one run per row), or any folder below
-which such files lie. Runs are grouped by the values of `--group-by` keys (config or hparams
-names; by default every key whose value differs between the runs, the seed excepted), the
-seeds of a group are aligned round by round, and each group is drawn as its mean with a band:
-± one standard deviation (`std`), a 95% Student-t confidence interval of the mean (`ci95`),
-or the range over seeds (`minmax`). Written (all-or-nothing): `compare.{png,pdf,svg}`,
-`compare.md` (final values: mean ± std, n, per-seed values), `compare.csv` (the aligned
-curves) and `compare.json`.
+which such files lie. Every run's settings are its resolved values (`records.runs_of`: the
+model that was built, the appeal protocol on or off, the hyperparameters its configuration
+uses), also for older files that hold `model = auto` or `appeal = auto`, which are resolved
+here (the dataset's default model, `core/models.DEFAULT_MODEL`; `config.appeal_on`); so a
+run and a sweep row of one configuration fall into one group. Runs are grouped by the
+values of `--group-by` keys (config or hparams names; by default every key whose value
+differs between the runs, the seed excepted), the seeds of a group are aligned round by
+round, and each group is drawn as its mean with a band: ± one sample standard deviation
+(`std`; ddof = 1, `records.sample_std`, the std of the sweep summary too; none for a
+single seed), a 95% Student-t confidence interval of the mean (`ci95`), or the range over
+seeds (`minmax`). Written (all-or-nothing): `compare.{png,pdf,svg}`, `compare.md` (final
+values: mean ± std, n, per-seed values), `compare.csv` (the aligned curves) and
+`compare.json`.
+
+A seed that appears twice for one configuration is a warning (`records.duplicate_seeds`),
+a run whose history lacks the metric an error (`check_metric`), one line each.
 """
 
 from __future__ import annotations
@@ -23,12 +32,11 @@ from typing import Any
 import numpy as np
 
 from ..core.config import ConfigError
+from ..core.registry import did_you_mean
+from .records import NOT_A_SETTING, mean_std_text, runs_of, sample_std
 
 BANDS = ("std", "ci95", "minmax")
 FORMATS = ("png", "pdf", "svg")
-# Keys that name where a run was written, not what it ran.
-_NOT_A_SETTING = {"out", "resume", "overwrite", "cache_dir", "data_dir", "fmnist_dir", "config",
-                  "checkpoint_every", "eval_every", "devices", "seed"}
 
 
 def _runs_in(path: Path) -> list[dict[str, Any]]:
@@ -41,17 +49,9 @@ def _runs_in(path: Path) -> list[dict[str, Any]]:
             res = json.loads(f.read_text())
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read {f}: {e}; pass run or sweep folders") from None
-        if f.name == "sweep.json" or "rows" in res:
-            for row in res.get("rows", []):
-                settings = {**res.get("config", {}), **row.get("static", {}),
-                            **{k: v for k, v in res.get("hparams", {}).items()},
-                            **row.get("hparams", {})}
-                runs.append({"settings": settings, "seed": row.get("seed", 0),
-                             "history": row.get("history", []), "source": f"{f}#{row['id']}"})
-        elif "history" in res:
-            runs.append({"settings": {**res.get("config", {}), **res.get("hparams", {})},
-                         "seed": res.get("config", {}).get("seed", 0),
-                         "history": res["history"], "source": str(f)})
+        if f.name == "sweep.json" and "rows" not in res:
+            res = {**res, "rows": []}
+        runs += runs_of(res, str(f))
     return runs
 
 
@@ -70,9 +70,27 @@ def load_runs(paths: list[str]) -> list[dict[str, Any]]:
     return runs
 
 
+def check_metric(runs: list[dict[str, Any]], metric: str) -> None:
+    """Refuse, in one line, a metric that no run's history holds or that one run lacks
+    (naming the metric and the first such run's file)."""
+    have = [any(h.get(metric) is not None for h in r["history"]) for r in runs]
+    if not any(have):
+        metrics = sorted({k for r in runs for h in r["history"] for k in h})
+        guess = did_you_mean(metric, metrics)
+        raise ConfigError(f"--metric {metric}: not in these runs' history; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose from {', '.join(metrics)}")
+    lacking = [r["source"] for r, ok in zip(runs, have, strict=True) if not ok]
+    if lacking:
+        more = f" (and {len(lacking) - 1} more)" if len(lacking) > 1 else ""
+        raise ConfigError(f"--metric {metric}: the run {lacking[0]}{more} has no value of "
+                          f"{metric} in its history; compare runs that all record it, or "
+                          "choose another --metric")
+
+
 def default_group_keys(runs: list[dict[str, Any]]) -> list[str]:
     """Settings whose value differs between runs (the seed and output paths excepted)."""
-    keys = sorted({k for r in runs for k in r["settings"]} - _NOT_A_SETTING)
+    keys = sorted({k for r in runs for k in r["settings"]} - NOT_A_SETTING)
     return [k for k in keys
             if len({json.dumps(r["settings"].get(k), sort_keys=True) for r in runs}) > 1]
 
@@ -82,8 +100,10 @@ def group_runs(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, list[di
     known = {k for r in runs for k in r["settings"]}
     bad = [k for k in keys if k not in known]
     if bad:
-        raise ConfigError(f"--group-by {','.join(bad)}: not a setting of these runs; choose "
-                          f"from {', '.join(sorted(known - _NOT_A_SETTING))}")
+        guess = did_you_mean(bad[0], sorted(known - NOT_A_SETTING))
+        raise ConfigError(f"--group-by {','.join(bad)}: not a setting of these runs; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose from {', '.join(sorted(known - NOT_A_SETTING))}")
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         label = ", ".join(f"{k}={r['settings'].get(k)}" for k in keys) or "all runs"
@@ -108,13 +128,19 @@ def curves(group: list[dict[str, Any]], metric: str, x_key: str = "round"
 
 
 def band(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(mean, low, high) over axis 0 of values [n, T]."""
+    """(mean, low, high) over axis 0 of values [n, T].
+
+    `std` and `ci95` use the sample std (`records.sample_std`, ddof = 1); with a single
+    seed they have no band (low = high = the mean).
+    """
     mean = values.mean(0)
     n = values.shape[0]
     if kind == "minmax":
         return mean, values.min(0), values.max(0)
-    sd = values.std(0, ddof=1) if n > 1 else np.zeros_like(mean)
-    half = sd if kind == "std" else (t975(n - 1) * sd / math.sqrt(n) if n > 1 else sd)
+    if n < 2:
+        return mean, mean.copy(), mean.copy()
+    sd = sample_std(values, axis=0)
+    half = sd if kind == "std" else t975(n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 
@@ -132,8 +158,7 @@ def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
         out.append({"label": label, "n": len(rs), "seeds": [r["seed"] for r in rs],
                     "x": xs.tolist(), "mean": mean.tolist(), "low": lo.tolist(),
                     "high": hi.tolist(), "final": final.tolist(),
-                    "final_mean": float(final.mean()),
-                    "final_std": float(final.std(ddof=1)) if len(final) > 1 else 0.0,
+                    "final_mean": float(final.mean()), "final_std": sample_std(final),
                     "sources": [r["source"] for r in rs]})
     return out
 
@@ -161,11 +186,12 @@ def write_figure(stem: Path, rows: list[dict[str, Any]], metric: str, kind: str,
 
 
 def markdown_table(rows: list[dict[str, Any]], metric: str) -> str:
+    """compare.md's table: per group n, final mean ± sample std (n/a for one seed), seeds."""
     lines = [f"| group | n | final {metric} (mean ± std) | per seed |", "|---|---|---|---|"]
     for r in rows:
         per = ", ".join(f"{s}: {v:.4f}" for s, v in zip(r["seeds"], r["final"], strict=True))
-        lines.append(f"| {r['label']} | {r['n']} | {r['final_mean']:.4f} ± "
-                     f"{r['final_std']:.4f} | {per} |")
+        lines.append(f"| {r['label']} | {r['n']} | "
+                     f"{mean_std_text(r['final_mean'], r['final_std'])} | {per} |")
     return "\n".join(lines) + "\n"
 
 

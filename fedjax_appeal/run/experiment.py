@@ -21,6 +21,7 @@ from ..execute.distributed import fetch
 from ..protocols.appeal.appeal import personalize
 from .assemble import assemble
 from .publish import covered_entry, restrict
+from .records import recorded_config, recorded_hparams
 from .simulate import SimulationResult, simulate
 from .validate import validate
 
@@ -50,6 +51,9 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
 
     `data`/`dataset` reuse an already loaded federation (same partition for several
     algorithms); otherwise the data are loaded and partitioned from `cfg` (seeded).
+    The results' `config` holds the resolved model and appeal setting and `hparams` the
+    hyperparameters the configuration uses (`records.recorded_config`,
+    `records.recorded_hparams`).
     """
     validate(cfg, hp)
     dp_restricted = cfg.dp != "off" and not cfg.dp_publish_client_stats
@@ -63,9 +67,9 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
                    resume=bool(cfg.resume), mesh=mesh)
     personalized = finetune_report(model, cfg, sim, data, hp) if appeal_on(cfg) else None
     results = {
-        "config": {**dataclasses.asdict(cfg), "model": model.name},
+        "config": recorded_config(cfg, model.name),
         "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
-        "hparams": hp.to_dict(),
+        "hparams": recorded_hparams(cfg, hp),
         "data": {"clients": data.num_clients, "unseen_clients": data.num_unseen,
                  "train_samples": data.train.num_samples, "test_samples": data.test.num_samples,
                  "num_classes": data.num_classes, "input_shape": list(data.input_shape)},

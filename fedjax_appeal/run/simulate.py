@@ -52,11 +52,17 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
       key: the run's root key, `jax.random.key(seed)`.
       rounds: total number of rounds.
       eval_every: evaluate after every this many rounds (and at round 0 and the end).
-      on_eval: called with each history entry (a dict: "round" and the `summarize`d
-        metrics of that evaluation, e.g. "test_acc_seen", "train_loss"; DP runs add their
-        epsilon) once the chunk of rounds that ends at its round is committed, and for the
-        initial evaluation at `start_round`; for progress display and trackers. A Ctrl-C
-        inside it counts as a Ctrl-C after that round.
+      on_eval: a hook `on_eval(entry) -> None` called with each history entry, in round
+        order: the round-0 evaluation at once (not on `resume`, whose restored entries are
+        not replayed), then each later evaluation after the chunk of rounds that ends in it
+        has been committed and before that round's checkpoint is written. `entry` maps
+        "round" (int) and every metric of `metrics.summarize` (floats: "train_loss",
+        "test_acc_seen", ...; with DP the accountant's epsilon) to its value; it is the
+        history's own dict, so the hook must not modify it. It runs on the host between
+        compiled chunks (progress lines, trackers) in the process that calls `simulate`;
+        an exception it raises ends the run (a `KeyboardInterrupt` in a call after round
+        0 counts as Ctrl-C after that round: checkpoint, then `checkpoint.Interrupted`).
+        None: no hook.
       state, start_round: continue from a given state (round `start_round`).
       checkpoint: saves every `checkpoint.every` rounds and when interrupted (Ctrl-C, then
         `checkpoint.Interrupted` is raised); with `resume` the run continues from the

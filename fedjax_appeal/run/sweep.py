@@ -42,13 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.arrays import FederatedData
-from ..core.config import ConfigError, HParams, RunConfig, data_fields, field_names
+from ..core.config import ConfigError, HParams, RunConfig, appeal_on, data_fields, field_names
 from ..core.memory import memory_budget
 from ..core.tunables import TUNABLES
 from ..data import Dataset, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble
 from .driver import Driver, eval_rounds
+from .records import sample_std
 from .validate import validate
 
 # Keys a grid may not sweep (they name the sweep itself or its output).
@@ -62,7 +63,9 @@ FORBIDDEN = {"seed": "give training seeds with --seeds (the data seed is --data-
 
 @dataclasses.dataclass
 class SweepResult:
-    rows: list[dict[str, Any]]  # one per (config, seed): hparams, static, seed, history, final
+    # one per (config, seed): hparams (its grid point), static (its RunConfig grid values,
+    # with the resolved model and appeal setting), seed, history, final
+    rows: list[dict[str, Any]]
     summary: list[dict[str, Any]]  # one per config: mean/std of the metric over seeds, ranked
     best: dict[str, Any]  # the first entry of `summary`
     timing: dict[str, Any]
@@ -121,7 +124,12 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
         if k in FORBIDDEN:
             raise ConfigError(f"grid key '{key}' cannot be swept: {FORBIDDEN[k]}")
         if k not in known_hp and k not in known_run:
-            close = [n for n in sorted(known_hp | known_run) if k in n or n in k][:3]
+            from ..core.registry import did_you_mean
+
+            names = sorted(known_hp | known_run)
+            guess = did_you_mean(k, names)
+            close = ([guess] if guess else
+                     [n for n in names if k.lower() in n or n in k.lower()][:3])
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise ConfigError(f"unknown grid key '{key}'{hint}; use a field of HParams "
                               "(e.g. client_lr), a registered tunable "
@@ -283,7 +291,12 @@ def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
     if metric not in keys:
         import difflib
 
-        close = difflib.get_close_matches(metric, keys, n=3)
+        from ..core.registry import did_you_mean
+
+        first = did_you_mean(metric, keys)
+        close = [first] if first else []
+        close += [k for k in difflib.get_close_matches(metric.lower(), keys, n=3)
+                  if k not in close][:3 - len(close)]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise ConfigError(f"--metric {metric!r} is not in the history{hint}; choose one of: "
                           + ", ".join(keys))
@@ -295,10 +308,12 @@ def _lower_is_better(metric: str) -> bool:
 
 def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
                     ) -> list[dict[str, Any]]:
-    """Per configuration: mean/std over seeds of the final `metric`, best first.
+    """Per configuration: mean and std over seeds of the final `metric`, best first.
 
-    `mode` is "max", "min" or "auto" (min for metrics whose name contains "loss").
-    Diverged runs (NaN) rank last.
+    The std is the sample standard deviation (ddof = 1, `records.sample_std`, as in
+    `compare`): NaN for a single seed. A configuration with a diverged seed (NaN) has mean
+    and std NaN and ranks last. `mode` is "max", "min" or "auto" (min for metrics whose
+    name contains "loss").
     """
     lower = _lower_is_better(metric) if mode == "auto" else mode == "min"
     by: dict[str, list[dict]] = {}
@@ -311,7 +326,7 @@ def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
         out.append({"label": label, "static": rs[0]["static"], "hparams": rs[0]["hparams"],
                     "seeds": [r["seed"] for r in rs], "values": vals.tolist(),
                     f"{metric}_mean": float(vals.mean()) if ok else float("nan"),
-                    f"{metric}_std": float(vals.std()) if ok else float("nan")})
+                    f"{metric}_std": sample_std(vals) if ok else float("nan")})
     key = f"{metric}_mean"
 
     def rank(e):
@@ -405,6 +420,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         # `assemble` composes it exactly as `experiment.run_config` does
         cfg_b = cfg_g.replace(devices=1)
         alg, model, _, _, _ = assemble(cfg_b, data=gdata, dataset=gds, mesh=None)
+        # rows record what the group resolved: the model built, the appeal protocol on/off
+        resolved = {"model": model.name, "appeal": "on" if appeal_on(cfg_g) else "off"}
         if gi == 0:
             check_metric(alg, gdata, hps[0], metric)
             say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
@@ -436,7 +453,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
             bkey = f"{gi}/{bi}"
             if bkey in done:  # finished before the interruption
                 for row in done[bkey]:
-                    rows.append({**row, "id": len(rows)})
+                    rows.append({**row, "id": len(rows),
+                                 "static": {**row["static"], **resolved}})
                 say(f"{label}finished before: taken from the checkpoint")
                 continue
             ck_kw = {}
@@ -461,7 +479,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                 lab = ", ".join([f"{k}={v}" for k, v in st.items()]
                                 + [f"{k}={v:g}" for k, v in pt.items()]) or "base"
                 rows.append({
-                    "id": len(rows), "label": lab, "static": st, "hparams": pt, "seed": s,
+                    "id": len(rows), "label": lab, "static": {**st, **resolved},
+                    "hparams": pt, "seed": s,
                     "final": hist[i][-1], "history": hist[i],
                     "diverged_round": int(bad[0]) + 1 if bad.size else None,
                     "cohort_loss": rm["cohort_loss"][i].tolist() if "cohort_loss" in rm

@@ -31,8 +31,12 @@ def parse_kinds(spec: str) -> list[str]:
     kinds = [k.strip() for k in spec.split(",") if k.strip()]
     bad = [k for k in kinds if k not in KINDS]
     if bad:
-        raise ConfigError(f"--log {spec}: unknown tracker {', '.join(bad)}; choose from "
-                          f"{', '.join(KINDS)} (comma-separated)")
+        from ..core.registry import did_you_mean
+
+        guess = did_you_mean(bad[0], KINDS)
+        raise ConfigError(f"--log {spec}: unknown tracker {', '.join(bad)}; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose from {', '.join(KINDS)} (comma-separated)")
     return kinds
 
 

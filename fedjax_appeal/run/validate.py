@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..aggregate import accounting, privacy, uplink
-from ..aggregate.aggregation import AGGREGATIONS
-from ..aggregate.server import SERVER_OPTS
+from ..aggregate.aggregation import AGGREGATIONS, EXP_ALPHA_RULES
+from ..aggregate.server import SERVER_OPTS, server_opt_reads
 from ..algorithms import ALGORITHMS
 from ..core.capabilities import owners, supports, with_capability
 from ..core.config import (
@@ -16,6 +16,7 @@ from ..core.config import (
     appeal_on,
     check_declared,
     declarations,
+    field_names,
 )
 from ..core.models import MODELS
 from ..core.tunables import check_tunable
@@ -155,14 +156,36 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
                "distance_budget_mb", "greedy_epsilon", "selector_objective") and \
             cfg.selector not in _SUBMODULAR:
         return f"it configures the selectors {', '.join(_SUBMODULAR)}"
-    if key in ("union_window", "union_base") and cfg.selector != "unionfl":
+    if key in ("union_window", "union_base", "union_mu") and cfg.selector != "unionfl":
         return "it configures --selector unionfl"
-    if key == "subtrunc_phi" and not (cfg.selector == "subtrunc" or (
-            cfg.selector == "unionfl" and cfg.union_base == "subtrunc")):
+    if key in ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b") and not (
+            cfg.selector == "subtrunc" or (cfg.selector == "unionfl"
+                                           and cfg.union_base == "subtrunc")):
         return "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
     if key == "flip_ratio" and cfg.label_flip_fraction == 0:
         return "it configures label flipping (--label-flip-fraction > 0)"
-    return _uplink_ignored(key, cfg)
+    return _hparam_ignored(key, cfg, sup) or _uplink_ignored(key, cfg)
+
+
+def _hparam_ignored(key: str, cfg: RunConfig, sup) -> str | None:
+    """Hyperparameters of the server optimizer, the weight rule, Byzantine clients and the
+    solo models that the combination `cfg` ignores."""
+    reads = server_opt_reads()
+    if any(key in names for names in reads.values()) and key not in reads.get(
+            cfg.server_opt, frozenset((key,))):
+        users = [n for n, names in reads.items() if key in names]
+        return f"it configures --server-opt {' or '.join(users)}"
+    if key == "exp_alpha" and (cfg.aggregation not in EXP_ALPHA_RULES
+                               or not sup.aggregation):
+        return f"it is the temperature of --aggregation {' or '.join(EXP_ALPHA_RULES)}"
+    if key in ("byzantine_noise", "byzantine_loss_scale") and not (
+            cfg.byzantine_fraction > 0 and sup.byzantine):
+        return "it configures Byzantine clients (--byzantine-fraction > 0)"
+    solo_rho = sup.needs_requirements and str(cfg.requirement).strip() == "solo"
+    if key == "solo_lr" and not (appeal_on(cfg) or solo_rho):
+        return ("it trains the solo models of the appeal protocol, which --appeal off turns "
+                "off")
+    return None
 
 
 def _uplink_ignored(key: str, cfg: RunConfig) -> str | None:
@@ -179,6 +202,18 @@ def _uplink_ignored(key: str, cfg: RunConfig) -> str | None:
     if key == "compress_feedback" and cfg.compress == "none":
         return "it configures compression (--compress qsgd or topk)"
     return hetero_ignored(key, cfg)
+
+
+def used_hparams(cfg: RunConfig) -> list[str]:
+    """The hyperparameters that the combination `cfg` uses, in `HParams` order.
+
+    Derived from the same declarations that refuse an option given without effect
+    (`check_ignored`): an `HParams` field or registered tunable is used unless one of them
+    says `cfg` ignores it (an algorithm's `Supports.options`, the selector, weight rule,
+    server optimizer, DP, compression, heterogeneity and appeal settings). A plugin tunable
+    that no algorithm lists among its options counts as used.
+    """
+    return [k for k in field_names(HParams) if _ignored_reason(k, cfg) is None]
 
 
 def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") -> None:

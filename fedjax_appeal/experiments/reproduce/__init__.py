@@ -194,8 +194,13 @@ def _cmd(args: argparse.Namespace) -> int:
             print(f"{n:24s} {h}")
         return 0
     if args.name not in EXPERIMENTS:
-        raise ConfigError(f"unknown experiment '{args.name}'; choose one of: "
-                          f"{', '.join(sorted(EXPERIMENTS)) or '(none registered)'}")
+        from ...core.registry import did_you_mean
+
+        names = sorted(EXPERIMENTS)
+        guess = did_you_mean(args.name, names)
+        raise ConfigError(f"unknown experiment '{args.name}'; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose one of: {', '.join(names) or '(none registered)'}")
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
