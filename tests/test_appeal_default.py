@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+import fedjax_appeal.algorithms  # noqa: F401  (registers the algorithms whose flags appeal_on reads)
 from fedjax_appeal.cli import main
 from fedjax_appeal.core.config import RunConfig, appeal_on, check_types
 
