@@ -87,8 +87,6 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
     from fedjax_appeal.run.validate import validate
     from fedjax_appeal.select.selection import stratified_counts
 
-    monkeypatch.delenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", raising=False)
-    monkeypatch.delenv("FEDJAX_APPEAL_EXPALPHA_MODEL", raising=False)
     ctx = Context("t", [0, 1, 2], Path("unused"), quick=quick)
     for setting in E.SCHEDULES["cpu"]:
         for b in (*E.BACKBONES, E.FEDBN):
@@ -97,7 +95,7 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
                     continue
                 cfg = E.make_cfg(ctx, setting, 1, b, agg)
                 try:
-                    validate(cfg, E.make_hp(b))
+                    validate(cfg, E.make_hp(ctx, b))
                 except ConfigError as e:  # pragma: no cover - the message is the point
                     raise AssertionError(f"{setting}/{b.label}/{agg}: {e}") from None
                 assert not appeal_on(cfg) and cfg.unseen_clients == 0 and cfg.seed == 1
@@ -121,21 +119,27 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
         assert {n for v in E.QUICK_BACKBONES.values() for n in v} == set(E.BY_LABEL)
 
 
-def test_gpu_profile_and_model_override(monkeypatch):
-    ctx = Context("t", [0], Path("unused"))
-    monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", "gpu")
+def test_gpu_profile_and_model_override(capsys):
+    from fedjax_appeal.cli.commands import main
+    from fedjax_appeal.core.config import ConfigError
+    from fedjax_appeal.experiments.reproduce import parse_options
+
+    ctx = Context("t", [0], Path("unused"), options={"profile": "gpu"})
     cfg = E.make_cfg(ctx, "imbalance", 0, E.BY_LABEL["FedAvg"], "proportional")
     assert cfg.model == "resnet20" and cfg.rounds > 100 and cfg.dataset == "cifar10"
     assert cfg.imbalance_size * cfg.clients == 35000 and cfg.global_test_per_class == 1000
-    assert (cfg.batch_size, E.make_hp(E.BY_LABEL["FedAvg"]).client_lr) == (128, 0.01)
+    assert (cfg.batch_size, E.make_hp(ctx, E.BY_LABEL["FedAvg"]).client_lr) == (128, 0.01)
     assert [cfg.local_steps * t for _, t in E.GRID["gpu"]] and cfg.local_steps == 20
     assert E.make_cfg(ctx, "domain", 0, E.BY_LABEL["FedBN"], "proportional").model == "cnn_bn"
-    monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", "cpu")
-    monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_MODEL", "resnet20")
+    ctx = Context("t", [0], Path("unused"),
+                  options=parse_options("expalpha-flip", ["profile=cpu", "model=resnet20"]))
     assert E.make_cfg(ctx, "flip", 0, E.BY_LABEL["FedAvg"], "proportional").model == "resnet20"
-    monkeypatch.setenv("FEDJAX_APPEAL_EXPALPHA_PROFILE", "tpu")
-    with pytest.raises(ValueError, match="cpu or gpu"):
-        E.profile()
+    with pytest.raises(ConfigError, match="cpu or gpu"):
+        E.profile(Context("t", [0], Path("unused"), options={"profile": "tpu"}))
+    # an option the experiment does not declare is one line naming the declared ones
+    assert main(["reproduce", "expalpha-flip", "--set", "profil=gpu", "--out", "unused"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has no option 'profil' (did you mean 'profile'?)" in err[0]
 
 
 def test_effective_cohort_by_hand():

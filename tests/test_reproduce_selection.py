@@ -24,3 +24,30 @@ def test_reproduce_paired_differences_window_share_and_divergence():
     x = {"cohorts": [[0, 1], [2, 3], [4, 5]]}
     assert rs._first_divergence(x, {"cohorts": [[1, 0], [2, 3], [5, 6]]}) == 2
     assert rs._first_divergence(x, x) == -1
+
+
+def test_selection_options_are_declared_per_table():
+    """What used to be environment variables are options each table declares: `--set
+    cifar=1` adds CIFAR-10, `--set lambdas=` picks Table II rows; undeclared keys and bad
+    values are one-line errors."""
+    from pathlib import Path
+
+    from fedjax_appeal.core.config import ConfigError
+    from fedjax_appeal.experiments.reproduce import OPTIONS, Context, parse_options
+    from fedjax_appeal.experiments.reproduce import selection as rs
+
+    assert set(OPTIONS["selection-lambda"]) == {"cifar", "reverse", "lambdas"}
+    assert set(OPTIONS["selection-window"]) == {"reverse", "windows"}
+    opts = parse_options("selection-lambda", ["cifar=1", "lambdas=0.5, 0.95"])
+    ctx = Context("selection-lambda", [0], Path("unused"), options=opts)
+    assert rs._datasets(ctx) == ("mnist", "cifar10")
+    assert rs._numbers(ctx, "lambdas", float) == (0.5, 0.95)
+    assert rs._datasets(Context("x", [0], Path("unused"))) == ("mnist",)
+    with pytest.raises(ConfigError, match="give comma-separated float values"):
+        rs._numbers(Context("x", [0], Path("u"), options={"lambdas": "a,b"}), "lambdas", float)
+    with pytest.raises(ConfigError, match="give 1/true/yes/on or 0/false/no/off"):
+        Context("x", [0], Path("u"), options={"cifar": "maybe"}).flag("cifar")
+    with pytest.raises(ConfigError, match="selection-gains has no option 'cifar'; it takes no"):
+        parse_options("selection-gains", ["cifar=1"])
+    with pytest.raises(ConfigError, match="write KEY=VALUE"):
+        parse_options("selection-lambda", ["cifar"])

@@ -42,6 +42,7 @@ class Context:
     cache_dir: str = ""
     command: str = ""
     reuse: bool = True  # serve runs finished earlier with the same code from the run cache
+    options: dict[str, str] = dataclasses.field(default_factory=dict)  # `--set KEY=VALUE`
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
     def base(self, **kw) -> RunConfig:
@@ -49,6 +50,20 @@ class Context:
         loc = {k: v for k, v in (("data_dir", self.data_dir), ("fmnist_dir", self.fmnist_dir),
                                  ("cache_dir", self.cache_dir)) if v}
         return RunConfig(**{**loc, **kw})
+
+    def option(self, key: str, default: str = "") -> str:
+        """The value given with `--set KEY=VALUE` (declared by the experiment), or
+        `default`."""
+        return self.options.get(key, default)
+
+    def flag(self, key: str) -> bool:
+        """A yes/no option: `--set KEY=1|true|yes|on` or `0|false|no|off` (default off)."""
+        v = self.option(key).lower()
+        if v in ("", "0", "false", "no", "off"):
+            return False
+        if v in ("1", "true", "yes", "on"):
+            return True
+        raise ConfigError(f"--set {key}={v}: give 1/true/yes/on or 0/false/no/off")
 
     def log(self, msg: str) -> None:
         print(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}", file=sys.stderr,
@@ -133,6 +148,7 @@ def run_cache(explicit: str = "") -> Path:
 
 
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
+OPTIONS: dict[str, dict[str, str]] = {}  # experiment -> its `--set` options (key -> help)
 # Modules whose import registers experiments.
 MODULES: list[str] = [
     "fedjax_appeal.experiments.reproduce.appeal",  # MaxFL appeal tables, mean estimation
@@ -143,12 +159,36 @@ MODULES.append("fedjax_appeal.experiments.reproduce.expalpha")  # Exp-alpha tabl
 MODULES.append("fedjax_appeal.experiments.reproduce.hetero")  # FedNova, FedBuff tables
 
 
-def experiment(name: str, help: str):
+def experiment(name: str, help: str, options: dict[str, str] | None = None):
+    """Register experiment `name`; `options` declares what `--set KEY=VALUE` may set for it
+    (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`."""
     def deco(fn: Callable[[Context], None]):
         EXPERIMENTS[name] = (fn, help)
+        OPTIONS[name] = dict(options or {})
         return fn
 
     return deco
+
+
+def parse_options(name: str, items: Sequence[str]) -> dict[str, str]:
+    """`--set KEY=VALUE` items of experiment `name`, checked against its declared options."""
+    from ...core.registry import did_you_mean
+
+    declared = OPTIONS.get(name, {})
+    out: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or not key:
+            raise ConfigError(f"--set {item!r}: write KEY=VALUE (e.g. --set profile=gpu)")
+        if key not in declared:
+            known = (f"its options: {', '.join(f'{k} ({h})' for k, h in declared.items())}"
+                     if declared else "it takes no --set options")
+            close = did_you_mean(key, declared)
+            hint = f" (did you mean {close!r}?)" if close else ""
+            raise ConfigError(f"reproduce {name} has no option {key!r}{hint}; {known}")
+        out[key] = value.strip()
+    return out
 
 
 def mean_std(values: Sequence[float], scale: float = 1.0, digits: int = 2) -> str:
@@ -182,6 +222,9 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    "$FEDJAX_APPEAL_DATA)")
     p.add_argument("--fmnist-dir", default="", help="Fashion-MNIST IDX directory")
     p.add_argument("--cache-dir", default="", help="cache for decoded arrays and finished runs")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="options",
+                   help="an option the experiment declares (repeatable; `reproduce list` "
+                        "shows them), e.g. --set profile=gpu for the Exp-alpha tables")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every configuration (default: reuse runs finished earlier with "
                         "the same code, kept in <cache>/runs)")
@@ -192,6 +235,8 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.name == "list":
         for n, (_, h) in sorted(EXPERIMENTS.items()):
             print(f"{n:24s} {h}")
+            for k, oh in OPTIONS.get(n, {}).items():
+                print(f"{'':24s}   --set {k}=...: {oh}")
         return 0
     if args.name not in EXPERIMENTS:
         from ...core.registry import did_you_mean
@@ -209,6 +254,7 @@ def _cmd(args: argparse.Namespace) -> int:
     if not seeds:
         raise ConfigError("--seeds needs at least one seed")
     fn, _ = EXPERIMENTS[args.name]
+    options = parse_options(args.name, args.options)
     out = Path(args.out or Path("results") / (args.name + ("-quick" if args.quick else "")))
     from ...run.validate import check_out
 
@@ -216,7 +262,7 @@ def _cmd(args: argparse.Namespace) -> int:
     ctx = Context(args.name, seeds, out, args.quick,
                   args.data_dir, args.fmnist_dir, args.cache_dir,
                   command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
-                  reuse=not args.fresh)
+                  reuse=not args.fresh, options=options)
     fn(ctx)
     print(f"wrote {ctx.out}")
     return 0

@@ -45,18 +45,17 @@ direction counts as held only when the sign holds in every seed).
 
 Compute profiles. `cpu` (default): Fashion-MNIST and the MLP, 200-row clients, the
 paper's (E, t) grid scaled down by 4 in E·t; targets 70/75/80% that the proportional
-baseline crosses inside the budget. `gpu` (FEDJAX_APPEAL_EXPALPHA_PROFILE=gpu; code only,
+baseline crosses inside the budget. `gpu` (`reproduce NAME --set profile=gpu`; code only,
 not run here): CIFAR-10 with ResNet20 (option-A zero-padding shortcuts), 35k train rows for
 the clients, 10k balanced held-out test rows (the paper's 15k validation split is not
 separate: acc40 is read on the held-out test set every round), SGD lr 0.01, batch 128,
-alpha 0.2, the paper's (E, t). `FEDJAX_APPEAL_EXPALPHA_MODEL=NAME` overrides the model of
-the non-Digits settings.
+alpha 0.2, the paper's (E, t). `--set model=NAME` overrides the model of the non-Digits
+settings.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +63,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core.config import HParams, RunConfig
+from ...core.config import ConfigError, HParams, RunConfig
 from ...evaluate.expalpha_metrics import acc_at, acc_x, group_weights, plot_group_weights
 from . import Context, experiment, markdown_table, mean_std
 
@@ -184,40 +183,42 @@ HISTORY_KEYS = ("round", "train_loss", "test_acc_seen", "test_acc_global", "test
 DOMAIN_NAMES = {"mnist": "MNIST", "usps": "USPS", "mnistm": "MNIST-M"}
 
 
-def profile() -> str:
-    """The compute profile: $FEDJAX_APPEAL_EXPALPHA_PROFILE (cpu, the default, or gpu)."""
-    p = os.environ.get("FEDJAX_APPEAL_EXPALPHA_PROFILE", "cpu").strip() or "cpu"
+OPTIONS = {"profile": "cpu (default: Fashion-MNIST, MLP) or gpu (CIFAR-10, ResNet20)",
+           "model": "a registered model for the non-Digits settings (default: the profile's)"}
+
+
+def profile(ctx: Context) -> str:
+    """The compute profile: `reproduce NAME --set profile=gpu` (default cpu)."""
+    p = ctx.option("profile", "cpu") or "cpu"
     if p not in MODELS:
-        raise ValueError(f"FEDJAX_APPEAL_EXPALPHA_PROFILE must be cpu or gpu (got {p!r})")
+        raise ConfigError(f"--set profile={p}: the profile must be cpu or gpu")
     return p
 
 
-def schedule(setting: str, quick: bool, grid: tuple[int, int] | None = None
+def schedule(ctx: Context, setting: str, grid: tuple[int, int] | None = None
              ) -> dict[str, Any]:
-    """RunConfig keys of a setting in the current profile (with the --quick overrides);
+    """RunConfig keys of a setting in the context's profile (with the --quick overrides);
     `grid` = (E, t) replaces local steps and rounds."""
-    s = dict(SCHEDULES[profile()][setting])
+    s = dict(SCHEDULES[profile(ctx)][setting])
     if grid is not None:
         e, t = grid
         s.update(local_steps=e, rounds=t, eval_every=max(1, t // 50))
-    if quick:
+    if ctx.quick:
         s.update(SCHEDULES["quick"][setting])
     return s
 
 
-def targets(setting: str) -> tuple[float, ...]:
-    return DOMAIN_TARGETS if setting == "domain" else TARGETS[profile()]
+def targets(ctx: Context, setting: str) -> tuple[float, ...]:
+    return DOMAIN_TARGETS if setting == "domain" else TARGETS[profile(ctx)]
 
 
-def model_for_backbone(b: Backbone, setting: str) -> str:
-    """`mlp` (cpu, FMNIST) or `resnet20` (gpu, CIFAR-10); `cnn_bn` for every Digits run."""
+def model_for_backbone(ctx: Context, b: Backbone, setting: str) -> str:
+    """`mlp` (cpu, FMNIST) or `resnet20` (gpu, CIFAR-10); `cnn_bn` for every Digits run;
+    `--set model=NAME` replaces the model of the other settings."""
     if setting == "domain":
         return "cnn_bn"
-    plain, bn = MODELS[profile()]
-    override = os.environ.get("FEDJAX_APPEAL_EXPALPHA_MODEL", "").strip()
-    if override:
-        return override
-    return bn if b.bn else plain
+    plain, bn = MODELS[profile(ctx)]
+    return ctx.option("model") or (bn if b.bn else plain)
 
 
 def backbones(ctx: Context, setting: str) -> list[Backbone]:
@@ -235,14 +236,14 @@ def seeds_of(ctx: Context) -> list[int]:
 
 def make_cfg(ctx: Context, setting: str, seed: int, b: Backbone, aggregation: str,
              grid: tuple[int, int] | None = None) -> RunConfig:
-    return ctx.base(**schedule(setting, ctx.quick, grid), algorithm=b.algorithm,
+    return ctx.base(**schedule(ctx, setting, grid), algorithm=b.algorithm,
                     server_opt=b.server_opt, aggregation=aggregation,
-                    model=model_for_backbone(b, setting), unseen_clients=0, appeal="off",
+                    model=model_for_backbone(ctx, b, setting), unseen_clients=0, appeal="off",
                     seed=seed)
 
 
-def make_hp(b: Backbone | None = None, **kw) -> HParams:
-    return HParams(**{"client_lr": CLIENT_LR[profile()], "exp_alpha": ALPHA,
+def make_hp(ctx: Context, b: Backbone | None = None, **kw) -> HParams:
+    return HParams(**{"client_lr": CLIENT_LR[profile(ctx)], "exp_alpha": ALPHA,
                       **(b.hp if b is not None else {}), **kw})
 
 
@@ -400,8 +401,8 @@ def _grid(ctx: Context, setting: str, tag: str | None, grid: tuple[int, int] | N
     bbs = list(bbs) if bbs is not None else backbones(ctx, setting)
     runs: dict[tuple[str, str], list[dict]] = {(b.label, a): [] for b in bbs
                                               for a in AGGREGATIONS}
-    rounds = schedule(setting, ctx.quick, grid)["rounds"]
-    key, xs = METRIC[setting], targets(setting)
+    rounds = schedule(ctx, setting, grid)["rounds"]
+    key, xs = METRIC[setting], targets(ctx, setting)
     for seed in seeds_of(ctx):
         data = ds = None
         for b in bbs:
@@ -409,7 +410,7 @@ def _grid(ctx: Context, setting: str, tag: str | None, grid: tuple[int, int] | N
                 cfg = make_cfg(ctx, setting, seed, b, agg, grid)
                 if data is None:
                     data, ds = _load(cfg)
-                res, err = _run(ctx, cfg, make_hp(b), f"{setting}/{b.label}/{agg}", data, ds)
+                res, err = _run(ctx, cfg, make_hp(ctx, b), f"{setting}/{b.label}/{agg}", data, ds)
                 if res is None:
                     runs[(b.label, agg)].append({"seed": seed, "diverged": err})
                     continue
@@ -438,8 +439,8 @@ def _domain_acc(res: dict, data, cfg: RunConfig) -> dict[str, float]:
             for i, n in enumerate(names) if np.any(dom == i)}
 
 
-def grid_rows(runs: dict[tuple[str, str], list[dict]], rounds: int, setting: str,
-              label: str | None = None) -> list[list[str]]:
+def grid_rows(ctx: Context, runs: dict[tuple[str, str], list[dict]], rounds: int,
+              setting: str, label: str | None = None) -> list[list[str]]:
     """`paired_rows` of every backbone of a `_grid` result (diverged seeds dropped pairwise)."""
     rows = []
     for bl in dict.fromkeys(b for b, _ in runs):
@@ -451,7 +452,7 @@ def grid_rows(runs: dict[tuple[str, str], list[dict]], rounds: int, setting: str
         if len(keep) < len(p):
             lab += f" ({len(p) - len(keep)} seed(s) diverged)"
         rows += paired_rows(lab, [p[i] for i in keep], [e[i] for i in keep], rounds,
-                            targets(setting), paper)
+                            targets(ctx, setting), paper)
     return rows
 
 
@@ -474,17 +475,17 @@ def weight_rows(runs: dict[tuple[str, str], list[dict]], field: str,
 
 
 def _setting_text(ctx: Context, setting: str, grid: tuple[int, int] | None = None) -> str:
-    s = schedule(setting, ctx.quick, grid)
+    s = schedule(ctx, setting, grid)
     parts = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()]
     return ", ".join(parts)
 
 
-def _hp_text(bbs: Sequence[Backbone], setting: str) -> str:
-    out = [f"client lr {CLIENT_LR[profile()]} (local SGD), Exp-α α = {ALPHA} unless varied "
+def _hp_text(ctx: Context, bbs: Sequence[Backbone], setting: str) -> str:
+    out = [f"client lr {CLIENT_LR[profile(ctx)]} (local SGD), Exp-α α = {ALPHA} unless varied "
            "(plain form, `--aggregation exp-alpha`)"]
     for b in bbs:
         opts = {"server_opt": b.server_opt, **({"server_lr": 1.0} if not b.hp else b.hp)}
-        out.append(f"{b.label} (`{b.algorithm}`, model `{model_for_backbone(b, setting)}`): "
+        out.append(f"{b.label} (`{b.algorithm}`, model `{model_for_backbone(ctx, b, setting)}`): "
                    + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
                                for k, v in opts.items()))
     return "; ".join(out)
@@ -494,11 +495,11 @@ def header(ctx: Context, setting: str, title: str, bbs: Sequence[Backbone],
            note: str = "") -> str:
     """The table's header: command, profile, models, schedule, hyperparameters, caveats."""
     seeds = seeds_of(ctx)
-    xs = ", ".join(f"acc{round(100 * x)}" for x in targets(setting))
+    xs = ", ".join(f"acc{round(100 * x)}" for x in targets(ctx, setting))
     text = (f"# {ctx.name} ({title})\n\nCommand: `{ctx.command}`\n\n"
-            f"Profile `{profile()}`. Schedule: {_setting_text(ctx, setting)}; no unseen "
+            f"Profile `{profile(ctx)}`. Schedule: {_setting_text(ctx, setting)}; no unseen "
             "clients.\n\n"
-            f"Hyperparameters: {_hp_text(bbs, setting)}.\n\n"
+            f"Hyperparameters: {_hp_text(ctx, bbs, setting)}.\n\n"
             f"Seeds {seeds}; mean ± std (population std) with the per-seed values in "
             f"brackets. Metric: `{METRIC[setting]}`. Targets {xs}: first evaluated round at "
             "or above the target (resolution eval_every; '>R' = not reached, counted as "
@@ -510,7 +511,7 @@ def header(ctx: Context, setting: str, title: str, bbs: Sequence[Backbone],
     if ctx.quick:
         text += ("\n**Quick variant** (a few rounds, one seed, a subset of the backbones): "
                  "checks the pipeline; the numbers are not comparable to the paper.\n")
-    elif profile() == "cpu" and setting != "domain":
+    elif profile(ctx) == "cpu" and setting != "domain":
         text += ("\nThe paper trains ResNet20 on CIFAR-10 (acc40, hundreds of rounds); this "
                  "CPU profile trains an MLP on Fashion-MNIST with E·t scaled down by 4, so "
                  "compare directions, not values. The paper's Δ column quotes its FedAvg-"
@@ -560,11 +561,11 @@ def _json_runs(runs: dict[tuple[str, str], list[dict]]) -> dict[str, list[dict]]
 
 def _meta(ctx: Context, setting: str, bbs: Sequence[Backbone]) -> dict[str, Any]:
     return {"paper": "EXP-alpha: Beyond Proportional Aggregation in Federated Learning",
-            "command": ctx.command, "profile": profile(), "quick": ctx.quick,
-            "seeds": seeds_of(ctx), "schedule": schedule(setting, ctx.quick),
-            "metric": METRIC[setting], "targets": list(targets(setting)),
-            "client_lr": CLIENT_LR[profile()], "alpha": ALPHA,
-            "backbones": [dataclasses.asdict(b) | {"model": model_for_backbone(b, setting)}
+            "command": ctx.command, "profile": profile(ctx), "quick": ctx.quick,
+            "seeds": seeds_of(ctx), "schedule": schedule(ctx, setting),
+            "metric": METRIC[setting], "targets": list(targets(ctx, setting)),
+            "client_lr": CLIENT_LR[profile(ctx)], "alpha": ALPHA,
+            "backbones": [dataclasses.asdict(b) | {"model": model_for_backbone(ctx, b, setting)}
                           for b in bbs],
             "paper_numbers": {f"{b}/{a}": v for (b, a), v in PAPER.get(setting, {}).items()}}
 
@@ -586,21 +587,22 @@ def _ratio_key_names(runs) -> dict[str, str]:
 
 @experiment("expalpha-imbalance", "Exp-alpha Table 1: 5 backbones x {prop, Exp-alpha}, "
                                   "equal-size class-imbalanced clients (shared and random "
-                                  "majors) + FedAvg on the (E, t) grid")
+                                  "majors) + FedAvg on the (E, t) grid",
+            options=OPTIONS)
 def expalpha_imbalance(ctx: Context) -> None:
     bbs = backbones(ctx, "imbalance")
     shared, rounds = _grid(ctx, "imbalance", "imbalanced")
     rand, _ = _grid(ctx, "imbalance-random", "imbalanced")
     fedavg = BY_LABEL["FedAvg"]
-    grid_pts = GRID[profile()][:1] if ctx.quick else GRID[profile()]
+    grid_pts = GRID[profile(ctx)][:1] if ctx.quick else GRID[profile(ctx)]
     grid_runs = {}
     for e, t in grid_pts:
         grid_runs[(e, t)] = _grid(ctx, "imbalance", "imbalanced", (e, t), [fedavg])
-    rows_s = grid_rows(shared, rounds, "imbalance")
-    rows_r = grid_rows(rand, rounds, "imbalance")
+    rows_s = grid_rows(ctx, shared, rounds, "imbalance")
+    rows_r = grid_rows(ctx, rand, rounds, "imbalance")
     rows_g = []
     for (e, t), (gr, rr) in grid_runs.items():
-        rows_g += grid_rows(gr, rr, "imbalance-grid", f"FedAvg E={e}, t={t}")
+        rows_g += grid_rows(ctx, gr, rr, "imbalance-grid", f"FedAvg E={e}, t={t}")
     names = _ratio_key_names(shared)
     note = ("Clients: every client holds 200 train rows with class shares ∝ ratio^(r/9) "
             "(rank r of its class order), its ratio drawn from {1, .5, .1, .05, .01, .005, "
@@ -634,7 +636,7 @@ def expalpha_imbalance(ctx: Context) -> None:
                               weight_rows(rand, "ratio_weight", names)) + "\n")
     ctx.write({"table.md": table,
                "results.json": {**_meta(ctx, "imbalance", bbs),
-                                "schedule_random": schedule("imbalance-random", ctx.quick),
+                                "schedule_random": schedule(ctx, "imbalance-random"),
                                 "summary": {"shared": _summary_json(rows_s),
                                             "random": _summary_json(rows_r),
                                             "grid": _summary_json(rows_g)},
@@ -649,11 +651,12 @@ def expalpha_imbalance(ctx: Context) -> None:
 
 
 @experiment("expalpha-flip", "Exp-alpha Table 2: 5 backbones x {prop, Exp-alpha}, each "
-                             "sampled client flipped with probability 1/3")
+                             "sampled client flipped with probability 1/3",
+            options=OPTIONS)
 def expalpha_flip(ctx: Context) -> None:
     bbs = backbones(ctx, "flip")
     runs, rounds = _grid(ctx, "flip", "flipped")
-    rows = grid_rows(runs, rounds, "flip")
+    rows = grid_rows(ctx, runs, rounds, "flip")
     note = ("Clients: 200 balanced clients of 200 train rows; a uniform cohort of 6 every "
             "round, each sampled client flipped with probability 1/3 in that round "
             "(`--flip-protocol bernoulli`, the paper's Table 2 protocol; flip ratio 1.0: a "
@@ -697,14 +700,15 @@ def adapt_rows(results: dict[str, dict[str, list[dict]]], cohorts: dict[str, int
 
 
 @experiment("expalpha-adapt", "Exp-alpha Fig. 2: per-group aggregation weights over training "
-                              "(imbalanced / flipped clients)")
+                              "(imbalanced / flipped clients)",
+            options=OPTIONS)
 def expalpha_adapt(ctx: Context) -> None:
     fedavg = BY_LABEL["FedAvg"]
     results: dict[str, dict[str, list[dict]]] = {}
     traces: dict[str, dict[str, list[float]]] = {}
     cohorts, sign_rows = {}, []
     for setting, (tag, names) in ADAPT_GROUPS.items():
-        s = schedule(setting, ctx.quick)
+        s = schedule(ctx, setting)
         cohorts[setting] = s["cohort"]
         results[setting] = {a: [] for a in AGGREGATIONS}
         per_seed: dict[str, list[dict]] = {a: [] for a in AGGREGATIONS}
@@ -714,12 +718,12 @@ def expalpha_adapt(ctx: Context) -> None:
                 cfg = make_cfg(ctx, setting, seed, fedavg, agg)
                 if data is None:
                     data, ds = _load(cfg)
-                res, _ = ctx.run(cfg, make_hp(fedavg), label=f"{setting}/{agg}", data=data,
+                res, _ = ctx.run(cfg, make_hp(ctx, fedavg), label=f"{setting}/{agg}", data=data,
                                  dataset=ds)
                 gw = _weights(res, _groups(data, tag))
                 per_seed[agg].append(gw["trace"])
                 results[setting][agg].append(run_summary(
-                    res["history"], s["rounds"], METRIC[setting], targets(setting),
+                    res["history"], s["rounds"], METRIC[setting], targets(ctx, setting),
                     {"seed": seed, "group_weight": gw["mean"], "group_slots": gw["count"],
                      "weight_trace": gw["trace"]}))
         for agg in AGGREGATIONS:
@@ -728,7 +732,7 @@ def expalpha_adapt(ctx: Context) -> None:
                 names.get(g, g): v for g, v in tr.items()}
         sign_rows += paired_rows(setting.removeprefix("adapt-"),
                                  results[setting]["proportional"],
-                                 results[setting]["exp-alpha"], s["rounds"], targets(setting))
+                                 results[setting]["exp-alpha"], s["rounds"], targets(ctx, setting))
         # the paper's claim: the least shifted group gets the highest Exp-α weight
         first, other = list(names)[0], list(names)[1:]
         w = [r["group_weight"] for r in results[setting]["exp-alpha"]]
@@ -760,18 +764,19 @@ def expalpha_adapt(ctx: Context) -> None:
         + "\n")
     ctx.write({"table.md": table,
                "results.json": {**_meta(ctx, "adapt-imbalance", [fedavg]),
-                                "schedule_flip": schedule("adapt-flip", ctx.quick),
+                                "schedule_flip": schedule(ctx, "adapt-flip"),
                                 "top_group_gap": {r[0]: r[1] for r in gap_rows},
                                 "summary": _summary_json(sign_rows), "runs": results},
                "weights.png": lambda p: plot_group_weights(
                    p, traces, title="FedAvg: mean aggregation weight per client group")})
 
 
-@experiment("expalpha-domain", "Exp-alpha Table 3: Digits domain shift (MNIST, USPS, MNIST-M)")
+@experiment("expalpha-domain", "Exp-alpha Table 3: Digits domain shift (MNIST, USPS, MNIST-M)",
+            options=OPTIONS)
 def expalpha_domain(ctx: Context) -> None:
     bbs = backbones(ctx, "domain")
     runs, rounds = _grid(ctx, "domain", "domain")
-    s = schedule("domain", ctx.quick)
+    s = schedule(ctx, "domain")
     names = [DOMAIN_NAMES[d.strip()] for d in s["domains"].split(",") if d.strip()]
     note = ("Digits domain shift (FedBN's benchmark): one domain per client, round-robin, "
             f"{s['domain_samples']} rows per client (60% train), every client in every round. "
@@ -784,7 +789,7 @@ def expalpha_domain(ctx: Context) -> None:
             "aggregation weight of each domain's clients (uniform = 1/cohort). The paper's "
             "Digits numbers (FedAvg avg 81.89 → 81.92, FedBN 85.22 → 85.24: no change) are "
             "on five domains.")
-    rows = grid_rows(runs, rounds, "domain")
+    rows = grid_rows(ctx, runs, rounds, "domain")
     dom_rows = []
     for (bl, agg), rs in runs.items():
         ok = [r for r in rs if not r.get("diverged")]
@@ -806,11 +811,12 @@ def expalpha_domain(ctx: Context) -> None:
 
 
 @experiment("expalpha-alpha", "Exp-alpha App. A.5: alpha sweep {0.2, 1, 5, 25, 125} (FedAvg, "
-                              "4 balanced + 6 ratio-0.001 clients per cohort)")
+                              "4 balanced + 6 ratio-0.001 clients per cohort)",
+            options=OPTIONS)
 def expalpha_alpha(ctx: Context) -> None:
     fedavg = BY_LABEL["FedAvg"]
-    s = schedule("alpha", ctx.quick)
-    rounds, xs = s["rounds"], targets("alpha")
+    s = schedule(ctx, "alpha")
+    rounds, xs = s["rounds"], targets(ctx, "alpha")
     alphas = ALPHAS[::2] if ctx.quick else ALPHAS
     by_alpha: dict[str, list[dict]] = {"proportional": []}
     by_alpha.update({f"α = {a:g}": [] for a in alphas})
@@ -821,8 +827,8 @@ def expalpha_alpha(ctx: Context) -> None:
             cfg = make_cfg(ctx, "alpha", seed, fedavg, agg)
             if data is None:
                 data, ds = _load(cfg)
-            hp = make_hp(fedavg) if agg == "proportional" else make_hp(
-                fedavg, exp_alpha=float(lab.split("= ")[1]))
+            hp = make_hp(ctx, fedavg) if agg == "proportional" else make_hp(
+                ctx, fedavg, exp_alpha=float(lab.split("= ")[1]))
             res, _ = ctx.run(cfg, hp, label=f"alpha/{lab}", data=data, dataset=ds)
             gw = _weights(res, _groups(data, "imbalanced"))
             by_alpha[lab].append(run_summary(res["history"], rounds, METRIC["alpha"], xs,
@@ -836,7 +842,7 @@ def expalpha_alpha(ctx: Context) -> None:
             cfg = make_cfg(ctx, "alpha-random", seed, fedavg, agg)
             if data is None:
                 data, ds = _load(cfg)
-            res, _ = ctx.run(cfg, make_hp(fedavg), label=f"alpha-random/{lab}", data=data,
+            res, _ = ctx.run(cfg, make_hp(ctx, fedavg), label=f"alpha-random/{lab}", data=data,
                              dataset=ds)
             gw = _weights(res, _groups(data, "imbalanced"))
             rand[lab].append(run_summary(res["history"], rounds, METRIC["alpha"], xs,
@@ -931,7 +937,8 @@ def client_gaps(model, cfg: RunConfig, hp: HParams, params, mstate, data, key
 
 
 @experiment("expalpha-gaps", "Exp-alpha diagnostic: F_k(w), F_k(w_k) and the weight logit "
-                             "per imbalance ratio at the global model of a FedAvg run")
+                             "per imbalance ratio at the global model of a FedAvg run",
+            options=OPTIONS)
 def expalpha_gaps(ctx: Context) -> None:
     import jax
 
@@ -946,9 +953,9 @@ def expalpha_gaps(ctx: Context) -> None:
             for r in checkpoints:
                 cfg = make_cfg(ctx, setting, seed, fedavg, "proportional").replace(
                     rounds=r, eval_every=r)
-                hp = make_hp(fedavg).as_arrays()
+                hp = make_hp(ctx, fedavg).as_arrays()
                 data, ds = _load(cfg)
-                _, sim = run_config(cfg, make_hp(fedavg), data=data, dataset=ds)
+                _, sim = run_config(cfg, make_hp(ctx, fedavg), data=data, dataset=ds)
                 model = model_for(cfg.model, data, ds, cfg.conv_impl)
                 st = sim.final_state
                 g = client_gaps(model, cfg, hp, st.params, st.model_state, data,

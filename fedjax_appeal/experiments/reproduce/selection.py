@@ -32,7 +32,6 @@ per-client test accuracy (range and mean absolute pairwise difference are in the
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -85,14 +84,12 @@ _SCHEDULE = {False: dict(rounds=10, local_steps=10, batch_size=32, eval_every=2,
                          max_samples=10000),
              True: dict(rounds=3, local_steps=3, batch_size=32, eval_every=1,
                         max_samples=3000)}
-# CIFAR-10 (Table I's second half) is opt-in: FEDJAX_APPEAL_SELECTION_CIFAR=1.
-_CIFAR_ENV = "FEDJAX_APPEAL_SELECTION_CIFAR"
-# Run each seed's variants in reverse order (to share seeds between two processes).
-_REVERSE_ENV = "FEDJAX_APPEAL_SELECTION_REVERSE"
-# Table III on a subset of its windows, e.g. "5,10" (default: 2, 5, 10).
-_WINDOW_ENV = "FEDJAX_APPEAL_SELECTION_WINDOWS"
-# Table II on a subset of its lambdas, e.g. "0.01,0.5,0.95" (default: all six).
-_LAMBDA_ENV = "FEDJAX_APPEAL_SELECTION_LAMBDAS"
+# The options (`reproduce NAME --set KEY=VALUE`) of the selection tables.
+_CIFAR = {"cifar": "1 adds CIFAR-10, the second half of the paper's table (CPU budget: off)"}
+_REVERSE = {"reverse": "1 runs each seed's variants in reverse order (a second process on "
+                       "the same seeds meets the first halfway through the run cache)"}
+_WINDOWS = {"windows": "a subset of Table III's windows, e.g. 5,10 (default: 2,5,10)"}
+_LAMBDAS = {"lambdas": "a subset of Table II's lambdas, e.g. 0.01,0.5,0.95 (default: all six)"}
 
 
 def _setting(ctx: Context, dataset: str, seed: int, **kw):
@@ -252,8 +249,17 @@ def _pairs_by_round(a: list[dict], b: list[dict]) -> list[str]:
     return out
 
 
+def _numbers(ctx: Context, key: str, kind) -> tuple:
+    """The comma-separated numbers of option `key` (one line when one is not a number)."""
+    try:
+        return tuple(kind(x) for x in ctx.option(key).split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"--set {key}={ctx.option(key)}: give comma-separated "
+                          f"{kind.__name__} values") from None
+
+
 def _datasets(ctx: Context) -> tuple[str, ...]:
-    return ("mnist", "cifar10") if os.environ.get(_CIFAR_ENV) and not ctx.quick else ("mnist",)
+    return ("mnist", "cifar10") if ctx.flag("cifar") and not ctx.quick else ("mnist",)
 
 
 def _run_all(ctx: Context, dataset: str, variants: dict[str, tuple[dict, dict]]
@@ -262,8 +268,8 @@ def _run_all(ctx: Context, dataset: str, variants: dict[str, tuple[dict, dict]]
     interrupted experiment leaves whole seeds in the run cache)."""
     out: dict[str, list[dict]] = {k: [] for k in variants}
     order = list(variants.items())
-    if os.environ.get(_REVERSE_ENV):  # a second process on the same seeds meets the first
-        order = order[::-1]           # halfway through the run cache
+    if ctx.flag("reverse"):  # a second process on the same seeds meets the first halfway
+        order = order[::-1]  # through the run cache
     for s in _seeds(ctx):
         for name, (ckw, hkw) in order:
             out[name].append(_one(ctx, f"{dataset}/{name}", _setting(ctx, dataset, s, **ckw),
@@ -271,7 +277,8 @@ def _run_all(ctx: Context, dataset: str, variants: dict[str, tuple[dict, dict]]
     return out
 
 
-@experiment("selection-compare", "Table I: DivFL/SubTrunc/UnionFL/Random/PoC (paper-literal)")
+@experiment("selection-compare", "Table I: DivFL/SubTrunc/UnionFL/Random/PoC (paper-literal)",
+            options={**_CIFAR, **_REVERSE})
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     for ds in _datasets(ctx):
@@ -327,7 +334,7 @@ def selection_compare(ctx: Context) -> None:
         plots[f"curves_{ds}.png"] = ({LABEL[s]: [r["history"] for r in runs[s]]
                                       for s in SELECTORS}, f"{ds}: selectors")
     cifar = ("" if "cifar10" in data else
-             f"CIFAR-10 was not run (CPU budget; set {_CIFAR_ENV}=1 to add it, λ = 0.5). ")
+             "CIFAR-10 was not run (CPU budget; `--set cifar=1` adds it, λ = 0.5). ")
     table = ("# selection-compare (Table I)\n\n" + _header_note(ctx, _datasets(ctx)) + "\n" + cifar
              + "Seconds per round include, for DivFL/SubTrunc/UnionFL, the all-client "
                "gradient refresh (Random and Power-of-Choice have none).\n\n"
@@ -335,13 +342,14 @@ def selection_compare(ctx: Context) -> None:
     _write(ctx, table, data, plots)
 
 
-@experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal)")
+@experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal)",
+            options={**_CIFAR, **_REVERSE, **_LAMBDAS})
 def selection_lambda(ctx: Context) -> None:
     lams = (0.01, 0.5, 0.95) if ctx.quick else (0.01, 0.1, 0.25, 0.5, 0.75, 0.95)
-    if os.environ.get(_LAMBDA_ENV):  # a subset of the paper's lambdas (CPU budget)
-        lams = tuple(float(x) for x in os.environ[_LAMBDA_ENV].split(","))
+    if ctx.option("lambdas"):  # a subset of the paper's lambdas (CPU budget)
+        lams = _numbers(ctx, "lambdas", float)
         if not set(lams) <= set(PAPER_T2["mnist"]):
-            raise ConfigError(f"{_LAMBDA_ENV} must list lambdas of the paper's Table II: "
+            raise ConfigError("--set lambdas= must list lambdas of the paper's Table II: "
                               f"{', '.join(map(str, PAPER_T2['mnist']))}")
     variants = {str(lam): ({"selector": "subtrunc"}, {"subtrunc_lambda": lam}) for lam in lams}
     variants["0"] = ({"selector": "divfl"}, {})  # lambda = 0 is DivFL (Table I's DivFL runs)
@@ -378,7 +386,7 @@ def selection_lambda(ctx: Context) -> None:
         plots[f"curves_{ds}.png"] = ({f"lambda={k}": [r["history"] for r in v]
                                       for k, v in runs.items()}, f"{ds}: SubTrunc lambda")
     cifar = ("" if "cifar10" in data else
-             f"CIFAR-10 was not run (CPU budget; set {_CIFAR_ENV}=1 to add it). ")
+             "CIFAR-10 was not run (CPU budget; `--set cifar=1` adds it). ")
     table = ("# selection-lambda (Table II, SubTrunc)\n\n" + _header_note(ctx, _datasets(ctx))
              + "\n" + cifar
              + "Each SubTrunc pick maximises g_j + λ·h_j over its candidates (g: "
@@ -388,20 +396,21 @@ def selection_lambda(ctx: Context) -> None:
                "sequence, hence the same run, for every λ ∈ [0, " + hi + "]: the paper's other "
                "rows would repeat the measured DivFL row (a consequence of the argument, not "
                "separate runs)."
-             + (f" Rows run: λ ∈ {list(lams)} ({_LAMBDA_ENV}) and DivFL." if
-                os.environ.get(_LAMBDA_ENV) else "")
+             + (f" Rows run: λ ∈ {list(lams)} (`--set lambdas=`) and DivFL." if
+                ctx.option("lambdas") else "")
              + " See `selection-gains` for the size of g's gaps against λ·b.\n\n"
              + "".join(parts))
     _write(ctx, table, data, plots)
 
 
-@experiment("selection-window", "Table III: UnionFL window 2/5/10 (paper-literal, MNIST)")
+@experiment("selection-window", "Table III: UnionFL window 2/5/10 (paper-literal, MNIST)",
+            options={**_REVERSE, **_WINDOWS})
 def selection_window(ctx: Context) -> None:
     us = (2, 5, 10)
-    if os.environ.get(_WINDOW_ENV):  # a subset of the paper's windows (CPU budget)
-        us = tuple(int(x) for x in os.environ[_WINDOW_ENV].split(","))
+    if ctx.option("windows"):  # a subset of the paper's windows (CPU budget)
+        us = _numbers(ctx, "windows", int)
         if not set(us) <= {2, 5, 10} or 2 not in us and 10 not in us:
-            raise ConfigError(f"{_WINDOW_ENV} must list windows of the paper's Table III "
+            raise ConfigError("--set windows= must list windows of the paper's Table III "
                               "(2, 5, 10), including 2 or 10")
     runs = _run_all(ctx, "mnist", {str(u): ({"selector": "unionfl", "union_window": u}, {})
                                    for u in us})
@@ -426,7 +435,7 @@ def selection_window(ctx: Context) -> None:
                f"= −0.25, accuracy +0.47; u = 10 − u = 5: −0.07, +0.17): dissimilarity "
                f"{_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp "
                f"{_pair_cell(pa)} — {_verdict(pa, '+')}."
-             + (f" Rows run: u ∈ {list(us)} ({_WINDOW_ENV})." if os.environ.get(_WINDOW_ENV)
+             + (f" Rows run: u ∈ {list(us)} (`--set windows=`)." if ctx.option("windows")
                 else "")
              + "\n\nDissimilarity along training:\n\n"
              + _by_round({f"u={k}": v for k, v in runs.items()}))
@@ -434,7 +443,8 @@ def selection_window(ctx: Context) -> None:
                                               for k, v in runs.items()}, "UnionFL window")})
 
 
-@experiment("selection-phi", "Table IV: SubTrunc phi = ln(1+x) vs identity (paper-literal)")
+@experiment("selection-phi", "Table IV: SubTrunc phi = ln(1+x) vs identity (paper-literal)",
+            options=_REVERSE)
 def selection_phi(ctx: Context) -> None:
     phis = ("log", "identity")
     variants = {p: ({"selector": "subtrunc", "subtrunc_phi": p}, {}) for p in phis}
