@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import flax.linen as nn
 import jax
@@ -13,6 +16,18 @@ import pytest
 from fedjax_appeal.core.arrays import ClientArrays, FederatedData
 from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.core.models import Model, make_model
+
+# Most of the suite's time is XLA compiling the same small programs again: every run builds
+# its round afresh, and many tests run the same tiny configuration. JAX's persistent
+# compilation cache, in a folder of this session, gives a program compiled before (same
+# lowered module, options and versions) back from disk; the executable is the one a fresh
+# compile makes, so no value changes. The test process only: the subprocesses that tests
+# start (signals, several processes) compile as a user's run does.
+_XLA_CACHE = tempfile.mkdtemp(prefix="fedjax-appeal-tests-xla-")
+atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 class NoBiasLinear(nn.Module):

@@ -24,25 +24,38 @@ CFG = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", cl
                 eval_every=1, min_samples=4, appeal=False)
 
 
+GRID = {"client_lr": [0.3, 0.05]}
+SEEDS = [0, 3]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """The data and each (client lr, seed)'s own `simulate` history, computed once for the
+    three layouts below (the reference does not depend on how the sweep lays out a batch)."""
+    data, ds = load_federated(CFG)
+    model = model_for(CFG.model, data, ds)
+    alg = build("fedavg", model, CFG)
+    refs = {(lr, seed): simulate(alg, data, HParams(client_lr=lr), jax.random.key(seed),
+                                 rounds=CFG.rounds, eval_every=CFG.eval_every).history
+            for lr in GRID["client_lr"] for seed in SEEDS}
+    return data, ds, refs
+
+
 # lanes: None = the default (1 on CPU: a lax.map over the batch), 0 = one vmap over the
 # batch, 2 = a lax.map over pairs with a remainder of 1.
 @pytest.mark.parametrize("lanes", [None, 0, 2])
-def test_every_sweep_row_equals_its_run(lanes):
-    data, ds = load_federated(CFG)
-    seeds = [0, 3]
-    res = sweep(CFG, {"client_lr": [0.3, 0.05]}, seeds, data=data, dataset=ds, max_parallel=3,
-                lanes=lanes)
+def test_every_sweep_row_equals_its_run(runs, lanes):
+    data, ds, refs = runs
+    res = sweep(CFG, GRID, SEEDS, data=data, dataset=ds, max_parallel=3, lanes=lanes)
     assert len(res.rows) == 4
     assert [(r["hparams"]["client_lr"], r["seed"]) for r in res.rows] == [
         (0.3, 0), (0.3, 3), (0.05, 0), (0.05, 3)]
-    model = model_for(CFG.model, data, ds)
-    alg = build("fedavg", model, CFG)
     finals = []
     for row in res.rows:
-        ref = simulate(alg, data, HParams(**row["hparams"]), jax.random.key(row["seed"]),
-                       rounds=CFG.rounds, eval_every=CFG.eval_every)
+        assert set(row["hparams"]) == {"client_lr"}  # the reference's HParams
+        ref = refs[(row["hparams"]["client_lr"], row["seed"])]
         assert [h["round"] for h in row["history"]] == [0, 1, 2]
-        for a, b in zip(row["history"], ref.history, strict=True):
+        for a, b in zip(row["history"], ref, strict=True):
             assert set(a) == set(b)
             for k in b:
                 np.testing.assert_allclose(a[k], b[k], rtol=2e-4, atol=2e-5,
