@@ -21,13 +21,23 @@ from fedjax_appeal.core.models import Model, make_model
 # its round afresh, and many tests run the same tiny configuration. JAX's persistent
 # compilation cache, in a folder of this session, gives a program compiled before (same
 # lowered module, options and versions) back from disk; the executable is the one a fresh
-# compile makes, so no value changes. The test process only: the subprocesses that tests
-# start (signals, several processes) compile as a user's run does.
-_XLA_CACHE = tempfile.mkdtemp(prefix="fedjax-appeal-tests-xla-")
-atexit.register(shutil.rmtree, _XLA_CACHE, ignore_errors=True)
-jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+# compile makes, so no value changes. Subprocesses compile as a user's run does, except
+# where a test adds XLA_CACHE_ENV to one: a single-process run started one after another
+# with the test's own runs, whose compilation is not what the test checks (signals, locks).
+# Several processes of one run (test_multiprocess) and fake devices keep compiling afresh.
+# Set up in pytest_configure, so that a script importing this module does not turn it on.
+XLA_CACHE_ENV: dict[str, str] = {}
+
+
+def pytest_configure(config):
+    cache = tempfile.mkdtemp(prefix="fedjax-appeal-tests-xla-")
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    XLA_CACHE_ENV.update({"JAX_COMPILATION_CACHE_DIR": cache,
+                          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                          "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
 
 
 class NoBiasLinear(nn.Module):

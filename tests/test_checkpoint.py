@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_tiny_data
+from conftest import XLA_CACHE_ENV, make_tiny_data
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.cli.commands import main
@@ -40,7 +40,7 @@ def _alg():
 def _start_slow_run(out, min_round, stderr=subprocess.DEVNULL):
     """(process, env) of a TINY run into `out`, slowed after each checkpoint, once its
     checkpoint has reached `min_round` (or the process ended)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, **XLA_CACHE_ENV, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
            "FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT": "0.4"}
     proc = subprocess.Popen([sys.executable, "-m", "fedjax_appeal", "run", *TINY, "--out",
                              str(out)], env=env, stdout=subprocess.DEVNULL, stderr=stderr,

@@ -5,7 +5,7 @@ and a sweep's bad seeds (which once left a half-written sweep checkpoint)."""
 from __future__ import annotations
 
 import pytest
-from conftest import assert_refused
+from conftest import XLA_CACHE_ENV, assert_refused
 
 RUN = ["run", "--dataset", "synthetic", "--clients", "4", "--unseen-clients", "0",
        "--cohort", "2", "--rounds", "1"]
@@ -62,7 +62,7 @@ def test_two_runs_on_one_folder(tmp_path, capsys):
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "r"
-    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, **XLA_CACHE_ENV, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu",
            "FEDJAX_APPEAL_TEST_SLEEP_AFTER_CHECKPOINT": "0.3"}
     first = subprocess.Popen([sys.executable, "-m", "fedjax_appeal", *RUN[:-1], "8",
                               "--checkpoint-every", "1", "--out", str(out)], env=env,
