@@ -35,6 +35,9 @@ def pytest_configure(config):
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # The test process is one CPU device: started here, so that the automatic layout of an
+    # in-process `main([...])` finds JAX running and leaves it (subprocess tests split).
+    jax.devices()
     XLA_CACHE_ENV.update({"JAX_COMPILATION_CACHE_DIR": cache,
                           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})

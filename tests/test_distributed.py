@@ -18,6 +18,7 @@ from fedjax_appeal.algorithms import build
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
 from fedjax_appeal.execute.cohort import chunk_size
+from fedjax_appeal.execute.layout import host_cores, largest_divisor
 from fedjax_appeal.run.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +81,36 @@ for dev, lanes in ((1, 0), (2, 0), (2, 1)):
     res = sweep(scfg, {"client_lr": [0.3, 0.05]}, [0, 3], data=sdata, dataset=sds,
                 max_parallel=4, lanes=lanes, mesh=make_mesh(dev))
     out[f"sweep {dev}/{lanes}"] = [r["history"] for r in res.rows]
+
+# passes over all clients traced under the mesh spread their rows over its devices
+from fedjax_appeal.evaluate.evaluation import evaluate_global
+from fedjax_appeal.local.solo import solo_stats
+params, st = model.init(jax.random.key(1))
+def passes(p, s, d):
+    ev = evaluate_global(model, p, s, d, chunk=8)
+    so = solo_stats(model, p, s, d.train, d.test, jax.random.key(2), 0.1, steps=3,
+                    batch_size=4, chunk=8)
+    return {k: (v.loss, v.acc) for k, v in ev.items()}, so
+def traced(mesh):
+    args = (params, st, data)
+    if mesh is None:
+        return jax.jit(passes)(*args), str(jax.make_jaxpr(passes)(*args))
+    with jax.set_mesh(mesh):
+        return jax.jit(lambda *a: passes(*a))(*args), str(jax.make_jaxpr(passes)(*args))
+(plain, jp_plain), (spread_, jp_spread) = traced(None), traced(make_mesh(2))
+# one client at a time on each device: 7 rows over 2 devices (the last one repeated)
+from fedjax_appeal.execute.distributed import map_spread
+rows = (jax.numpy.arange(7.0), jax.numpy.arange(14.0).reshape(7, 2))
+fn = lambda r: r[0] * 10 + r[1].sum()
+with jax.set_mesh(make_mesh(2)):
+    got = jax.jit(lambda r: map_spread(fn, r))(rows)
+    jm = str(jax.make_jaxpr(lambda r: map_spread(fn, r))(rows))
+want = np.asarray(jax.lax.map(fn, rows))
+out["map_spread"] = [np.asarray(got).tolist() == want.tolist(), jm.count("sharding_constraint")]
+out["spread"] = {"plain": "sharding_constraint" in jp_plain,
+                 "mesh": jp_spread.count("sharding_constraint"),
+                 "same": bool(all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(
+                     jax.tree.leaves(plain), jax.tree.leaves(spread_), strict=True)))}
 print(json.dumps(out))
 """
 
@@ -98,6 +129,12 @@ def test_eight_fake_devices_equal_one_device():
     # of 1; no lanes, or 3 devices for 8 clients: one sharded vmap, no scan
     assert out.pop("scans") == {"2/1": [4], "2/3": [1], "2/0": [], "3/2": []}
     assert out.pop("sweep_scans") == [2]  # 2 runs per device, one at a time
+    # under a mesh only: evaluation of 4 splits (rows spread, loss and correct collected:
+    # 12) and the solo models (ks and keys spread, 5 statistics collected: 7), with the
+    # numbers of one device
+    assert out.pop("spread") == {"plain": False, "mesh": 19, "same": True}
+    # the two row arrays spread, the output spread per device and collected: 4
+    assert out.pop("map_spread") == [True, 4]
     swept = {k: out.pop(k) for k in list(out) if k.startswith("sweep")}
     for name in ("sweep 2/0", "sweep 2/1"):  # every row of every layout equals 1 device's
         for rows_a, rows_b in zip(swept["sweep 1/0"], swept[name], strict=True):
@@ -264,7 +301,8 @@ def test_cpu_devices_shard_the_cohort_and_keep_the_history(tmp_path):
              "--eval-every", "1", "--min-samples", "4", "--partition", "natural",
              "--no-appeal", "--client-lr", "0.3"]
     res = {}
-    for name, extra in (("one", []), ("two", ["--cpu-devices", "2", "--devices", "2"])):
+    for name, extra in (("one", ["--layout", "manual"]),
+                        ("two", ["--cpu-devices", "2", "--devices", "2"]), ("auto", [])):
         r = subprocess.run([sys.executable, "-m", "fedjax_appeal", *flags, *extra, "--out",
                             str(tmp_path / name)], env=env, capture_output=True, text=True,
                            timeout=300)
@@ -272,6 +310,16 @@ def test_cpu_devices_shard_the_cohort_and_keep_the_history(tmp_path):
         res[name] = json.loads((tmp_path / name / "results.json").read_text())
     assert res["one"]["environment"]["devices"] == 1
     assert res["two"]["environment"]["devices"] == 2
-    for a, b in zip(res["one"]["history"], res["two"]["history"], strict=True):
-        for k in ("train_loss", "test_acc_seen", "test_loss_seen"):
-            assert b[k] == pytest.approx(a[k], rel=1e-5), (a["round"], k)
+    assert res["two"]["layout"]["mode"] == "manual"
+    # no flags: the automatic layout splits the CPU into the largest divisor of the cohort
+    # (4) among the cores this process may use, one client at a time per device
+    d = largest_divisor(4, host_cores())
+    assert res["auto"]["environment"]["devices"] == (d if d > 1 else 1)
+    assert res["auto"]["layout"] == {
+        "mode": "auto", "devices": d, "client_lanes": 1 if d > 1 else 0,
+        "cpu_devices": d, "backend": "cpu", "why": res["auto"]["layout"]["why"]}
+    assert (res["auto"]["config"]["devices"], res["auto"]["config"]["layout"]) == (d, "auto")
+    for other in ("two", "auto"):
+        for a, b in zip(res["one"]["history"], res[other]["history"], strict=True):
+            for k in ("train_loss", "test_acc_seen", "test_loss_seen"):
+                assert b[k] == pytest.approx(a[k], rel=1e-5), (other, a["round"], k)

@@ -170,10 +170,11 @@ def add_process_flags(p: argparse.ArgumentParser) -> None:
     """--overwrite and the multi-process flags (see `distributed.initialize`)."""
     p.add_argument("--overwrite", action="store_true",
                    help="replace the results and checkpoint of another run in --out")
-    p.add_argument("--cpu-devices", type=int, default=0, metavar="N",
+    p.add_argument("--cpu-devices", type=int, default=None, metavar="N",
                    help="split the host CPU into N JAX devices (jax_num_cpu_devices), so that "
                         "--devices N (or 0) shards the cohort over the cores: each device runs "
-                        "its own share of the clients' matmuls (0 = JAX's default, one device)")
+                        "its own share of the clients' matmuls (0 = JAX's default, one device; "
+                        "default: chosen by --layout auto, see execute/layout.py)")
     g = p.add_argument_group("several processes (one simulation over all their devices)")
     g.add_argument("--coordinator-address", default="", metavar="HOST:PORT",
                    help="address of process 0 (with --num-processes, --process-id); without "
@@ -193,12 +194,49 @@ def start_processes(args: argparse.Namespace) -> bool:
 
     if not hasattr(args, "coordinator_address"):
         return False
-    split_cpu(args.cpu_devices)
+    if args.cpu_devices is not None:
+        split_cpu(args.cpu_devices)
+    else:  # the automatic layout's split; where JAX already runs (a caller's process), none
+        try:
+            split_cpu(cpu_devices_for(args))
+        except ConfigError:
+            pass
     if args.heartbeat_timeout < 1:
         raise ConfigError(f"--heartbeat-timeout must be >= 1 second (got "
                           f"{args.heartbeat_timeout})")
     return initialize(args.coordinator_address, args.num_processes, args.process_id,
                       heartbeat_timeout_s=args.heartbeat_timeout)
+
+
+def cpu_devices_for(args: argparse.Namespace) -> int:
+    """The CPU split of this process (before JAX runs): `--cpu-devices` as given, else the
+    automatic layout's (`layout.cpu_split`) unless the layout is manual (`--layout manual`,
+    or `--devices` / `--client-lanes` given) or the job has several processes."""
+    from ..execute.distributed import detected_cluster
+    from ..execute.layout import LAYOUT_FIELDS, cpu_split, host_cores
+
+    if args.cpu_devices is not None:
+        return args.cpu_devices
+    if args.coordinator_address or args.num_processes > 0 or detected_cluster():
+        return 0
+    given = given_keys(args)
+    values: dict[str, Any] = {}
+    if getattr(args, "resume", ""):
+        from ..run.checkpoint import resume_base
+
+        values.update(resume_base(args.resume))
+    if getattr(args, "config", None):
+        values.update(load_config_file(args.config))
+    values.update(vars(args))
+    if values.get("layout", "auto") == "manual" or given & set(LAYOUT_FIELDS):
+        return 0
+    if args.command == "sweep":  # a sweep shards its grid: every core
+        return host_cores() if host_cores() > 1 else 0
+    cohort = values.get("cohort", RunConfig.cohort)
+    try:
+        return cpu_split(int(cohort))
+    except (TypeError, ValueError):
+        return 0  # validation reports the bad value
 
 
 def resolve(args: argparse.Namespace, base: dict[str, Any] | None = None
@@ -306,16 +344,28 @@ def cmd_run(args: argparse.Namespace) -> int:
                               f"give --rounds {meta['round']} or more")
     check_ignored(cfg, given_keys(args))
     check_source_size(cfg)
+    cfg, layout = run_layout(cfg, given_keys(args))
     check_processes(cfg.devices)
     prepare_out(cfg.out, RUN_FILES, args, cfg.resume)
     _peer_advice(cfg.resume or cfg.out, cfg.checkpoint_every)
     from ..run.outlock import out_lock
 
     with out_lock(cfg.out):  # one run per folder
-        return _run_locked(args, cfg, hp)
+        return _run_locked(args, cfg, hp, layout)
 
 
-def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
+def run_layout(cfg: RunConfig, given: set[str]):
+    """(cfg, Layout) with the layout resolved (`experiment.run_layout`); a layout field
+    given on the command line or in the config file makes the layout manual."""
+    from ..execute.layout import LAYOUT_FIELDS
+    from ..run.experiment import run_layout as resolved
+
+    if "layout" not in given and given & set(LAYOUT_FIELDS):
+        cfg = cfg.replace(layout="manual")
+    return resolved(cfg)
+
+
+def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     """`cmd_run` once the configuration is checked and the output folder is ours."""
     from ..core.config import appeal_reason
     from ..core.models import model_for
@@ -336,6 +386,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
         print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
               f"{cfg.rounds} rounds, {appeal_reason(cfg)} -> {cfg.out}", file=sys.stderr)
+        print(f"fedjax-appeal: {layout.describe()}", file=sys.stderr)
         if cfg.dp != "off":
             from ..aggregate.accounting import header as dp_header
 

@@ -209,6 +209,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
            "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}
     if spec:
         _check_same_sweep(spec, now, cfg.resume)
+    from ..execute.layout import LAYOUT_FIELDS
+
+    if "layout" not in given and given & set(LAYOUT_FIELDS):
+        cfg = cfg.replace(layout="manual")  # a layout flag given: taken as given
+    elif cfg.layout == "auto":  # the grid sharded over every device (execute/layout.py)
+        cfg = cfg.replace(devices=0)
     check_processes(cfg.devices)
     prepare_out(cfg.out, SWEEP_FILES, args, cfg.resume)
     with out_lock(cfg.out):  # one sweep per folder

@@ -459,8 +459,13 @@ class RunConfig:
                               "(0 = the whole cohort in one vmap; with --devices D, "
                               "each device's share of the cohort)",
                            group="scale", ge=0, hint="0 = the whole cohort in one vmap")
-    devices: int = _f(1, "devices to shard the cohort over (0 = all)",
-                      group="scale", ge=0, hint="0 = all")
+    devices: int = _f(1, "devices to shard the cohort over (0 = all; setting it makes the "
+                         "layout manual)", group="scale", ge=0, hint="0 = all")
+    layout: str = _f("auto", "execution layout: auto = the cohort sharded over the host's "
+                             "cores (CPU) or devices when the cohort divides among them, one "
+                             "client at a time per CPU device (execute/layout.py); manual = "
+                             "exactly --devices and --client-lanes", ("auto", "manual"),
+                     group="scale")
     log: str = _f("", "experiment trackers, comma-separated: tensorboard (event files in "
                       "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)",
                   group="tracking")

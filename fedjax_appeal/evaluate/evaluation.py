@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays, FederatedData
 from ..core.models import Model
+from ..execute.distributed import collect, spread
 from ..local.client import client_loss
 
 
@@ -36,7 +37,7 @@ def evaluate_split(model: Model, params, state, arrays: ClientArrays,
     def one(r):
         return model.per_sample(params, state, arrays.x[r], arrays.y[r])
 
-    loss, correct = jax.lax.map(one, rows)
+    loss, correct = collect(jax.lax.map(one, spread(rows)))
     valid = (jnp.arange(n_chunks * chunk) < s).astype(jnp.float32)
     owner = jnp.concatenate([arrays.owner,
                              jnp.zeros(n_chunks * chunk - s, arrays.owner.dtype)])

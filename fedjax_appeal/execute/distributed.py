@@ -23,6 +23,7 @@ import os
 import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -233,8 +234,11 @@ def make_mesh(devices: int = 0) -> Mesh | None:
         raise ConfigError(f"--devices {devices} with {jax.process_count()} processes: use "
                           f"--devices 0 (all {len(avail)} devices of every process)")
     if devices > len(avail):
-        raise ConfigError(f"--devices {devices} but only {len(avail)} device(s) are visible; "
-                          "lower --devices (0 = all)")
+        fix = (f"add --cpu-devices {devices} to split the host CPU into {devices} devices, "
+               "or drop --devices and --client-lanes (--layout auto splits the CPU itself)"
+               if avail[0].platform == "cpu" else "lower --devices (0 = all)")
+        raise ConfigError(f"--devices {devices} but only {len(avail)} {avail[0].platform} "
+                          f"device(s) are visible: {fix}")
     n = len(avail) if devices == 0 else devices
     if n <= 1:
         return None
@@ -286,6 +290,56 @@ def constrain_cohort(tree, mesh: Mesh | None):
         return jax.lax.with_sharding_constraint(a, spec)
 
     return jax.tree.map(one, tree)
+
+
+def spread(rows, axis: int = 1):
+    """Inside jit, under a mesh with the `clients` axis (`jax.set_mesh`; the driver traces
+    a run with a mesh under it): `rows` sharded along `axis` over that axis's devices, so a
+    pass over all clients that loops over groups (`lax.map` over the leading axis) has
+    each device compute its share of every group, the data being replicated. Without
+    such a mesh (one device, or a batch of runs sharding its runs axis), `rows` as it is.
+    """
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or AXIS not in mesh.axis_names:
+        return rows
+    spec = PartitionSpec(*([None] * axis), AXIS)
+
+    def one(a):
+        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(
+                jax.lax.with_sharding_constraint(jax.random.key_data(a), spec),
+                impl=jax.random.key_impl(a))
+        return jax.lax.with_sharding_constraint(a, spec)
+
+    return jax.tree.map(one, rows)
+
+
+def collect(tree):
+    """Inside jit, under a mesh with the `clients` axis: every array of `tree` replicated
+    over its devices (the results of a `spread` pass, so that what follows sees whole
+    arrays, as without a mesh); otherwise `tree` as it is."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or AXIS not in mesh.axis_names:
+        return tree
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, PartitionSpec()), tree)
+
+
+def map_spread(fn, rows):
+    """Inside jit: `lax.map(fn, rows)` over the leading axis (length n), and, under a mesh
+    with the `clients` axis (`jax.set_mesh`), each of its D devices mapping over its own
+    ceil(n / D) consecutive rows (the last row repeated to fill the shares; the copies
+    are dropped). For passes over all clients that run one client at a time (per-client
+    gradients: a vmap would turn convolutions into slower grouped ones)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or AXIS not in mesh.axis_names:
+        return jax.lax.map(fn, rows)
+    d = int(mesh.shape[AXIS])
+    n = jax.tree.leaves(rows)[0].shape[0]
+    per = -(-n // d)
+    take = jnp.minimum(jnp.arange(d * per), n - 1)
+    split = jax.tree.map(lambda a: a[take].reshape(d, per, *a.shape[1:]), rows)
+    out = spread(jax.vmap(lambda share: jax.lax.map(fn, share))(spread(split, 0)), 0)
+    return collect(jax.tree.map(lambda a: a.reshape(d * per, *a.shape[2:])[:n], out))
 
 
 def per_device(fn, rows, mesh: Mesh):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays
 from ..core.models import Model
+from ..execute.distributed import collect, spread
 from .client import client_loss, local_sgd
 
 
@@ -48,5 +49,5 @@ def solo_stats(model: Model, params, state, train: ClientArrays, test: ClientArr
         tel, tea = client_loss(model, res.params, res.state, test, k)
         return trl, tra, tel, tea, res.loss
 
-    out = jax.lax.map(lambda a: jax.vmap(one)(*a), (ks, keys))
+    out = collect(jax.lax.map(lambda a: jax.vmap(one)(*a), spread((ks, keys))))
     return SoloStats(*(o.reshape(-1)[:m] for o in out))

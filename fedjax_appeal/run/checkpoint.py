@@ -43,7 +43,8 @@ FORMAT = 2  # 2: leaves named by pytree path; 1: leaf_00000, ... (still read)
 PREFIX = "state/"
 # RunConfig fields that may differ between a run and its resumption.
 RESUMABLE_CHANGES = ("rounds", "out", "resume", "checkpoint_every", "devices", "client_chunk",
-                     "data_dir", "fmnist_dir", "cache_dir", "log", "dp_publish_client_stats")
+                     "client_lanes", "layout", "data_dir", "fmnist_dir", "cache_dir", "log",
+                     "dp_publish_client_stats")
 
 
 def _is_key(a) -> bool:

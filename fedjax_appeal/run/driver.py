@@ -18,6 +18,7 @@ shapes (a sweep's batches).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -155,6 +156,15 @@ class Driver:
             self._chunk = combine_lanes(make_chunk(alg), lanes, runs, mesh)
         self.data, self.hp = data, hp
 
+    def _scope(self):
+        """The context programs are traced in: one run with a mesh traces under it
+        (`jax.set_mesh`), so passes over all clients (evaluation, solo models) spread
+        their rows over its devices (`distributed.spread`); a batch of runs shards the
+        runs axis instead and traces without it."""
+        if self.mesh is None or self.runs is not None:
+            return contextlib.nullcontext()
+        return jax.set_mesh(self.mesh)
+
     def _vmapped(self, fn, in_axes):
         return fn if self.runs is None else jax.vmap(fn, in_axes=in_axes)
 
@@ -162,9 +172,10 @@ class Driver:
         """The initial server state(s)."""
         if "init" not in self.compiled:
             t = time.perf_counter()
-            self.compiled["init"] = jax.jit(self._vmapped(self.alg.init, (0, None, 0)),
-                                            **self._out).lower(self.k_init, self.data,
-                                                               self.hp).compile()
+            with self._scope():
+                self.compiled["init"] = jax.jit(
+                    self._vmapped(self.alg.init, (0, None, 0)), **self._out).lower(
+                        self.k_init, self.data, self.hp).compile()
             self.timing["init_compile_s"] += time.perf_counter() - t
         return _block(self.compiled["init"](self.k_init, self.data, self.hp))
 
@@ -181,9 +192,10 @@ class Driver:
         """The host-side evaluation of every run (per-client arrays)."""
         if "eval" not in self.compiled:
             t = time.perf_counter()
-            self.compiled["eval"] = jax.jit(self._vmapped(self.alg.evaluate, (0, None, 0)),
-                                            **self._out).lower(state, self.data,
-                                                               self.hp).compile()
+            with self._scope():
+                self.compiled["eval"] = jax.jit(
+                    self._vmapped(self.alg.evaluate, (0, None, 0)), **self._out).lower(
+                        state, self.data, self.hp).compile()
             self.timing["eval_compile_s"] += time.perf_counter() - t
         t0 = time.perf_counter()
         ev = fetch(self.compiled["eval"](state, self.data, self.hp))
@@ -210,8 +222,9 @@ class Driver:
         ck = ("chunk", length)
         if ck not in self.compiled:
             t0 = time.perf_counter()
-            lowered = jax.jit(self._chunk, **self._out).lower(state, self.data, self.k_train,
-                                                              self.hp, rarr)
+            with self._scope():
+                lowered = jax.jit(self._chunk, **self._out).lower(state, self.data,
+                                                                  self.k_train, self.hp, rarr)
             if self.before_training is not None:
                 values = sum(int(np.prod(a.shape)) for a in
                              jax.tree.leaves(lowered.out_info[1])) // length

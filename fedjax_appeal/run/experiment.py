@@ -60,7 +60,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     if dp_restricted and on_eval is not None:  # progress shows only what may be published
         shown = on_eval
         on_eval = lambda entry: shown(covered_entry(entry))
-    ckpt, mesh = _scale_options(cfg, hp)  # the mesh is built once, here
+    cfg, layout = run_layout(cfg)  # the layout is decided once, here
+    ckpt, mesh = _scale_options(cfg, hp)  # ... and the mesh built once
     alg, model, data, dataset, load_s = assemble(cfg, data=data, dataset=dataset, mesh=mesh)
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
@@ -81,6 +82,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         **({"personalized": personalized} if personalized else {}),
         **({"privacy": privacy_summary(cfg, hp, data.num_clients, cfg.rounds)}
            if cfg.dp != "off" else {}),
+        "layout": layout._asdict(),
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,
                         "backend": jax.default_backend(), "devices": jax.device_count(),
                         "python": platform.python_version(),
@@ -89,6 +91,14 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     if cfg.dp != "off":  # only what the guarantee covers, unless asked
         results = restrict(results, cfg.dp_publish_client_stats)
     return results, sim
+
+
+def run_layout(cfg: RunConfig):
+    """(cfg with its layout resolved, `layout.Layout`): see execute/layout.py."""
+    from ..core.capabilities import supports
+    from ..execute.layout import resolve_layout
+
+    return resolve_layout(cfg, algorithm_layouts=supports(cfg.algorithm).layouts)
 
 
 def _scale_options(cfg: RunConfig, hp: HParams):

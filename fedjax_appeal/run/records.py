@@ -29,7 +29,7 @@ from .validate import used_hparams
 # Keys that name where a run was written or how it was scheduled, not what it ran.
 NOT_A_SETTING = frozenset({"out", "resume", "overwrite", "cache_dir", "data_dir",
                            "fmnist_dir", "config", "checkpoint_every", "eval_every",
-                           "devices", "seed"})
+                           "devices", "client_lanes", "layout", "seed"})
 
 
 def recorded_config(cfg: RunConfig, model_name: str) -> dict[str, Any]:
