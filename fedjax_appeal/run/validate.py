@@ -73,8 +73,8 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     _validate_selection(cfg, hp)
     validate_hetero(cfg, hp)  # heterogeneous and unreliable clients
     # --- DP-FedAvg, update compression ---
-    privacy.check(cfg, hp)
-    uplink.check(cfg)
+    privacy.check(cfg.view(privacy.CHECK_OPTIONS, "the DP checks"), hp, appeal_on(cfg))
+    uplink.check(cfg.view(uplink.CHECK_OPTIONS, "the compression checks"))
     if cfg.dp != "off":
         accounting.require()
 
