@@ -273,9 +273,10 @@ def appeal_reason(cfg: RunConfig) -> str:
             "appeal protocol off (auto; --appeal on adds GM-Appeal metrics)")
 
 
-def data_seed(cfg: RunConfig) -> int:
-    """The seed of a run's data (`--data-seed`, or `--seed` when that is -1)."""
-    return cfg.seed if cfg.data_seed < 0 else cfg.data_seed
+def data_seed(opts: RunConfig | Options) -> int:
+    """The seed of a run's data (`--data-seed`, or `--seed` when that is -1); `opts`: the
+    configuration or the data layer's options."""
+    return opts.seed if opts.data_seed < 0 else opts.data_seed
 
 
 @dataclasses.dataclass(frozen=True)
