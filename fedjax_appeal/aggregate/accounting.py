@@ -33,8 +33,10 @@ import math
 
 from ..core.config import ConfigError, Options
 
-# The configuration fields the accounting reads (`RunConfig.view`).
-OPTIONS = ("dp", "dp_sampling", "dp_delta", "cohort", "rounds")
+# The configuration fields the accounting reads (`RunConfig.view`); the run header also
+# reads the number of rounds.
+OPTIONS = ("dp", "dp_sampling", "dp_delta", "cohort")
+HEADER_OPTIONS = (*OPTIONS, "rounds")
 
 MISSING = ("--dp needs the dp-accounting package: pip install 'fedjax-appeal[privacy]' "
            "(or pip install dp-accounting)")

@@ -337,7 +337,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp) -> int:
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
               f"{cfg.rounds} rounds, {appeal_reason(cfg)} -> {cfg.out}", file=sys.stderr)
         if cfg.dp != "off":
-            from ..aggregate.accounting import OPTIONS as ACCOUNTING
+            from ..aggregate.accounting import HEADER_OPTIONS as ACCOUNTING
             from ..aggregate.accounting import header as dp_header
 
             line = dp_header(cfg.view(ACCOUNTING, "the privacy accounting"), hp,
