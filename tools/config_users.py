@@ -1,7 +1,8 @@
 """Count the library functions that take the whole run configuration.
 
 Walks fedjax_appeal/**.py and counts the function definitions with a parameter named
-`cfg` (total and per top-level folder), and the `getattr(cfg, ...)` lookups. Run from the
+`cfg` (total and per top-level folder), and the `getattr(cfg, ...)` lookups (and how many
+pass a default, the defensive kind). Run from the
 repository root: `python tools/config_users.py`.
 """
 
@@ -22,10 +23,11 @@ def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
     return names
 
 
-def count(root: Path = ROOT) -> tuple[int, dict[str, int], int]:
-    """(functions taking `cfg`, the same per folder, `getattr(cfg, ...)` calls)."""
+def count(root: Path = ROOT) -> tuple[int, dict[str, int], int, int]:
+    """(functions taking `cfg`, the same per folder, `getattr(cfg, ...)` calls, those of
+    them with a default)."""
     per: collections.Counter[str] = collections.Counter()
-    lookups = 0
+    lookups = defaulted = 0
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
         folder = "/".join(rel.parts[:-1]) or "."
@@ -42,15 +44,16 @@ def count(root: Path = ROOT) -> tuple[int, dict[str, int], int]:
                   and node.func.id == "getattr" and node.args
                   and isinstance(node.args[0], ast.Name) and node.args[0].id == "cfg"):
                 lookups += 1
-    return sum(per.values()), dict(per.most_common()), lookups
+                defaulted += len(node.args) > 2
+    return sum(per.values()), dict(per.most_common()), lookups, defaulted
 
 
 def main() -> int:
-    total, per, lookups = count()
+    total, per, lookups, defaulted = count()
     print(f"functions taking cfg: {total}")
     for folder, n in per.items():
         print(f"  {folder}: {n}")
-    print(f"getattr(cfg, ...) lookups: {lookups}")
+    print(f"getattr(cfg, ...) lookups: {lookups} (with a default: {defaulted})")
     return 0
 
 
