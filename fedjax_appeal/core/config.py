@@ -661,6 +661,12 @@ def data_fields() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("data"))
 
 
+def data_options(cfg: RunConfig | Options, component: str = "the data layer") -> Options:
+    """The read-only view of `cfg`'s data fields (`data_fields`) that the data layer, its
+    registered datasets and partitions receive."""
+    return cfg.view(data_fields(), component)
+
+
 def field_names(cls) -> list[str]:
     """The configuration keys of `RunConfig` or `HParams` (for HParams: the built-in fields
     and every registered tunable, see `core/tunables.py`)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.arrays import FederatedData
-from ..core.config import ConfigError, Options, RunConfig, data_fields, data_seed
+from ..core.config import ConfigError, Options, RunConfig, data_options, data_seed
 from . import heterogeneity, partition, sources  # noqa: F401  (public submodules)
 from .generated import load_generated
 from .pool import apply_heterogeneity, build_federated, load_dataset, partition_clients
@@ -23,7 +23,7 @@ def load_federated(opts: RunConfig | Options) -> tuple[FederatedData, Dataset]:
     (`core.config.data_fields`); the data layer (and every registered dataset and
     partition) reads only those.
     """
-    opts = opts.view(data_fields(), "the data layer")
+    opts = data_options(opts)
     if opts.imbalance_ratios or opts.dataset == "digits":  # generated client pools
         return load_generated(opts)
     if opts.flip_protocol != "static" or opts.imbalance_size or opts.global_test_per_class:

@@ -16,7 +16,7 @@ from ..core.config import (
     RunConfig,
     appeal_on,
     check_declared,
-    data_fields,
+    data_options,
     declarations,
     field_names,
 )
@@ -331,7 +331,7 @@ def check_source_size(opts: RunConfig | Options) -> None:
     a test row); `--max-samples` caps the rows used. `opts`: the configuration, or options
     holding its data fields (the only ones read).
     """
-    opts = opts.view(data_fields(), "the source size check")
+    opts = data_options(opts, "the source size check")
     n = source_rows(opts)
     if n is None:
         return
