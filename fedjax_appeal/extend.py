@@ -7,17 +7,22 @@ imports from here and registers its parts; the CLI then accepts their names ever
 Registries (name -> value):
 
   * `AGGREGATIONS`: `--aggregation` -> `WeightRule(fn(updates, idx, valid, state, hp), needs)`.
-  * `SELECTORS`: `--selector` -> `builder(model, cfg) -> Selector(init, select, update)`.
+  * `SELECTORS`: `--selector` -> `builder(model, opts) -> Selector(init, select, update)`.
   * `SERVER_OPTS`: `--server-opt` -> `fn(hp) -> optax.GradientTransformation`.
-  * `ALGORITHMS`: `--algorithm` -> `builder(model, cfg, executor=None) -> FederatedAlgorithm`
-    (usually `compose(...)`; register with `@register("name", Supports(...))`, its capability
-    flags: what it supports decides what is refused, see `core/capabilities.py`).
+  * `ALGORITHMS`: `--algorithm` -> `builder(model, opts, executor=None) -> FederatedAlgorithm`
+    (usually `compose(name, model, opts, ...)`; register with `@register("name",
+    Supports(...))`, its capability flags: what it supports decides what is refused, see
+    `core/capabilities.py`).
   * `MODELS`: `--model` -> `fn(num_classes, norm) -> flax module`.
-  * `DATASETS`: `--dataset` -> `fn(cfg, rng) -> Dataset` (`@register_dataset("name")`).
-  * `PARTITIONS`: `--partition` -> `fn(ds, total, cfg, rng) -> [index array per client]`
+  * `DATASETS`: `--dataset` -> `fn(opts, rng) -> Dataset` (`@register_dataset("name")`).
+  * `PARTITIONS`: `--partition` -> `fn(ds, total, opts, rng) -> [index array per client]`
     (`@register_partition("name")`).
   * `TUNABLES`: a user hyperparameter -> `Tunable(default, help)`
     (`register_tunable("name", default, help)`); read it as `hp.get("name")`.
+
+`opts` is the component's read-only `Options`: the configuration fields its kind declares
+(`options_for(name, cfg)` for an algorithm: `SHARED_OPTIONS` plus its `Supports(options=...,
+reads=...)`); reading another field raises `UndeclaredOption`.
 
 Rule, selector and server-optimizer values are pure functions of arrays and `hp` (the
 vmappable `HParams`, whose `extra` dict holds the registered tunables), so a sweep vmaps
@@ -29,10 +34,11 @@ from __future__ import annotations
 from .aggregate.aggregation import AGGREGATIONS, masked_softmax, proportional, uniform_weights
 from .aggregate.server import SERVER_OPTS
 from .algorithms import ALGORITHMS
-from .algorithms.base import compose, register
+from .algorithms.base import SHARED_OPTIONS, compose, options_for, register
 from .algorithms.fedavg import sgd_local
 from .core.capabilities import Supports
-from .core.config import DATASETS, PARTITIONS, HParams, RunConfig
+from .core.config import DATASETS, PARTITIONS, HParams, Options, RunConfig
+from .core.errors import UndeclaredOption
 from .core.models import MODELS, Normalize
 from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
 from .core.tunables import TUNABLES, Tunable, register_tunable
@@ -44,9 +50,9 @@ from .select.selection import weighted as weighted_cohort
 from .select.selectors import SELECTORS
 
 __all__ = ["AGGREGATIONS", "ALGORITHMS", "DATASETS", "MODELS", "PARTITIONS", "SELECTORS",
-           "SERVER_OPTS", "TUNABLES", "ClientUpdate", "Dataset", "HParams", "Normalize",
-           "RunConfig", "Selector", "ServerState", "Supports", "Trained", "Tunable", "WeightRule",
-           "compose",
+           "SERVER_OPTS", "SHARED_OPTIONS", "TUNABLES", "ClientUpdate", "Dataset", "HParams",
+           "Normalize", "Options", "RunConfig", "Selector", "ServerState", "Supports", "Trained",
+           "Tunable", "UndeclaredOption", "WeightRule", "compose", "options_for",
            "local_sgd", "masked_softmax", "proportional", "proximal", "register",
            "register_dataset", "register_partition", "register_tunable", "sgd_local",
            "uniform_cohort", "uniform_weights", "weighted_cohort"]

@@ -42,8 +42,9 @@ def test_the_tool_finds_a_cycle_through_a_function_level_import(tmp_path):
 
 def test_data_fields_are_exactly_what_the_data_layer_reads():
     """`RunConfig` field metadata `data` (used by the sweep's and reproduce's data caches)
-    marks exactly the fields that `fedjax_appeal/data` reads as `cfg.<field>`, or through
-    `config.data_seed(cfg)` (which reads seed and data_seed)."""
+    marks exactly the fields that `fedjax_appeal/data` reads as `opts.<field>` (its options,
+    `load_federated`'s view of these fields), or through `config.data_seed(opts)` (which
+    reads seed and data_seed)."""
     import ast
     from pathlib import Path
 
@@ -53,7 +54,7 @@ def test_data_fields_are_exactly_what_the_data_layer_reads():
     for path in (Path(ROOT) / "fedjax_appeal" / "data").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                    and node.value.id == "cfg"):
+                    and node.value.id in ("cfg", "opts")):
                 read.add(node.attr)
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                     and node.func.id == "data_seed"):

@@ -31,7 +31,12 @@ from __future__ import annotations
 import functools
 import math
 
-from ..core.config import ConfigError, RunConfig
+from ..core.config import ConfigError, Options
+
+# The configuration fields the accounting reads (`RunConfig.view`); the run header also
+# reads the number of rounds.
+OPTIONS = ("dp", "dp_sampling", "dp_delta", "cohort")
+HEADER_OPTIONS = (*OPTIONS, "rounds")
 
 MISSING = ("--dp needs the dp-accounting package: pip install 'fedjax-appeal[privacy]' "
            "(or pip install dp-accounting)")
@@ -95,22 +100,22 @@ def epsilons_fixed(n: int, m: int, z: float, steps: int, delta: float) -> dict[s
     return {"dp_epsilon_rdp": float(r.get_epsilon(delta))}
 
 
-def run_epsilons(cfg: RunConfig, z: float, num_clients: int, rounds: int) -> dict[str, float]:
-    """The epsilons of `cfg`'s sampling after `rounds` rounds at `cfg.dp_delta`."""
-    if cfg.dp_sampling == "fixed":
-        return epsilons_fixed(num_clients, min(cfg.cohort, num_clients), z, rounds,
-                              float(cfg.dp_delta))
-    return epsilons(cfg.cohort / num_clients, z, rounds, float(cfg.dp_delta))
+def run_epsilons(opts: Options, z: float, num_clients: int, rounds: int) -> dict[str, float]:
+    """The epsilons of `opts`'s sampling after `rounds` rounds at `opts.dp_delta`."""
+    if opts.dp_sampling == "fixed":
+        return epsilons_fixed(num_clients, min(opts.cohort, num_clients), z, rounds,
+                              float(opts.dp_delta))
+    return epsilons(opts.cohort / num_clients, z, rounds, float(opts.dp_delta))
 
 
-def overflow_probability(cfg: RunConfig, num_clients: int, rounds: int) -> float:
+def overflow_probability(opts: Options, num_clients: int, rounds: int) -> float:
     """P(some round's Poisson draw overflows its buffer) <= rounds x P(Bin(N, q) > B)."""
-    if cfg.dp_sampling != "poisson" or rounds <= 0:
+    if opts.dp_sampling != "poisson" or rounds <= 0:
         return 0.0
     from .privacy import binomial_tail, poisson_buffer
 
-    b = poisson_buffer(cfg.cohort, num_clients)
-    return min(1.0, rounds * binomial_tail(num_clients, cfg.cohort / num_clients, b))
+    b = poisson_buffer(opts.cohort, num_clients)
+    return min(1.0, rounds * binomial_tail(num_clients, opts.cohort / num_clients, b))
 
 
 def overflow_delta(eps: dict[str, float], p: float, delta: float) -> float:
@@ -123,20 +128,20 @@ def overflow_delta(eps: dict[str, float], p: float, delta: float) -> float:
     return delta + (1.0 + math.exp(min(max(finite), 700.0))) * p
 
 
-def accountant(cfg: RunConfig):
+def accountant(opts: Options):
     """`account(rounds, hp, num_clients) -> {name: epsilon}` of a DP run, or None."""
-    if getattr(cfg, "dp", "off") == "off":
+    if opts.dp == "off":
         return None
 
     def account(rounds: int, hp, num_clients: int) -> dict[str, float]:
-        return run_epsilons(cfg, float(hp.dp_noise), num_clients, int(rounds))
+        return run_epsilons(opts, float(hp.dp_noise), num_clients, int(rounds))
 
     return account
 
 
-def describe(cfg: RunConfig) -> str:
-    """How `cfg`'s epsilon is accounted, in one phrase (results.json, run header)."""
-    if cfg.dp_sampling == "fixed":
+def describe(opts: Options) -> str:
+    """How `opts`'s epsilon is accounted, in one phrase (results.json, run header)."""
+    if opts.dp_sampling == "fixed":
         return ("fixed-size cohorts (m of N without replacement), replace-one adjacency: "
                 "SampledWithoutReplacement(N, m, Gaussian(z/2)), RDP accountant of "
                 "dp-accounting (its PLD accountant does not support this event)")
@@ -144,39 +149,39 @@ def describe(cfg: RunConfig) -> str:
             "Gaussian(z)), RDP and PLD accountants of dp-accounting")
 
 
-def summary(cfg: RunConfig, hp, num_clients: int, rounds: int) -> dict:
+def summary(opts: Options, hp, num_clients: int, rounds: int) -> dict:
     """The `privacy` block of results.json: mechanism, parameters, final epsilons."""
     from .privacy import OVERFLOW_BOUND, poisson_buffer
 
-    q = cfg.cohort / num_clients
-    eps = run_epsilons(cfg, float(hp.dp_noise), num_clients, rounds)
-    p = overflow_probability(cfg, num_clients, rounds)
-    relation = "replace-one" if cfg.dp_sampling == "fixed" else "add/remove"
+    q = opts.cohort / num_clients
+    eps = run_epsilons(opts, float(hp.dp_noise), num_clients, rounds)
+    p = overflow_probability(opts, num_clients, rounds)
+    relation = "replace-one" if opts.dp_sampling == "fixed" else "add/remove"
     out = {
-        "mechanism": f"DP-FedAvg ({cfg.dp} clipping), user-level, {relation} adjacency",
-        "sampling": cfg.dp_sampling, "q": q, "expected_cohort": cfg.cohort,
+        "mechanism": f"DP-FedAvg ({opts.dp} clipping), user-level, {relation} adjacency",
+        "sampling": opts.dp_sampling, "q": q, "expected_cohort": opts.cohort,
         "noise_multiplier": float(hp.dp_noise), "clip": float(hp.dp_clip),
-        "delta": cfg.dp_delta, "rounds": rounds,
-        "accounting": describe(cfg),
+        "delta": opts.dp_delta, "rounds": rounds,
+        "accounting": describe(opts),
         "dp_epsilon_rdp": eps["dp_epsilon_rdp"],
         "dp_epsilon_pld": eps.get("dp_epsilon_pld"),
     }
-    if cfg.dp_sampling == "poisson":
-        out.update(buffer=poisson_buffer(cfg.cohort, num_clients),
+    if opts.dp_sampling == "poisson":
+        out.update(buffer=poisson_buffer(opts.cohort, num_clients),
                    overflow_bound_per_round=OVERFLOW_BOUND, overflow_probability=p,
-                   dp_delta_total=overflow_delta(eps, p, float(cfg.dp_delta)))
+                   dp_delta_total=overflow_delta(eps, p, float(opts.dp_delta)))
     else:
-        out["dp_delta_total"] = float(cfg.dp_delta)
+        out["dp_delta_total"] = float(opts.dp_delta)
     return out
 
 
-def header(cfg: RunConfig, hp, num_clients: int) -> str:
+def header(opts: Options, hp, num_clients: int) -> str:
     """One phrase for the run header: the DP setting and the epsilon the run will reach."""
-    e = run_epsilons(cfg, float(hp.dp_noise), num_clients, cfg.rounds)
+    e = run_epsilons(opts, float(hp.dp_noise), num_clients, opts.rounds)
     pld = (f" / {e['dp_epsilon_pld']:.3g} (PLD)" if "dp_epsilon_pld" in e
            else " (RDP only: no PLD accountant for fixed-size cohorts)")
-    total = overflow_delta(e, overflow_probability(cfg, num_clients, cfg.rounds),
-                           float(cfg.dp_delta))
-    return (f"DP-FedAvg {cfg.dp} (C={float(hp.dp_clip):g}, z={float(hp.dp_noise):g}, "
-            f"{cfg.dp_sampling} q={cfg.cohort / num_clients:.4g}): after {cfg.rounds} rounds "
+    total = overflow_delta(e, overflow_probability(opts, num_clients, opts.rounds),
+                           float(opts.dp_delta))
+    return (f"DP-FedAvg {opts.dp} (C={float(hp.dp_clip):g}, z={float(hp.dp_noise):g}, "
+            f"{opts.dp_sampling} q={opts.cohort / num_clients:.4g}): after {opts.rounds} rounds "
             f"epsilon {e['dp_epsilon_rdp']:.3g} (RDP){pld} at delta {total:.3g}")

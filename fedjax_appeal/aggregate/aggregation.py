@@ -115,6 +115,7 @@ AGGREGATIONS = Registry("aggregation", {
 })
 
 
-def weight_rule(cfg) -> WeightRule:
-    """The `WeightRule` named by `cfg.aggregation` (FedAvg-style algorithms)."""
-    return AGGREGATIONS.get(cfg.aggregation)
+def weight_rule(opts) -> WeightRule:
+    """The `WeightRule` named by `opts.aggregation` (FedAvg-style algorithms; `opts`: options
+    that declare `aggregation`)."""
+    return AGGREGATIONS.get(opts.aggregation)

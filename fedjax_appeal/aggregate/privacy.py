@@ -46,7 +46,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ..core.config import ConfigError, RunConfig, appeal_on
+from ..core.config import ConfigError, Options
 from ..core.parts import Selector
 
 # Models with state besides params (BatchNorm statistics), which clients upload unclipped.
@@ -55,6 +55,13 @@ STATEFUL_MODELS = ("cnn_bn", "resnet20")
 
 # Largest allowed probability that one round's Poisson draw overflows its buffer.
 OVERFLOW_BOUND = 1e-12
+
+
+# The configuration fields of the Poisson cohort (`poisson_selector`) and of the DP checks
+# (`check`), for `RunConfig.view`.
+SELECTOR_OPTIONS = ("cohort",)
+CHECK_OPTIONS = ("dp", "dp_sampling", "availability", "aggregation", "selector",
+                 "flip_protocol", "model", "byzantine_fraction", "client_chunk", "cohort")
 
 
 def binomial_tail(n: int, q: float, b: int) -> float:
@@ -84,7 +91,7 @@ def poisson_buffer(expected: int, n: int, bound: float | None = None) -> int:
     return b
 
 
-def poisson_selector(cfg: RunConfig) -> Selector:
+def poisson_selector(opts: Options) -> Selector:
     """Poisson sampling with rate q = cohort / N in a buffer of `poisson_buffer` slots.
 
     N is the length of the client pool (static), so the buffer's shape is fixed per run.
@@ -96,11 +103,11 @@ def poisson_selector(cfg: RunConfig) -> Selector:
     def chosen(key, state):
         n = state.pool.shape[0]
         u = jax.random.uniform(key, state.pool.shape)
-        return state.pool & (u < cfg.cohort / n), u
+        return state.pool & (u < opts.cohort / n), u
 
     def select(key, state, data, hp):
         c, u = chosen(key, state)
-        size = poisson_buffer(cfg.cohort, state.pool.shape[0])
+        size = poisson_buffer(opts.cohort, state.pool.shape[0])
         _, idx = jax.lax.top_k(jnp.where(c, 1.0 + u, u), size)
         return idx, c[idx]  # the chosen clients first, then padding slots
 
@@ -180,37 +187,38 @@ def adaptive_clip(clip: jax.Array, norms: jax.Array, valid: jax.Array, key: jax.
     return clip * jnp.exp(-hp.dp_clip_lr * (b - hp.dp_quantile)), b
 
 
-def check(cfg: RunConfig, hp) -> None:
+def check(opts: Options, hp, appeal: bool) -> None:
     """One-line `ConfigError`s for DP combinations C does not bound (the options' own
-    choices and ranges are declared in `core/config.py`)."""
-    if cfg.dp == "off":
+    choices and ranges are declared in `core/config.py`); `appeal`: whether the run applies
+    the appeal protocol (`core.config.appeal_on`)."""
+    if opts.dp == "off":
         return
-    if cfg.dp_sampling == "fixed" and getattr(cfg, "availability", "always") != "always":
+    if opts.dp_sampling == "fixed" and opts.availability != "always":
         raise ConfigError(f"--dp-sampling fixed cannot be combined with --availability "
-                          f"{cfg.availability}: m of the available clients includes an "
+                          f"{opts.availability}: m of the available clients includes an "
                           "often-available client at more than m/N, which the accountant "
                           "does not see; use --dp-sampling poisson")
-    if cfg.aggregation != "uniform":
-        raise ConfigError(f"--dp {cfg.dp} needs --aggregation uniform: the sensitivity of "
-                          f"'{cfg.aggregation}' weights is not bounded by the clip norm C")
-    if cfg.selector != "random" or getattr(cfg, "flip_protocol", "static") != "static":
-        raise ConfigError(f"--dp {cfg.dp} needs --selector random (and --flip-protocol "
+    if opts.aggregation != "uniform":
+        raise ConfigError(f"--dp {opts.dp} needs --aggregation uniform: the sensitivity of "
+                          f"'{opts.aggregation}' weights is not bounded by the clip norm C")
+    if opts.selector != "random" or opts.flip_protocol != "static":
+        raise ConfigError(f"--dp {opts.dp} needs --selector random (and --flip-protocol "
                           "static): other selectors read the clients' data outside the "
                           "accounted mechanism")
-    if appeal_on(cfg):
-        raise ConfigError(f"--dp {cfg.dp} needs --appeal off: the appeal protocol's solo "
+    if appeal:
+        raise ConfigError(f"--dp {opts.dp} needs --appeal off: the appeal protocol's solo "
                           "models and opt-out read the clients' data outside the mechanism")
-    if cfg.model in STATEFUL_MODELS:
-        raise ConfigError(f"--dp {cfg.dp} cannot use --model {cfg.model}: its BatchNorm "
+    if opts.model in STATEFUL_MODELS:
+        raise ConfigError(f"--dp {opts.dp} cannot use --model {opts.model}: its BatchNorm "
                           "statistics are averaged without clipping or noise; choose a model "
                           "without model state (mlp, cnn, lenet5, logistic)")
-    if cfg.byzantine_fraction > 0:
-        raise ConfigError(f"--dp {cfg.dp} and --byzantine-fraction cannot be combined")
-    if cfg.client_chunk > 0:
-        raise ConfigError(f"--dp {cfg.dp} needs the whole cohort in one vmap: use "
+    if opts.byzantine_fraction > 0:
+        raise ConfigError(f"--dp {opts.dp} and --byzantine-fraction cannot be combined")
+    if opts.client_chunk > 0:
+        raise ConfigError(f"--dp {opts.dp} needs the whole cohort in one vmap: use "
                           "--client-chunk 0 or -1")
-    if cfg.dp == "adaptive":
-        sb = float(count_noise(hp, cfg.cohort))
+    if opts.dp == "adaptive":
+        sb = float(count_noise(hp, opts.cohort))
         if float(hp.dp_noise) > 0 and not 2 * sb > float(hp.dp_noise):
             raise ConfigError(f"--dp adaptive needs 2 x sigma_b > --dp-noise (sigma_b = {sb:g}, "
                               f"z = {float(hp.dp_noise):g}): raise --dp-count-noise or the "

@@ -28,9 +28,14 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from ..core.config import RunConfig
+from ..core.config import Options, fields_in
 from ..local import compress
 from . import privacy
+
+# The configuration fields the uplink reads: compression and DP (`RunConfig.view`); `check`
+# also reads the cohort layout.
+OPTIONS = (*fields_in("uplink"), "cohort")
+CHECK_OPTIONS = ("compress", "client_chunk")
 
 
 class Uplink(NamedTuple):
@@ -45,20 +50,21 @@ def _rows(valid: jax.Array, a: jax.Array) -> jax.Array:
     return valid.reshape((-1,) + (1,) * (a.ndim - 1))
 
 
-def make_uplink(cfg: RunConfig) -> Uplink | None:
-    """The uplink of `cfg` (`--compress`, `--dp`), or None when both are off."""
-    dp = getattr(cfg, "dp", "off")
-    comp_on = getattr(cfg, "compress", "none") != "none"
+def make_uplink(opts: Options) -> Uplink | None:
+    """The uplink of `opts` (`--compress`, `--dp`), or None when both are off."""
+    dp = opts.dp
+    comp_on = opts.compress != "none"
+    comp_opts = opts.view(compress.OPTIONS, "compression")
     if dp == "off" and not comp_on:
         return None
     adaptive = dp == "adaptive"
-    denom = float(cfg.cohort)  # q N, the expected cohort size (fixed-denominator estimator)
+    denom = float(opts.cohort)  # q N, the expected cohort size (fixed-denominator estimator)
 
     def init(params, n, hp):
         mem = {}
         if comp_on:
             d = ravel_pytree(params)[0].shape[0]
-            state = compress.from_config(cfg, d).init(d)
+            state = compress.from_config(comp_opts, d).init(d)
             mem["client"] = jax.tree.map(lambda a: jnp.broadcast_to(a, (n, *a.shape)), state)
         if adaptive:
             mem["clip"] = jnp.asarray(hp.dp_clip, jnp.float32)
@@ -68,7 +74,7 @@ def make_uplink(cfg: RunConfig) -> Uplink | None:
         first = jax.tree.map(lambda a: a[0], upd.delta)
         flat0, unravel = ravel_pytree(first)
         d = flat0.shape[0]
-        comp = compress.from_config(cfg, d)
+        comp = compress.from_config(comp_opts, d)
         flat = jax.vmap(lambda t: ravel_pytree(t)[0])(upd.delta)
         own = jax.tree.map(lambda a: a[idx], mem["client"])
         sent, new = jax.vmap(comp.update)(flat, own, jax.random.split(key, idx.shape[0]))
@@ -80,7 +86,7 @@ def make_uplink(cfg: RunConfig) -> Uplink | None:
 
     def aggregate(upd, w, valid, key, mem, hp):
         clip = mem["clip"] if adaptive else hp.dp_clip
-        sigma_b = privacy.count_noise(hp, cfg.cohort)
+        sigma_b = privacy.count_noise(hp, opts.cohort)
         sigma = privacy.delta_noise_multiplier(hp.dp_noise, sigma_b, adaptive)
         k_sum, k_count = jax.random.split(key)
         pseudo, norms = privacy.dp_sum(upd.delta, valid, k_sum, clip, sigma, denom)
@@ -97,13 +103,13 @@ def make_uplink(cfg: RunConfig) -> Uplink | None:
     return Uplink(init, send if comp_on else None, aggregate if dp != "off" else None)
 
 
-def check(cfg: RunConfig) -> None:
+def check(opts: Options) -> None:
     """One-line `ConfigError`s of compression combinations (the options' own choices and
     ranges are declared in `core/config.py`)."""
     from ..core.config import ConfigError
 
-    if cfg.compress == "none":
+    if opts.compress == "none":
         return
-    if cfg.client_chunk > 0:
-        raise ConfigError(f"--compress {cfg.compress} needs the whole cohort in one vmap: use "
+    if opts.client_chunk > 0:
+        raise ConfigError(f"--compress {opts.compress} needs the whole cohort in one vmap: use "
                           "--client-chunk 0 or -1")

@@ -9,14 +9,15 @@ from typing import Any, NamedTuple
 
 import jax
 
+from ..aggregate import accounting, privacy, uplink
 from ..aggregate.accounting import accountant
 from ..aggregate.adversary import byzantine
 from ..aggregate.privacy import poisson_selector
 from ..aggregate.server import server_optimizer
 from ..aggregate.uplink import make_uplink
 from ..core.arrays import FederatedData
-from ..core.capabilities import SUPPORTS, Supports
-from ..core.config import HParams, RunConfig
+from ..core.capabilities import SUPPORTS, Supports, supports
+from ..core.config import HParams, Options, RunConfig
 from ..core.models import Model
 from ..core.registry import Registry
 from ..core.round import (
@@ -32,8 +33,10 @@ from ..evaluate.evaluation import evaluate_global, evaluate_split
 from ..evaluate.expalpha_metrics import tag_metrics
 from ..execute.distributed import make_mesh
 from ..execute.executor import Executor
+from ..local import hetero
 from ..local.client import Trained, reporting
 from ..local.hetero import hetero_on, init_hetero
+from ..select import selectors
 from ..select.availability import with_availability
 from ..select.selectors import make_selector
 
@@ -76,22 +79,40 @@ def global_evaluator(model: Model) -> EvalFn:
     return evaluate
 
 
-def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
+# The configuration fields every algorithm's builder reads (`options_for`), besides its own
+# `Supports.options` and `Supports.reads`: its local training, weight rule, server
+# optimizer and cohort layout, and what `compose` adds (selector, uplink / DP, client
+# heterogeneity).
+SHARED_OPTIONS = tuple(dict.fromkeys((
+    "clients", "cohort", "local_steps", "batch_size", "local_unroll", "aggregation",
+    "server_opt", "client_chunk", "client_lanes", *selectors.OPTIONS,
+    *privacy.SELECTOR_OPTIONS, *uplink.OPTIONS, *accounting.OPTIONS, *hetero.OPTIONS)))
+
+
+def options_for(name: str, cfg: RunConfig | Options) -> Options:
+    """The options algorithm `name`'s builder receives: a read-only view of `cfg` with
+    `SHARED_OPTIONS` and the fields its `Supports` declares (`options`, `reads`)."""
+    sup = supports(name)
+    return cfg.view((*SHARED_OPTIONS, *sup.options, *sup.reads), f"algorithm {name!r}")
+
+
+def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
             weights: WeightRule, post: PostFn | None = None, init_extra: ExtraInit | None = None,
             evaluate: EvalFn | None = None, average_state: bool = True,
             executor: CohortExecutor | None = None) -> FederatedAlgorithm:
-    """An algorithm from its parts; the shared parts come from `cfg`.
+    """An algorithm from its parts; the shared parts come from `opts` (the builder's
+    options, `options_for`; each part is handed the view of the fields it declares).
 
     init: key -> (k_model, k_sel); params from `model.init(k_model)`; the algorithm's
     `init_extra(key, params, model_state, data, hp)` (the whole init key, e.g. for the solo
-    models of MaxFL); the `cfg.server_opt` optimizer state; the `cfg.selector` memory.
+    models of MaxFL); the `opts.server_opt` optimizer state; the `opts.selector` memory.
     round: `make_round` with the local objective wrapped by `client.reporting` (the loss
     reports `weights.needs`), the Byzantine hook, the server optimizer and `executor`
-    (default: `Executor(cfg.client_chunk, None, cfg.client_lanes)`, one device).
+    (default: `Executor(opts.client_chunk, None, opts.client_lanes)`, one device).
 
     Args:
       name: the algorithm's registered name.
-      model, cfg: the model and the run's static configuration.
+      model, opts: the model and the builder's options (a `RunConfig` view).
       local: one client's local objective, returning `client.Trained`.
       weights: the aggregation `WeightRule`.
       post: `post(old, new, updates, idx, valid, w, hp)`, the algorithm's state update.
@@ -101,45 +122,50 @@ def compose(name: str, model: Model, cfg: RunConfig, *, local: LocalObjective,
       executor: runs the cohort's local updates (a `CohortExecutor`: vmapped, lanes,
         chunked, sharded).
     """
-    uplink = make_uplink(cfg)  # compression / DP (None when both are off)
-    selector = (poisson_selector(cfg) if getattr(cfg, "dp", "off") != "off"
-                and cfg.dp_sampling == "poisson" else make_selector(model, cfg))
-    selector = with_availability(selector, cfg)  # identity unless asked
+    hetero_opts = opts.view(hetero.OPTIONS, "client heterogeneity")
+    up = make_uplink(opts.view(uplink.OPTIONS, "the uplink"))  # None when both are off
+    selector = (poisson_selector(opts.view(privacy.SELECTOR_OPTIONS, "the DP cohort"))
+                if opts.dp != "off" and opts.dp_sampling == "poisson" else
+                make_selector(model, opts.view(selectors.OPTIONS, f"selector {opts.selector!r}")))
+    selector = with_availability(selector, hetero_opts)  # identity unless asked
+    server_opt = opts.server_opt
 
     def tx(hp):
-        return server_optimizer(cfg.server_opt, hp)
+        return server_optimizer(server_opt, hp)
 
     def init(key, data, hp):
         k_model, k_sel = jax.random.split(key)
         params, mstate = model.init(k_model)
         extra = init_extra(key, params, mstate, data, hp) if init_extra is not None else None
-        if hetero_on(cfg):  # per-client steps, availability, deadline (local/hetero.py)
+        if hetero_on(hetero_opts):  # per-client steps, availability, deadline (local/hetero.py)
             extra = {**(extra or {}), "hetero": init_hetero(key, data.num_clients)}
         state = init_state(params, mstate, tx(hp), data.num_clients, extra)
-        if uplink is not None:
+        if up is not None:
             state = state.replace(extra={**state.extra,
-                                         "uplink": uplink.init(params, data.num_clients, hp)})
+                                         "uplink": up.init(params, data.num_clients, hp)})
         return attach_selector(state, selector, k_sel, data, hp)
 
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
                      weights=weights, post=post, corrupt=byzantine, tx=tx,
                      average_state=average_state,
                      executor=(executor if executor is not None else
-                               Executor(cfg.client_chunk, None, cfg.client_lanes)),
-                     uplink=uplink)
+                               Executor(opts.client_chunk, None, opts.client_lanes)),
+                     uplink=up)
     return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model),
-                              accountant(cfg))
+                              accountant(opts.view(accounting.OPTIONS, "the privacy accounting")))
 
 
-# builder(model, cfg, executor) -> FederatedAlgorithm
-Builder = Callable[[Model, RunConfig, CohortExecutor | None], FederatedAlgorithm]
+# builder(model, opts, executor) -> FederatedAlgorithm; opts = `options_for(name, cfg)`
+Builder = Callable[[Model, Options, CohortExecutor | None], FederatedAlgorithm]
 ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
 
 
 def register(name: str, supports: Supports | None = None):
-    """Decorator adding an algorithm builder `(model, cfg, executor) -> FederatedAlgorithm`
+    """Decorator adding an algorithm builder `(model, opts, executor) -> FederatedAlgorithm`
     with its capability flags (`core.capabilities.Supports`; default: what `compose`
-    provides)."""
+    provides). `opts` is the read-only view `options_for(name, cfg)`: `SHARED_OPTIONS` and
+    the fields the flags declare (`options`, `reads`); reading any other field raises
+    `UndeclaredOption`."""
     SUPPORTS[name] = supports if supports is not None else Supports()
     return ALGORITHMS.register(name)
 
@@ -147,10 +173,10 @@ def register(name: str, supports: Supports | None = None):
 def build(name: str, model: Model, cfg: RunConfig, *,
           executor: CohortExecutor | None = None) -> FederatedAlgorithm:
     """The registered algorithm `name` with the given executor (None: the cohort chunked
-    per `cfg.client_chunk` and sharded over the mesh of `cfg.devices`, built here)."""
+    per `cfg.client_chunk` and sharded over the mesh of `cfg.devices`, built here). `cfg`
+    is the run's whole configuration; the builder receives its options
+    (`options_for(name, cfg)`)."""
     builder = ALGORITHMS.get(name)
     if executor is None:
-        executor = Executor(getattr(cfg, "client_chunk", 0),
-                            make_mesh(getattr(cfg, "devices", 1)),
-                            getattr(cfg, "client_lanes", 0))
-    return builder(model, cfg, executor)
+        executor = Executor(cfg.client_chunk, make_mesh(cfg.devices), cfg.client_lanes)
+    return builder(model, options_for(name, cfg), executor)

@@ -13,14 +13,14 @@ from __future__ import annotations
 from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
 from .base import compose, register
 
 
-def sgd_local(model: Model, cfg: RunConfig, prox: bool = False, nova: bool | None = None):
+def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):
     """The local objective of FedAvg/FedProx: tau SGD steps from the global model.
 
     With `--local-steps-dist` other than fixed, client k takes tau_k steps
@@ -28,19 +28,19 @@ def sgd_local(model: Model, cfg: RunConfig, prox: bool = False, nova: bool | Non
     (`aggregate.fednova.local_norm`) in `extra["fednova_a"]` (`nova`: None = when
     `--aggregation fednova`).
     """
-    varied = cfg.local_steps_dist != "fixed"
-    nova = cfg.aggregation == "fednova" if nova is None else nova
+    varied = opts.local_steps_dist != "fixed"
+    nova = opts.aggregation == "fednova" if nova is None else nova
 
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
-        tau = (hetero.client_steps(cfg, hetero.root_key(state), state.round, k, hp,
+        tau = (hetero.client_steps(opts, hetero.root_key(state), state.round, k, hp,
                                    data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
-                        steps=cfg.local_steps, batch_size=cfg.batch_size, regularizer=reg,
-                        num_steps=tau, unroll=cfg.local_unroll or True)
+                        steps=opts.local_steps, batch_size=opts.batch_size, regularizer=reg,
+                        num_steps=tau, unroll=opts.local_unroll or True)
         extra = {}
         if nova:
-            steps = cfg.local_steps if tau is None else tau
+            steps = opts.local_steps if tau is None else tau
             extra["fednova_a"] = local_norm(steps, hp.client_lr, hp.prox_mu if prox else 0.0)
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
                        extra)
@@ -52,8 +52,8 @@ FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True)
 
 
 @register("fedavg", FEDAVG_SUPPORTS)
-def fedavg(model: Model, cfg: RunConfig, executor=None):
-    return compose("fedavg", model, cfg, local=sgd_local(model, cfg), weights=weight_rule(cfg),
+def fedavg(model: Model, opts: Options, executor=None):
+    return compose("fedavg", model, opts, local=sgd_local(model, opts), weights=weight_rule(opts),
                    executor=executor)
 
 
@@ -61,6 +61,6 @@ FEDPROX_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True, options=("
 
 
 @register("fedprox", FEDPROX_SUPPORTS)
-def fedprox(model: Model, cfg: RunConfig, executor=None):
-    return compose("fedprox", model, cfg, local=sgd_local(model, cfg, prox=True),
-                   weights=weight_rule(cfg), executor=executor)
+def fedprox(model: Model, opts: Options, executor=None):
+    return compose("fedprox", model, opts, local=sgd_local(model, opts, prox=True),
+                   weights=weight_rule(opts), executor=executor)

@@ -24,7 +24,7 @@ from flax import traverse_util
 from ..aggregate.aggregation import weight_rule
 from ..core.arrays import sample_batch
 from ..core.capabilities import Supports
-from ..core.config import ConfigError, RunConfig
+from ..core.config import ConfigError, Options
 from ..core.models import Model
 from ..evaluate.evaluation import evaluate_personal
 from ..evaluate.expalpha_metrics import tag_metrics
@@ -60,7 +60,7 @@ def _scatter(table, rows, idx, valid):
     return jax.tree.map(one, table, rows)
 
 
-def fedbn_local(model: Model, cfg: RunConfig):
+def fedbn_local(model: Model, opts: Options):
     """Local objective of client k with its own BN parameters and statistics."""
 
     def local(state, data, k, key, hp):
@@ -68,7 +68,7 @@ def fedbn_local(model: Model, cfg: RunConfig):
         ms_k = jax.tree.map(lambda a: a[k], state.extra["bn_state"])
         params = with_bn(state.params, bn_k)
         res = local_sgd(model, params, ms_k, data.train, k, key, hp.client_lr,
-                        steps=cfg.local_steps, batch_size=cfg.batch_size)
+                        steps=opts.local_steps, batch_size=opts.batch_size)
         delta = tree_sub(params, res.params)
         delta = with_bn(delta, jax.tree.map(jnp.zeros_like, bn_k))  # BN never aggregated
         return Trained((params, ms_k), (res.params, res.state), res.loss,
@@ -100,7 +100,7 @@ def adapt_bn(model: Model, params, mstate, arrays, key, batch_size: int):
     return jax.vmap(one)(ks, jax.random.split(key, arrays.num_clients))
 
 
-def fedbn_evaluator(model: Model, cfg: RunConfig):
+def fedbn_evaluator(model: Model, opts: Options):
     def evaluate(state, data, hp):
         pp = personal_params(state)
         ms = state.extra["bn_state"]
@@ -111,7 +111,7 @@ def fedbn_evaluator(model: Model, cfg: RunConfig):
             mean_ms = jax.tree.map(lambda a: a.mean(0), ms)
             p = with_bn(state.params, mean_bn)
             key = jax.random.fold_in(jax.random.key(0), state.round)
-            ums = adapt_bn(model, p, mean_ms, data.unseen_train, key, cfg.batch_size)
+            ums = adapt_bn(model, p, mean_ms, data.unseen_train, key, opts.batch_size)
             u = data.num_unseen
             up = jax.tree.map(lambda a: jnp.broadcast_to(a, (u, *a.shape)), p)
             out["unseen_train"] = evaluate_personal(model, up, ums, data.unseen_train)
@@ -140,12 +140,12 @@ FEDBN_SUPPORTS = Supports()
 
 
 @register("fedbn", FEDBN_SUPPORTS)
-def fedbn(model: Model, cfg: RunConfig, executor=None):
+def fedbn(model: Model, opts: Options, executor=None):
     """FedBN on the FedAvg backbone (any aggregation rule and server optimizer)."""
     params_shape, _ = jax.eval_shape(model.init, jax.random.key(0))
     if not bn_part(params_shape):
         raise ConfigError(f"fedbn needs a model with BatchNorm (got '{model.name}'): use "
                           "--model cnn_bn or --model resnet20")
-    return compose("fedbn", model, cfg, local=fedbn_local(model, cfg), weights=weight_rule(cfg),
+    return compose("fedbn", model, opts, local=fedbn_local(model, opts), weights=weight_rule(opts),
                    post=fedbn_post, init_extra=fedbn_init, average_state=False,
-                   evaluate=fedbn_evaluator(model, cfg), executor=executor)
+                   evaluate=fedbn_evaluator(model, opts), executor=executor)

@@ -38,7 +38,7 @@ import optax
 
 from ..aggregate.server import server_optimizer
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..core.round import ServerState, init_state, server_step, weighted_sum
 from ..local.client import local_sgd, tree_sub
@@ -48,9 +48,9 @@ from .base import FederatedAlgorithm, global_evaluator, register
 TrainFn = Callable[[Any, Any, jax.Array, jax.Array, Any], tuple[Any, Any, jax.Array]]
 
 
-def concurrency(cfg: RunConfig) -> int:
+def concurrency(opts: Options) -> int:
     """C: `--concurrency`, or 2 x cohort (at most the number of clients) when 0."""
-    return cfg.concurrency if cfg.concurrency > 0 else min(2 * cfg.cohort, cfg.clients)
+    return opts.concurrency if opts.concurrency > 0 else min(2 * opts.cohort, opts.clients)
 
 
 def dispatch_draw(root: jax.Array, n, num_clients: int, base_time: float, hp
@@ -181,17 +181,17 @@ FEDBUFF_SUPPORTS = Supports(
 
 
 @register("fedbuff", FEDBUFF_SUPPORTS)
-def fedbuff(model: Model, cfg: RunConfig, executor=None) -> FederatedAlgorithm:
+def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
     """FedBuff with FedAvg's local SGD; `--cohort` = buffer size K (see the module doc)."""
-    slots, base_time = concurrency(cfg), float(cfg.local_steps)
+    slots, base_time = concurrency(opts), float(opts.local_steps)
 
     def tx(hp):
-        return server_optimizer(cfg.server_opt, hp)
+        return server_optimizer(opts.server_opt, hp)
 
     def trainer(data) -> TrainFn:
         def train(params, mstate, k, key, hp):
             res = local_sgd(model, params, mstate, data.train, k, key, hp.client_lr,
-                            steps=cfg.local_steps, batch_size=cfg.batch_size)
+                            steps=opts.local_steps, batch_size=opts.batch_size)
             return tree_sub(params, res.params), res.state, res.loss
 
         return train
@@ -205,7 +205,7 @@ def fedbuff(model: Model, cfg: RunConfig, executor=None) -> FederatedAlgorithm:
         return state.replace(extra={"fedbuff": fb})
 
     def round_fn(state, data, key, hp):
-        return fedbuff_step(trainer(data), state, key, hp, buffer=cfg.cohort,
+        return fedbuff_step(trainer(data), state, key, hp, buffer=opts.cohort,
                             base_time=base_time, tx=tx(hp))
 
     return FederatedAlgorithm("fedbuff", init, round_fn, global_evaluator(model))

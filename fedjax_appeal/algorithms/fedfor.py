@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from ..aggregate.aggregation import weight_rule
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
@@ -42,17 +42,17 @@ def first_order(g, w_t, lam: jax.Array):
         jax.tree.leaves(g), jax.tree.leaves(p), jax.tree.leaves(w_t), strict=True))
 
 
-def global_gradient(state, cfg: RunConfig, hp):
+def global_gradient(state, opts: Options, hp):
     """g_t = (w_{t-1} - w_t) / (tau eta_l) from the server's last global update."""
-    scale = 1.0 / (cfg.local_steps * hp.client_lr)
+    scale = 1.0 / (opts.local_steps * hp.client_lr)
     return jax.tree.map(lambda d: d * scale, state.extra["fedfor_g"])
 
 
-def fedfor_local(model: Model, cfg: RunConfig):
+def fedfor_local(model: Model, opts: Options):
     def local(state, data, k, key, hp):
-        reg = first_order(global_gradient(state, cfg, hp), state.params, hp.fedfor_lambda)
+        reg = first_order(global_gradient(state, opts, hp), state.params, hp.fedfor_lambda)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key,
-                        hp.client_lr, steps=cfg.local_steps, batch_size=cfg.batch_size,
+                        hp.client_lr, steps=opts.local_steps, batch_size=opts.batch_size,
                         regularizer=reg)
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
 
@@ -67,8 +67,9 @@ FEDFOR_SUPPORTS = Supports(options=("fedfor_lambda",))
 
 
 @register("fedfor", FEDFOR_SUPPORTS)
-def fedfor(model: Model, cfg: RunConfig, executor=None):
-    return compose("fedfor", model, cfg, local=fedfor_local(model, cfg), weights=weight_rule(cfg),
+def fedfor(model: Model, opts: Options, executor=None):
+    return compose("fedfor", model, opts, local=fedfor_local(model, opts),
+                   weights=weight_rule(opts),
                    post=fedfor_post, executor=executor,
                    init_extra=lambda key, params, mstate, data, hp: {
                        "fedfor_g": jax.tree.map(jnp.zeros_like, params)})

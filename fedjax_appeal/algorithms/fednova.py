@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..aggregate.fednova import FEDNOVA_RULE
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from .base import compose, register
 from .fedavg import sgd_local
@@ -22,6 +22,6 @@ FEDNOVA_SUPPORTS = Supports(
 
 
 @register("fednova", FEDNOVA_SUPPORTS)
-def fednova(model: Model, cfg: RunConfig, executor=None):
-    return compose("fednova", model, cfg, local=sgd_local(model, cfg, nova=True),
+def fednova(model: Model, opts: Options, executor=None):
+    return compose("fednova", model, opts, local=sgd_local(model, opts, nova=True),
                    weights=FEDNOVA_RULE, executor=executor)

@@ -22,10 +22,15 @@ import jax
 import jax.numpy as jnp
 
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..protocols.appeal.requirement import parse_requirement, requirement_values, seen_solo
+from ..protocols.appeal.requirement import (
+    SOLO_OPTIONS,
+    parse_requirement,
+    requirement_values,
+    seen_solo,
+)
 from .base import compose, register
 from .fedavg import sgd_local
 
@@ -42,14 +47,20 @@ def maxfl_weights(q: jax.Array, valid: jax.Array, eps: jax.Array) -> jax.Array:
     return q / (jnp.sum(q) + eps)
 
 
-def requirement_init(model: Model, cfg: RunConfig):
+# The shared configuration fields `requirement_init` reads (`Supports.reads` of MaxFL,
+# IncFL and MW-Fed): the requirement and its solo models.
+REQUIREMENT_READS = ("requirement", *SOLO_OPTIONS)
+
+
+def requirement_init(model: Model, opts: Options):
     """init_extra of MaxFL and MW-Fed: rho_k [M] (+ the solo models when rho_k is 'solo')."""
-    req = parse_requirement(cfg.requirement)
+    req = parse_requirement(opts.requirement)
+    solo_opts = opts.view(SOLO_OPTIONS, "the solo models")
 
     def init_extra(key, params, mstate, data, hp):
         extra, solo_loss = {}, None
         if req is None:  # reused by the appeal protocol (same key)
-            extra["solo"] = seen_solo(model, cfg, params, mstate, data, key, hp)
+            extra["solo"] = seen_solo(model, solo_opts, params, mstate, data, key, hp)
             solo_loss = extra["solo"].train_loss
         extra["rho"] = requirement_values(req, solo_loss, data.num_clients, data.num_unseen)
         return extra
@@ -64,21 +75,21 @@ MAXFL_RULE = WeightRule(
 
 
 MAXFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",))
+                        options=("maxfl_eps",), reads=REQUIREMENT_READS)
 
 
 @register("maxfl", MAXFL_SUPPORTS)
-def maxfl(model: Model, cfg: RunConfig, executor=None):
-    return compose("maxfl", model, cfg, local=sgd_local(model, cfg), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, cfg), executor=executor)
+def maxfl(model: Model, opts: Options, executor=None):
+    return compose("maxfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
+                   init_extra=requirement_init(model, opts), executor=executor)
 
 
 INCFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",))
+                        options=("maxfl_eps",), reads=REQUIREMENT_READS)
 
 
 @register("incfl", INCFL_SUPPORTS)
-def incfl(model: Model, cfg: RunConfig, executor=None):
+def incfl(model: Model, opts: Options, executor=None):
     """IncFL: the same update rule as MaxFL (its earlier version)."""
-    return compose("incfl", model, cfg, local=sgd_local(model, cfg), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, cfg), executor=executor)
+    return compose("incfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
+                   init_extra=requirement_init(model, opts), executor=executor)

@@ -26,12 +26,12 @@ import jax
 import jax.numpy as jnp
 
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
 from .base import compose, register
 from .fedavg import sgd_local
-from .maxfl import requirement_init
+from .maxfl import REQUIREMENT_READS, requirement_init
 
 
 def mw_weights(logv: jax.Array, num_samples: jax.Array, valid: jax.Array) -> jax.Array:
@@ -63,16 +63,16 @@ def mw_post(old, new, upd, idx, valid, w, hp):
 
 
 MWFED_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("mwfed_eta",))
+                        options=("mwfed_eta",), reads=REQUIREMENT_READS)
 
 
 @register("mwfed", MWFED_SUPPORTS)
-def mwfed(model: Model, cfg: RunConfig, executor=None):
-    req_init = requirement_init(model, cfg)
+def mwfed(model: Model, opts: Options, executor=None):
+    req_init = requirement_init(model, opts)
 
     def init_extra(key, params, mstate, data, hp):  # [M] log v_k, rho_k
         return {"mw_logv": jnp.zeros((data.num_clients,), jnp.float32),
                 **req_init(key, params, mstate, data, hp)}
 
-    return compose("mwfed", model, cfg, local=sgd_local(model, cfg), weights=MW_RULE,
+    return compose("mwfed", model, opts, local=sgd_local(model, opts), weights=MW_RULE,
                    post=mw_post, init_extra=init_extra, executor=executor)

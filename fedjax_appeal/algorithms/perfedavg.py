@@ -28,7 +28,7 @@ import jax
 from ..aggregate.aggregation import weight_rule
 from ..core.arrays import sample_batch
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
@@ -67,7 +67,7 @@ def meta_step(grad_fn, w, batches, alpha, beta, delta, variant: str):
     return _axpy(-beta, g, w)
 
 
-def perfedavg_local(model: Model, cfg: RunConfig):
+def perfedavg_local(model: Model, opts: Options):
     def local(state, data, k, key, hp):
         def grad_fn(p, batch):
             x, y, kd = batch
@@ -79,25 +79,25 @@ def perfedavg_local(model: Model, cfg: RunConfig):
             batches = []
             for i in range(3):
                 k_row, k_drop = jax.random.split(kb[i])
-                batches.append((*sample_batch(data.train, k, k_row, cfg.batch_size), k_drop))
+                batches.append((*sample_batch(data.train, k, k_row, opts.batch_size), k_drop))
             x, y, kd = batches[1]
             loss = model.loss(w, state.model_state, x, y, train=True, key=kd)[0]
             return meta_step(grad_fn, w, batches, hp.perfedavg_alpha, hp.perfedavg_beta,
-                             hp.perfedavg_delta, cfg.perfedavg_variant), loss
+                             hp.perfedavg_delta, opts.perfedavg_variant), loss
 
-        params, losses = jax.lax.scan(step, state.params, jax.random.split(key, cfg.local_steps))
+        params, losses = jax.lax.scan(step, state.params, jax.random.split(key, opts.local_steps))
         return Trained((state.params, state.model_state), (params, state.model_state),
                        losses.mean())
 
     return local
 
 
-def one_step_adapt(model: Model, cfg: RunConfig):
+def one_step_adapt(model: Model, opts: Options):
     """adapt(...): one SGD step (alpha) on one minibatch of the client's train data."""
 
     def adapt(params, mstate, arrays, k, key, hp):
         k_row, k_drop = jax.random.split(key)
-        x, y = sample_batch(arrays, k, k_row, cfg.batch_size)
+        x, y = sample_batch(arrays, k, k_row, opts.batch_size)
         g = jax.grad(lambda p: model.loss(p, mstate, x, y, train=True, key=k_drop)[0])(params)
         return _axpy(-hp.perfedavg_alpha, g, params), mstate
 
@@ -109,8 +109,8 @@ PERFEDAVG_SUPPORTS = Supports(options=("perfedavg_variant", "perfedavg_alpha",
 
 
 @register("perfedavg", PERFEDAVG_SUPPORTS)
-def perfedavg(model: Model, cfg: RunConfig, executor=None):
-    return compose("perfedavg", model, cfg, local=perfedavg_local(model, cfg),
-                   weights=weight_rule(cfg), executor=executor,
+def perfedavg(model: Model, opts: Options, executor=None):
+    return compose("perfedavg", model, opts, local=perfedavg_local(model, opts),
+                   weights=weight_rule(opts), executor=executor,
                    init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
-                   evaluate=personal_evaluator(model, one_step_adapt(model, cfg)))
+                   evaluate=personal_evaluator(model, one_step_adapt(model, opts)))

@@ -29,7 +29,7 @@ import jax
 from ..aggregate.aggregation import weight_rule
 from ..core.arrays import sample_batch
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
 from ..evaluate.personal import eval_key_data, personal_evaluator
@@ -47,24 +47,24 @@ def inner_solve(grad_fn, theta, w, lam, lr, steps: int):
     return jax.lax.fori_loop(0, steps, body, theta)
 
 
-def pfedme_local_run(model: Model, cfg: RunConfig, params, mstate, arrays, k, key, hp):
+def pfedme_local_run(model: Model, opts: Options, params, mstate, arrays, k, key, hp):
     """The client's tau local steps from `params`: (w_k, theta_k, mean minibatch loss)."""
 
     def step(carry, step_key):
         w, theta = carry
         k_row, k_drop = jax.random.split(step_key)
-        x, y = sample_batch(arrays, k, k_row, cfg.batch_size)
+        x, y = sample_batch(arrays, k, k_row, opts.batch_size)
 
         def f(p):
             return model.loss(p, mstate, x, y, train=True, key=k_drop)[0]
 
         loss = f(theta)
-        theta = inner_solve(jax.grad(f), theta, w, hp.pfedme_lambda, hp.pfedme_lr, cfg.pfedme_k)
+        theta = inner_solve(jax.grad(f), theta, w, hp.pfedme_lambda, hp.pfedme_lr, opts.pfedme_k)
         w = jax.tree.map(lambda a, t: a - hp.client_lr * hp.pfedme_lambda * (a - t), w, theta)
         return (w, theta), loss
 
     (w, theta), losses = jax.lax.scan(step, (params, params),
-                                      jax.random.split(key, cfg.local_steps))
+                                      jax.random.split(key, opts.local_steps))
     return w, theta, losses.mean()
 
 
@@ -72,19 +72,19 @@ PFEDME_SUPPORTS = Supports(options=("pfedme_k", "pfedme_lambda", "pfedme_lr", "p
 
 
 @register("pfedme", PFEDME_SUPPORTS)
-def pfedme(model: Model, cfg: RunConfig, executor=None):
-    base = weight_rule(cfg)
+def pfedme(model: Model, opts: Options, executor=None):
+    base = weight_rule(opts)
 
     def local(state, data, k, key, hp):
-        w, _, loss = pfedme_local_run(model, cfg, state.params, state.model_state, data.train,
+        w, _, loss = pfedme_local_run(model, opts, state.params, state.model_state, data.train,
                                       k, key, hp)
         return Trained((state.params, state.model_state), (w, state.model_state), loss)
 
     def adapt(params, mstate, arrays, k, key, hp):
-        return pfedme_local_run(model, cfg, params, mstate, arrays, k, key, hp)[1], mstate
+        return pfedme_local_run(model, opts, params, mstate, arrays, k, key, hp)[1], mstate
 
     weights = WeightRule(lambda upd, idx, valid, state, hp: hp.pfedme_beta * base.fn(
         upd, idx, valid, state, hp), base.needs)  # beta a_k
-    return compose("pfedme", model, cfg, local=local, weights=weights, executor=executor,
+    return compose("pfedme", model, opts, local=local, weights=weights, executor=executor,
                    init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
                    evaluate=personal_evaluator(model, adapt))

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
 from ..execute.cohort import DELTA_SQ_NORM
@@ -75,8 +75,8 @@ QFFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("qffl_q"
 
 
 @register("qffl", QFFL_SUPPORTS)
-def qffl(model: Model, cfg: RunConfig, executor=None):
-    return compose("qffl", model, cfg, local=sgd_local(model, cfg),
+def qffl(model: Model, opts: Options, executor=None):
+    return compose("qffl", model, opts, local=sgd_local(model, opts),
                    weights=qffl_rule(lambda hp: hp.qffl_q), executor=executor)
 
 
@@ -84,6 +84,6 @@ AFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("afl_q",)
 
 
 @register("afl", AFL_SUPPORTS)
-def afl(model: Model, cfg: RunConfig, executor=None):
-    return compose("afl", model, cfg, local=sgd_local(model, cfg),
+def afl(model: Model, opts: Options, executor=None):
+    return compose("afl", model, opts, local=sgd_local(model, opts),
                    weights=qffl_rule(lambda hp: hp.afl_q), executor=executor)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from ..aggregate.aggregation import weight_rule
 from ..core.capabilities import Supports
-from ..core.config import RunConfig
+from ..core.config import Options
 from ..core.models import Model
 from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
@@ -38,15 +38,15 @@ def correction(c, c_k):
                                                           jax.tree.leaves(p), strict=True))
 
 
-def scaffold_local(model: Model, cfg: RunConfig):
+def scaffold_local(model: Model, opts: Options):
     def local(state, data, k, key, hp):
         c = state.extra["c"]
         c_k = jax.tree.map(lambda a: a[k], state.extra["c_clients"])
         res = local_sgd(model, state.params, state.model_state, data.train, k, key,
-                        hp.client_lr, steps=cfg.local_steps, batch_size=cfg.batch_size,
+                        hp.client_lr, steps=opts.local_steps, batch_size=opts.batch_size,
                         regularizer=correction(c, c_k))
         delta = tree_sub(state.params, res.params)
-        scale = 1.0 / (cfg.local_steps * hp.client_lr)
+        scale = 1.0 / (opts.local_steps * hp.client_lr)
         # Delta c_k = c_k+ - c_k = -c + (w - w_k) / (tau eta_l)
         extra = {"c_delta": jax.tree.map(lambda d, cc: d * scale - cc, delta, c)}
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
@@ -80,7 +80,7 @@ SCAFFOLD_SUPPORTS = Supports()
 
 
 @register("scaffold", SCAFFOLD_SUPPORTS)
-def scaffold(model: Model, cfg: RunConfig, executor=None):
-    return compose("scaffold", model, cfg, local=scaffold_local(model, cfg),
-                   weights=weight_rule(cfg), post=scaffold_post, init_extra=scaffold_init,
+def scaffold(model: Model, opts: Options, executor=None):
+    return compose("scaffold", model, opts, local=scaffold_local(model, opts),
+                   weights=weight_rule(opts), post=scaffold_post, init_extra=scaffold_init,
                    executor=executor)

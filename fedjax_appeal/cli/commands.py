@@ -388,9 +388,12 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
               f"{cfg.rounds} rounds, {appeal_reason(cfg)} -> {cfg.out}", file=sys.stderr)
         print(f"fedjax-appeal: {layout.describe()}", file=sys.stderr)
         if cfg.dp != "off":
+            from ..aggregate.accounting import HEADER_OPTIONS as ACCOUNTING
             from ..aggregate.accounting import header as dp_header
 
-            print(f"fedjax-appeal: {dp_header(cfg, hp, data.num_clients)}", file=sys.stderr)
+            line = dp_header(cfg.view(ACCOUNTING, "the privacy accounting"), hp,
+                             data.num_clients)
+            print(f"fedjax-appeal: {line}", file=sys.stderr)
     tracker = None
     if main and cfg.log:
         from ..run.records import recorded_config, recorded_hparams

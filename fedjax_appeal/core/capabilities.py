@@ -34,6 +34,9 @@ class Supports:
       protocol is on by default.
     options: the configuration fields only it (and the other algorithms listing them)
       reads; given to another algorithm, they are refused as having no effect.
+    reads: further configuration fields its builder reads that other components share
+      (never refused); with `options` and the fields every algorithm reads
+      (`algorithms.base.SHARED_OPTIONS`) they make up the options its builder receives.
     notes: (capability, why) pairs: the reason given when a capability is missing.
     """
 
@@ -48,6 +51,7 @@ class Supports:
     layouts: bool = True
     needs_requirements: bool = False
     options: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
     notes: tuple[tuple[str, str], ...] = ()
 
     def why(self, capability: str, default: str) -> str:

@@ -16,15 +16,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import jax.numpy as jnp
 from flax import struct
 
 from .capabilities import supports
-from .errors import ConfigError
+from .errors import ConfigError, UndeclaredOption
 from .registry import Registry, did_you_mean
 from .tunables import TUNABLES, check_tunable, reserve
 
@@ -272,9 +273,10 @@ def appeal_reason(cfg: RunConfig) -> str:
             "appeal protocol off (auto; --appeal on adds GM-Appeal metrics)")
 
 
-def data_seed(cfg: RunConfig) -> int:
-    """The seed of a run's data (`--data-seed`, or `--seed` when that is -1)."""
-    return cfg.seed if cfg.data_seed < 0 else cfg.data_seed
+def data_seed(opts: RunConfig | Options) -> int:
+    """The seed of a run's data (`--data-seed`, or `--seed` when that is -1); `opts`: the
+    configuration or the data layer's options."""
+    return opts.seed if opts.data_seed < 0 else opts.data_seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -544,14 +546,130 @@ class RunConfig:
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)
 
+    def view(self, names: Iterable[str], component: str) -> Options:
+        """The read-only `Options` of `component`: the fields `names` of this configuration
+        (every other field raises `UndeclaredOption` naming the field and the component)."""
+        return Options(component, {n: getattr(self, n) for n in _declared(names, component)})
+
 
 reserve([*(f.name for f in dataclasses.fields(RunConfig)), *_HP_OWN])
 _RUN_NAMES = frozenset(f.name for f in dataclasses.fields(RunConfig))
+_HP_NAMES = frozenset(_HP_OWN) - _RUN_NAMES
+
+
+def _declared(names: Iterable[str], component: str) -> tuple[str, ...]:
+    """`names` without repeats, each checked to be a RunConfig field (HParams names, which
+    and registered tunables, which `Supports.options` may also list, are left out: they
+    travel in `hp`)."""
+    out = tuple(dict.fromkeys(n for n in names if n not in _HP_NAMES and n not in TUNABLES))
+    unknown = [n for n in out if n not in _RUN_NAMES]
+    if unknown:
+        raise ValueError(f"{component} declares unknown configuration field(s) "
+                         f"{', '.join(map(repr, unknown))}")
+    return out
+
+
+class Options:
+    """The configuration fields one component reads, read-only (`RunConfig.view`).
+
+    A component (a weight rule, the uplink, a selector, an algorithm's builder, the data
+    layer, ...) declares the `RunConfig` fields it reads and receives this view of them
+    instead of the whole configuration: `opts.cohort` reads a declared field, any other
+    field raises `UndeclaredOption` naming the field and the component, so an undeclared
+    read fails in the tests instead of coupling the component to the whole configuration.
+    Views compare and hash by their values (they key caches like the configuration did);
+    `opts.view(names, component)` narrows a view to a sub-component's fields.
+    """
+
+    __slots__ = ("_component", "_values")
+
+    def __init__(self, component: str, values: Mapping[str, Any]):
+        object.__setattr__(self, "_component", component)
+        object.__setattr__(self, "_values", MappingProxyType(dict(values)))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_component", "_values"):
+            raise AttributeError(name)
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        component = object.__getattribute__(self, "_component")
+        if name in _RUN_NAMES:
+            raise UndeclaredOption(
+                f"{component} reads the configuration field {name!r}, which it does not "
+                f"declare (it declares: {', '.join(values) or 'none'})")
+        raise AttributeError(f"the options of {component} have no field {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r} (options "
+                                              f"of {self._component} are read-only)")
+
+    def __reduce__(self):
+        return (Options, (self._component, dict(self._values)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Options) and dict(self._values) == dict(other._values)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values.items())))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._values
+
+    def __dir__(self):
+        return [*self._values, "names", "component", "view", "replace", "as_dict"]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"Options[{self._component}]({inner})"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The declared fields."""
+        return tuple(self._values)
+
+    @property
+    def component(self) -> str:
+        """The component the view was made for (named in errors)."""
+        return self._component
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def view(self, names: Iterable[str], component: str) -> Options:
+        """The narrower view of `component` (its fields must all be in this one)."""
+        names = _declared(names, component)
+        missing = [n for n in names if n not in self._values]
+        if missing:
+            raise UndeclaredOption(
+                f"{component} reads {', '.join(map(repr, missing))}, which {self._component} "
+                f"(whose options it is given) does not declare")
+        return Options(component, {n: self._values[n] for n in names})
+
+    def replace(self, **kw: Any) -> Options:
+        """A copy with some declared fields changed."""
+        for k in kw:
+            getattr(self, k)  # undeclared -> UndeclaredOption
+        return Options(self._component, {**self._values, **kw})
+
+
+def fields_in(*groups: str) -> tuple[str, ...]:
+    """The RunConfig fields of the given configuration groups (`GROUPS`), in declared order."""
+    for g in groups:
+        if g not in GROUPS:
+            raise ValueError(f"unknown configuration group {g!r}")
+    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["group"] in groups)
 
 
 def data_fields() -> tuple[str, ...]:
     """The RunConfig fields that change a run's data (runs equal in them share the data)."""
     return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("data"))
+
+
+def data_options(cfg: RunConfig | Options, component: str = "the data layer") -> Options:
+    """The read-only view of `cfg`'s data fields (`data_fields`) that the data layer, its
+    registered datasets and partitions receive."""
+    return cfg.view(data_fields(), component)
 
 
 def field_names(cls) -> list[str]:

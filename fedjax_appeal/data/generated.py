@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData
-from ..core.config import ConfigError, RunConfig, data_seed
+from ..core.config import ConfigError, Options, data_seed
 from . import heterogeneity, partition, sources
 from .pool import apply_heterogeneity, load_dataset
 from .sources import Dataset
@@ -52,7 +52,7 @@ def _split_info(values: dict[str, np.ndarray], num_seen: int) -> tuple[dict, dic
             {k: v[num_seen:] for k, v in values.items()})
 
 
-def client_counts(cfg: RunConfig, ratios: np.ndarray, num_classes: int,
+def client_counts(opts: Options, ratios: np.ndarray, num_classes: int,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """[M, C] train rows per class of every generated client, and [M] its largest class.
 
@@ -60,14 +60,14 @@ def client_counts(cfg: RunConfig, ratios: np.ndarray, num_classes: int,
     order (`--imbalance-major shared|random`); else LDAM counts n_max ratio^(c/(C-1)).
     """
     try:
-        orders = heterogeneity.class_orders(len(ratios), num_classes, cfg.imbalance_major, rng)
+        orders = heterogeneity.class_orders(len(ratios), num_classes, opts.imbalance_major, rng)
     except ValueError as e:
         raise ConfigError(f"--imbalance-major: {e}") from None
-    if cfg.imbalance_size > 0:
-        counts = np.stack([heterogeneity.equal_size_counts(cfg.imbalance_size, r, num_classes, o)
+    if opts.imbalance_size > 0:
+        counts = np.stack([heterogeneity.equal_size_counts(opts.imbalance_size, r, num_classes, o)
                            for r, o in zip(ratios, orders, strict=True)])
     else:
-        counts = np.stack([heterogeneity.imbalance_counts(cfg.imbalance_nmax, r, num_classes)[
+        counts = np.stack([heterogeneity.imbalance_counts(opts.imbalance_nmax, r, num_classes)[
             np.argsort(o)] for r, o in zip(ratios, orders, strict=True)])
         counts = np.maximum(counts, 0)
         counts[np.arange(len(ratios)), orders[:, 0]] = np.maximum(
@@ -76,7 +76,7 @@ def client_counts(cfg: RunConfig, ratios: np.ndarray, num_classes: int,
 
 
 def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
-                   test: list[np.ndarray], cfg: RunConfig
+                   test: list[np.ndarray], opts: Options
                    ) -> tuple[Dataset, np.ndarray, list[np.ndarray], list[np.ndarray]]:
     """Append a label-flipped copy of every client (`--flip-protocol bernoulli|fixed`).
 
@@ -85,11 +85,11 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
     client k by its copy when the round flips it (`selection.flip_cohort`). Returns the
     extended dataset, labels and the 2M train / test index lists.
     """
-    rng = np.random.default_rng([data_seed(cfg), 0xF11B])
+    rng = np.random.default_rng([data_seed(opts), 0xF11B])
     xs, ys, tr2, te2 = [ds.x], [labels], list(train), list(test)
     start = len(ds)
     for tr, te in zip(train, test, strict=True):
-        fmap = heterogeneity.flip_map(ds.num_classes, cfg.flip_ratio, rng)
+        fmap = heterogeneity.flip_map(ds.num_classes, opts.flip_ratio, rng)
         rows = np.concatenate([tr, te])
         xs.append(ds.x[rows])
         ys.append(fmap[labels[rows]])
@@ -101,19 +101,19 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
     return ext, np.concatenate(ys), tr2, te2
 
 
-def imbalanced_federation(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
+def imbalanced_federation(ds: Dataset, opts: Options, rng: np.random.Generator
                           ) -> FederatedData:
     """A pool of class-imbalanced clients with balanced test splits (see module doc)."""
-    total = cfg.clients + cfg.unseen_clients
+    total = opts.clients + opts.unseen_clients
     num_classes = ds.num_classes
     try:
-        ratios, groups, _ = heterogeneity.client_ratios(total, cfg.imbalance_ratios, rng)
+        ratios, groups, _ = heterogeneity.client_ratios(total, opts.imbalance_ratios, rng)
     except ValueError as e:
         raise ConfigError(f"--imbalance-ratios: {e}") from None
-    t, g = cfg.imbalance_test_per_class, cfg.global_test_per_class
+    t, g = opts.imbalance_test_per_class, opts.global_test_per_class
     if g < 0 or t < 0:
         raise ConfigError("--imbalance-test-per-class and --global-test-per-class must be >= 0")
-    counts, majors = client_counts(cfg, ratios, num_classes, rng)
+    counts, majors = client_counts(opts, ratios, num_classes, rng)
     pools = [rng.permutation(np.flatnonzero(ds.y == c)) for c in range(num_classes)]
     need = counts.max(axis=0)
     if any(len(p) < g + total * t + need[c] for c, p in enumerate(pools)):
@@ -132,28 +132,28 @@ def imbalanced_federation(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
     info, uinfo = _split_info({"imbalance_ratio": ratios.astype(np.float32),
                                "imbalanced": ratios < 1.0,
                                "group": groups.astype(np.int32),
-                               "major": majors.astype(np.int32)}, cfg.clients)
+                               "major": majors.astype(np.int32)}, opts.clients)
     labels = ds.y
-    if cfg.flip_protocol != "static":
-        if cfg.label_flip_fraction <= 0:
-            raise ConfigError(f"--flip-protocol {cfg.flip_protocol} needs "
+    if opts.flip_protocol != "static":
+        if opts.label_flip_fraction <= 0:
+            raise ConfigError(f"--flip-protocol {opts.flip_protocol} needs "
                               "--label-flip-fraction p > 0 (the flip probability / share)")
-        if cfg.unseen_clients:
-            raise ConfigError(f"--flip-protocol {cfg.flip_protocol} needs --unseen-clients 0")
-        ds, labels, train, test = flipped_copies(ds, labels, train, test, cfg)
+        if opts.unseen_clients:
+            raise ConfigError(f"--flip-protocol {opts.flip_protocol} needs --unseen-clients 0")
+        ds, labels, train, test = flipped_copies(ds, labels, train, test, opts)
         info = {k: np.concatenate([v, v]) for k, v in info.items()}
-        info["flipped"] = np.repeat([False, True], cfg.clients)
-        return _federated(ds, labels, train, test, 2 * cfg.clients, info, {}, global_test)
-    if cfg.label_flip_fraction > 0:
+        info["flipped"] = np.repeat([False, True], opts.clients)
+        return _federated(ds, labels, train, test, 2 * opts.clients, info, {}, global_test)
+    if opts.label_flip_fraction > 0:
         if not disjoint:
             raise ConfigError("label flipping needs disjoint clients: lower --imbalance-nmax "
                               "or --clients so that the pool fits the dataset")
         whole = [np.sort(np.concatenate([a, b])) for a, b in zip(train, test, strict=True)]
-        lab, finfo, fu = apply_heterogeneity(ds, whole[:cfg.clients], whole[cfg.clients:], cfg)
+        lab, finfo, fu = apply_heterogeneity(ds, whole[:opts.clients], whole[opts.clients:], opts)
         labels = ds.y if lab is None else lab
         info.update({k: v for k, v in finfo.items() if k != "group"})
         uinfo.update({k: v for k, v in fu.items() if k != "group"})
-    return _federated(ds, labels, train, test, cfg.clients, info, uinfo, global_test)
+    return _federated(ds, labels, train, test, opts.clients, info, uinfo, global_test)
 
 
 def _to_rgb28(x: np.ndarray) -> np.ndarray:
@@ -165,17 +165,17 @@ def _to_rgb28(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, np.uint8)
 
 
-def digits_federation(cfg: RunConfig, rng: np.random.Generator
+def digits_federation(opts: Options, rng: np.random.Generator
                       ) -> tuple[FederatedData, Dataset]:
     """One Digits domain per client (see module doc); returns (data, pooled dataset)."""
-    names = [d.strip() for d in cfg.domains.split(",") if d.strip()]
+    names = [d.strip() for d in opts.domains.split(",") if d.strip()]
     bad = [d for d in names if d not in DIGIT_DOMAINS]
     if not names or bad:
         raise ConfigError(f"--domains must be a comma list of {', '.join(DIGIT_DOMAINS)} "
-                          f"(got {cfg.domains!r}); SVHN and SynthDigits are not available")
-    total = cfg.clients + cfg.unseen_clients
+                          f"(got {opts.domains!r}); SVHN and SynthDigits are not available")
+    total = opts.clients + opts.unseen_clients
     dom = np.arange(total) % len(names)
-    n = cfg.domain_samples
+    n = opts.domain_samples
     if n < 2:
         raise ConfigError("--domain-samples must be >= 2")
     xs, ys, clients, start = [], [], [], 0
@@ -184,7 +184,7 @@ def digits_federation(cfg: RunConfig, rng: np.random.Generator
     per_client: list[np.ndarray] = [np.empty(0, np.int64)] * total
     for d, name in enumerate(names):
         members = np.flatnonzero(dom == d)
-        src = loaders[name](cfg.data_dir or None)
+        src = loaders[name](opts.data_dir or None)
         need = len(members) * n
         if need > len(src):
             raise ConfigError(f"{len(members)} clients x {n} rows exceed {name} ({len(src)} "
@@ -199,29 +199,29 @@ def digits_federation(cfg: RunConfig, rng: np.random.Generator
     mean, std = sources._image_stats(x, 1.0 / 255.0)
     ds = Dataset("digits", x, y.astype(np.int64), 10, None, 1.0 / 255.0, mean, std)
     clients = per_client
-    seen, unseen = clients[:cfg.clients], clients[cfg.clients:]
-    labels, finfo, fu = apply_heterogeneity(ds, seen, unseen, cfg)
-    tr, te = partition.train_test_split(clients, cfg.train_fraction, rng)
+    seen, unseen = clients[:opts.clients], clients[opts.clients:]
+    labels, finfo, fu = apply_heterogeneity(ds, seen, unseen, opts)
+    tr, te = partition.train_test_split(clients, opts.train_fraction, rng)
     info, uinfo = _split_info({"domain": dom.astype(np.int32), "group": dom.astype(np.int32)},
-                              cfg.clients)
+                              opts.clients)
     info.update({k: v for k, v in finfo.items() if k != "group"})
     uinfo.update({k: v for k, v in fu.items() if k != "group"})
-    return _federated(ds, ds.y if labels is None else labels, tr, te, cfg.clients, info,
+    return _federated(ds, ds.y if labels is None else labels, tr, te, opts.clients, info,
                       uinfo), ds
 
 
-def load_generated(cfg: RunConfig) -> tuple[FederatedData, Dataset]:
+def load_generated(opts: Options) -> tuple[FederatedData, Dataset]:
     """The federation of a generated pool (`--imbalance-ratios` or `--dataset digits`)."""
-    rng = np.random.default_rng([data_seed(cfg), 0xE7A])
-    if cfg.dataset == "digits":
-        if cfg.imbalance_ratios:
+    rng = np.random.default_rng([data_seed(opts), 0xE7A])
+    if opts.dataset == "digits":
+        if opts.imbalance_ratios:
             raise ConfigError("--imbalance-ratios does not combine with --dataset digits")
-        fed, ds = digits_federation(cfg, rng)
-        if sources.check_dataset(ds, cfg.num_classes).num_classes != ds.num_classes:
-            raise ConfigError(f"--num-classes {cfg.num_classes} does not apply to --dataset "
+        fed, ds = digits_federation(opts, rng)
+        if sources.check_dataset(ds, opts.num_classes).num_classes != ds.num_classes:
+            raise ConfigError(f"--num-classes {opts.num_classes} does not apply to --dataset "
                               f"digits ({ds.num_classes} classes): drop it")
         return fed, ds
-    ds = load_dataset(cfg, rng)
-    if cfg.max_samples and cfg.max_samples < len(ds):
-        ds = ds.subset(np.sort(rng.choice(len(ds), cfg.max_samples, replace=False)))
-    return imbalanced_federation(ds, cfg, rng), ds
+    ds = load_dataset(opts, rng)
+    if opts.max_samples and opts.max_samples < len(ds):
+        ds = ds.subset(np.sort(rng.choice(len(ds), opts.max_samples, replace=False)))
+    return imbalanced_federation(ds, opts, rng), ds

@@ -7,13 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData
-from ..core.config import DATASETS, PARTITIONS, ConfigError, RunConfig, data_seed
+from ..core.config import DATASETS, PARTITIONS, ConfigError, Options, data_seed
 from . import heterogeneity, partition, sources
 from .sources import Dataset
 
 
 def register_dataset(name: str):
-    """Decorator: `fn(cfg, rng) -> Dataset` becomes `--dataset NAME` (run, sweep, reproduce).
+    """Decorator: `fn(opts, rng) -> Dataset` becomes `--dataset NAME` (run, sweep, reproduce).
 
     `rng` is the run's data generator (seeded by `--data-seed`); draw any randomness from
     it, so the same data seed gives the same data.
@@ -26,7 +26,7 @@ def register_dataset(name: str):
 
 
 def register_partition(name: str):
-    """Decorator: `fn(ds, total, cfg, rng) -> list of index arrays` (one per client, seen
+    """Decorator: `fn(ds, total, opts, rng) -> list of index arrays` (one per client, seen
     and unseen together) becomes `--partition NAME`."""
     def deco(fn):
         PARTITIONS[name] = fn
@@ -35,24 +35,24 @@ def register_partition(name: str):
     return deco
 
 
-def load_dataset(cfg: RunConfig, rng: np.random.Generator | None = None) -> Dataset:
-    """The pooled `Dataset` named by `cfg.dataset`, checked (finite features, valid labels;
-    `sources.check_dataset`) and with `cfg.num_classes` applied, whatever its source."""
-    return sources.check_dataset(_load_source(cfg, rng), cfg.num_classes)
+def load_dataset(opts: Options, rng: np.random.Generator | None = None) -> Dataset:
+    """The pooled `Dataset` named by `opts.dataset`, checked (finite features, valid labels;
+    `sources.check_dataset`) and with `opts.num_classes` applied, whatever its source."""
+    return sources.check_dataset(_load_source(opts, rng), opts.num_classes)
 
 
-def _load_source(cfg: RunConfig, rng: np.random.Generator | None) -> Dataset:
-    name = cfg.dataset
-    d = cfg.data_dir or None
+def _load_source(opts: Options, rng: np.random.Generator | None) -> Dataset:
+    name = opts.dataset
+    d = opts.data_dir or None
     if callable(DATASETS.get(name) if name in DATASETS else None):  # registered by user code
-        rng = rng if rng is not None else np.random.default_rng(data_seed(cfg))
-        return DATASETS[name](cfg, rng)
+        rng = rng if rng is not None else np.random.default_rng(data_seed(opts))
+        return DATASETS[name](opts, rng)
     if name == "fmnist":
-        return sources.load_fmnist(cfg.fmnist_dir)
+        return sources.load_fmnist(opts.fmnist_dir)
     if name == "mnist":
         return sources.load_mnist(d)
     if name == "cifar10":
-        return sources.load_cifar10(d, cfg.cache_dir or None)
+        return sources.load_cifar10(d, opts.cache_dir or None)
     if name == "femnist":
         return sources.load_femnist(d)
     if name == "sent140":
@@ -62,48 +62,48 @@ def _load_source(cfg: RunConfig, rng: np.random.Generator | None) -> Dataset:
     if name == "mnistm":
         return sources.load_mnistm(d)
     if name == "synthetic":
-        rng = rng if rng is not None else np.random.default_rng(data_seed(cfg))
-        return sources.synthetic(cfg.synthetic_alpha, cfg.synthetic_beta,
-                                 cfg.clients + cfg.unseen_clients, rng)
+        rng = rng if rng is not None else np.random.default_rng(data_seed(opts))
+        return sources.synthetic(opts.synthetic_alpha, opts.synthetic_beta,
+                                 opts.clients + opts.unseen_clients, rng)
     if name == "digits":
         raise ConfigError("dataset 'digits' is built per client: use load_federated")
     if name.startswith("tfds:"):
-        return sources.load_tfds(name[5:], cache=cfg.cache_dir or None)
+        return sources.load_tfds(name[5:], cache=opts.cache_dir or None)
     if name.startswith(sources.NPZ_PREFIX):
-        return sources.load_npz(name[len(sources.NPZ_PREFIX):], cfg.input_scale,
-                                cfg.num_classes)
+        return sources.load_npz(name[len(sources.NPZ_PREFIX):], opts.input_scale,
+                                opts.num_classes)
     raise ConfigError(f"unknown dataset '{name}'; choose one of: "
                       "fmnist, mnist, cifar10, femnist, sent140, synthetic, usps, mnistm, "
                       "tfds:fashion_mnist, tfds:mnist, tfds:emnist/byclass, tfds:cifar10, "
                       "npz:PATH")
 
 
-def partition_clients(ds: Dataset, cfg: RunConfig, rng: np.random.Generator
+def partition_clients(ds: Dataset, opts: Options, rng: np.random.Generator
                       ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Index arrays of the seen and the unseen clients (disjoint, same distribution)."""
-    total = cfg.clients + cfg.unseen_clients
-    if callable(PARTITIONS[cfg.partition] if cfg.partition in PARTITIONS else None):
-        parts = [np.asarray(p) for p in PARTITIONS[cfg.partition](ds, total, cfg, rng)]
+    total = opts.clients + opts.unseen_clients
+    if callable(PARTITIONS[opts.partition] if opts.partition in PARTITIONS else None):
+        parts = [np.asarray(p) for p in PARTITIONS[opts.partition](ds, total, opts, rng)]
         if len(parts) != total:
-            raise ConfigError(f"partition '{cfg.partition}' returned {len(parts)} clients, "
+            raise ConfigError(f"partition '{opts.partition}' returned {len(parts)} clients, "
                               f"not --clients + --unseen-clients = {total}")
-    elif cfg.partition == "dirichlet":
-        parts = partition.dirichlet(ds.y, total, cfg.alpha, rng, cfg.min_samples)
-    elif cfg.partition == "clusters":
-        parts = partition.clusters(ds.y, total, cfg.num_clusters, cfg.labels_per_cluster, rng,
-                                   cfg.min_samples, cfg.cluster_labels)
-    elif cfg.partition == "classes":
-        parts = partition.classes_per_client(ds.y, total, cfg.classes_per_client, rng,
-                                             cfg.min_samples)
-    elif cfg.partition == "natural":
+    elif opts.partition == "dirichlet":
+        parts = partition.dirichlet(ds.y, total, opts.alpha, rng, opts.min_samples)
+    elif opts.partition == "clusters":
+        parts = partition.clusters(ds.y, total, opts.num_clusters, opts.labels_per_cluster, rng,
+                                   opts.min_samples, opts.cluster_labels)
+    elif opts.partition == "classes":
+        parts = partition.classes_per_client(ds.y, total, opts.classes_per_client, rng,
+                                             opts.min_samples)
+    elif opts.partition == "natural":
         if ds.groups is None:
             raise ConfigError(f"dataset '{ds.name}' has no natural clients: use --partition "
                               "dirichlet|clusters|classes")
-        parts = partition.natural(ds.groups, cfg.min_samples)
+        parts = partition.natural(ds.groups, opts.min_samples)
     else:
-        raise ConfigError(f"unknown partition '{cfg.partition}'; choose one of: "
+        raise ConfigError(f"unknown partition '{opts.partition}'; choose one of: "
                           "dirichlet, clusters, classes, natural")
-    return partition.split_seen_unseen(parts, cfg.clients, cfg.unseen_clients, rng)
+    return partition.split_seen_unseen(parts, opts.clients, opts.unseen_clients, rng)
 
 
 def build_federated(ds: Dataset, seen: list[np.ndarray], unseen: list[np.ndarray],
@@ -129,22 +129,22 @@ def build_federated(ds: Dataset, seen: list[np.ndarray], unseen: list[np.ndarray
 
 
 def apply_heterogeneity(ds: Dataset, seen: list[np.ndarray], unseen: list[np.ndarray],
-                        cfg: RunConfig) -> tuple[np.ndarray | None, dict, dict]:
-    """Label flipping and Byzantine tags from `cfg`: (labels or None, info, unseen_info).
+                        opts: Options) -> tuple[np.ndarray | None, dict, dict]:
+    """Label flipping and Byzantine tags from `opts`: (labels or None, info, unseen_info).
 
     Uses its own seeded stream, so the partition does not depend on these options.
     """
-    rng = np.random.default_rng([data_seed(cfg), 0xF11B])
+    rng = np.random.default_rng([data_seed(opts), 0xF11B])
     labels, info, uinfo = None, {}, {}
-    if cfg.label_flip_fraction > 0:
-        fs = heterogeneity.choose_fraction(len(seen), cfg.label_flip_fraction, rng)
-        fu = heterogeneity.choose_fraction(len(unseen), cfg.label_flip_fraction, rng)
-        labels, _ = heterogeneity.flip_labels(ds.y, seen, fs, ds.num_classes, cfg.flip_ratio, rng)
-        labels, _ = heterogeneity.flip_labels(labels, unseen, fu, ds.num_classes, cfg.flip_ratio,
+    if opts.label_flip_fraction > 0:
+        fs = heterogeneity.choose_fraction(len(seen), opts.label_flip_fraction, rng)
+        fu = heterogeneity.choose_fraction(len(unseen), opts.label_flip_fraction, rng)
+        labels, _ = heterogeneity.flip_labels(ds.y, seen, fs, ds.num_classes, opts.flip_ratio, rng)
+        labels, _ = heterogeneity.flip_labels(labels, unseen, fu, ds.num_classes, opts.flip_ratio,
                                               rng)
         info["flipped"], uinfo["flipped"] = fs, fu
         # group tag (0 clean / 1 flipped) for --selector stratified
         info["group"], uinfo["group"] = fs.astype(np.int32), fu.astype(np.int32)
-    if cfg.byzantine_fraction > 0:
-        info["byzantine"] = heterogeneity.choose_fraction(len(seen), cfg.byzantine_fraction, rng)
+    if opts.byzantine_fraction > 0:
+        info["byzantine"] = heterogeneity.choose_fraction(len(seen), opts.byzantine_fraction, rng)
     return labels, info, uinfo

@@ -118,21 +118,27 @@ def error_feedback(inner: Compressor) -> Compressor:
     return Compressor(init, update, inner.bits)
 
 
+# The configuration fields of `from_config` (`RunConfig.view`).
+OPTIONS = ("compress", "compress_levels", "compress_bucket", "compress_fraction",
+           "compress_feedback")
+
+
 def topk_count(fraction: float, d: int) -> int:
     """k of `--compress-fraction`: max(1, round(fraction x d))."""
     return max(1, int(round(fraction * d)))
 
 
-def from_config(cfg, d: int) -> Compressor | None:
-    """The compressor of `cfg.compress` for updates of d coordinates (None = off)."""
-    if cfg.compress == "none":
+def from_config(opts, d: int) -> Compressor | None:
+    """The compressor of `opts.compress` for updates of d coordinates (None = off); `opts`:
+    options declaring `OPTIONS`."""
+    if opts.compress == "none":
         return None
-    if cfg.compress == "qsgd":
-        base = qsgd(cfg.compress_levels, cfg.compress_bucket)
-    elif cfg.compress == "topk":
-        base = top_k(topk_count(cfg.compress_fraction, d))
+    if opts.compress == "qsgd":
+        base = qsgd(opts.compress_levels, opts.compress_bucket)
+    elif opts.compress == "topk":
+        base = top_k(topk_count(opts.compress_fraction, d))
     else:
-        raise ValueError(f"unknown compression {cfg.compress!r}")
-    fb = cfg.compress_feedback
-    on = fb == "on" or (fb == "auto" and cfg.compress == "topk")
+        raise ValueError(f"unknown compression {opts.compress!r}")
+    fb = opts.compress_feedback
+    on = fb == "on" or (fb == "auto" and opts.compress == "topk")
     return error_feedback(base) if on else base

@@ -31,11 +31,17 @@ import jax.numpy as jnp
 STEPS, TIME, AVAIL, AVAIL_P = 1, 2, 3, 4  # independent streams of the heterogeneity key
 
 
-def hetero_on(cfg) -> bool:
-    """Whether `cfg` asks for any client heterogeneity or unreliability."""
-    return (getattr(cfg, "local_steps_dist", "fixed") != "fixed"
-            or getattr(cfg, "availability", "always") != "always"
-            or getattr(cfg, "deadline", 0.0) > 0)
+# The configuration fields of client heterogeneity and unreliability (`RunConfig.view`):
+# this module's and `select/availability.py`'s.
+OPTIONS = ("local_steps_dist", "local_epochs", "local_steps_min", "availability", "deadline",
+           "local_steps", "batch_size")
+
+
+def hetero_on(opts) -> bool:
+    """Whether `opts` (options declaring `OPTIONS`) ask for any client heterogeneity or
+    unreliability."""
+    return (opts.local_steps_dist != "fixed" or opts.availability != "always"
+            or opts.deadline > 0)
 
 
 def init_hetero(key: jax.Array, num_clients: int) -> dict:
@@ -54,23 +60,23 @@ def draw_key(root: jax.Array, stream: int, rnd, k) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(root, stream), rnd), k)
 
 
-def client_steps(cfg, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
+def client_steps(opts, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
     """tau_k [] int32 of client k in round `rnd` (see the module docstring); `count` = n_k,
     the client's train rows (needed by `epochs`)."""
-    hi, lo = cfg.local_steps, min(cfg.local_steps_min, cfg.local_steps)
+    hi, lo = opts.local_steps, min(opts.local_steps_min, opts.local_steps)
     key = draw_key(root, STEPS, rnd, k)
-    if cfg.local_steps_dist == "fixed":
+    if opts.local_steps_dist == "fixed":
         return jnp.asarray(hi, jnp.int32)
-    if cfg.local_steps_dist == "epochs":
-        tau = jnp.floor(cfg.local_epochs * jnp.asarray(count, jnp.float32) / cfg.batch_size)
+    if opts.local_steps_dist == "epochs":
+        tau = jnp.floor(opts.local_epochs * jnp.asarray(count, jnp.float32) / opts.batch_size)
         return jnp.clip(tau, lo, hi).astype(jnp.int32)
-    if cfg.local_steps_dist == "uniform":
+    if opts.local_steps_dist == "uniform":
         return jax.random.randint(key, (), lo, hi + 1, jnp.int32)
-    if cfg.local_steps_dist == "lognormal":
+    if opts.local_steps_dist == "lognormal":
         median = (lo * hi) ** 0.5
         tau = jnp.round(median * jnp.exp(hp.steps_sigma * jax.random.normal(key)))
         return jnp.clip(tau, lo, hi).astype(jnp.int32)
-    raise ValueError(f"unknown local steps distribution {cfg.local_steps_dist!r}")
+    raise ValueError(f"unknown local steps distribution {opts.local_steps_dist!r}")
 
 
 def step_time(root: jax.Array, rnd, k, hp) -> jax.Array:
@@ -78,7 +84,7 @@ def step_time(root: jax.Array, rnd, k, hp) -> jax.Array:
     return jnp.exp(hp.step_time_sigma * jax.random.normal(draw_key(root, TIME, rnd, k)))
 
 
-def compute_time(cfg, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
+def compute_time(opts, root: jax.Array, rnd, k, hp, count=None) -> jax.Array:
     """tau_k x step time of client k in round `rnd` (simulated seconds)."""
-    tau = client_steps(cfg, root, rnd, k, hp, count).astype(jnp.float32)
+    tau = client_steps(opts, root, rnd, k, hp, count).astype(jnp.float32)
     return tau * step_time(root, rnd, k, hp)

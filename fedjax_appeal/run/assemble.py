@@ -18,6 +18,7 @@ from ..core.config import RunConfig, appeal_on
 from ..core.models import Model, model_for
 from ..data import Dataset, load_federated
 from ..execute.executor import Executor
+from ..protocols.appeal import appeal
 from ..protocols.appeal.appeal import with_appeal
 
 
@@ -48,5 +49,5 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     alg = build(cfg.algorithm, model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     if appeal_on(cfg):  # the appeal protocol around the algorithm
-        alg = with_appeal(alg, model, cfg)
+        alg = with_appeal(alg, model, cfg.view(appeal.OPTIONS, "the appeal protocol"))
     return Assembled(alg, model, data, dataset, load_s)

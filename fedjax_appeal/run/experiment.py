@@ -13,11 +13,13 @@ import jax
 import numpy as np
 
 from .. import __version__
+from ..aggregate.accounting import OPTIONS as ACCOUNTING
 from ..aggregate.accounting import summary as privacy_summary
 from ..core.arrays import FederatedData
 from ..core.config import ConfigError, HParams, RunConfig, appeal_on, appeal_reason
 from ..data import Dataset
 from ..execute.distributed import fetch
+from ..protocols.appeal.appeal import OPTIONS as APPEAL
 from ..protocols.appeal.appeal import personalize
 from .assemble import assemble
 from .publish import covered_entry, restrict
@@ -34,7 +36,8 @@ def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: Federate
         return None
     t0 = time.perf_counter()
     key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
-    out = fetch(jax.jit(lambda s, d, k, h: personalize(model, cfg, s, d, k, h))(
+    opts = cfg.view(APPEAL, "the appeal protocol")
+    out = fetch(jax.jit(lambda s, d, k, h: personalize(model, opts, s, d, k, h))(
         sim.final_state, data, key, hp.as_arrays()))
     block = {k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist())
              for k, v in out.items()}
@@ -80,7 +83,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         "participation": np.asarray(fetch(sim.final_state.participation)).tolist(),
         "final_clients": sim.final_eval,
         **({"personalized": personalized} if personalized else {}),
-        **({"privacy": privacy_summary(cfg, hp, data.num_clients, cfg.rounds)}
+        **({"privacy": privacy_summary(cfg.view(ACCOUNTING, "the privacy accounting"), hp,
+                                      data.num_clients, cfg.rounds)}
            if cfg.dp != "off" else {}),
         "layout": layout._asdict(),
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,

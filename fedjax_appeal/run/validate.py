@@ -12,15 +12,18 @@ from ..core.capabilities import owners, supports, with_capability
 from ..core.config import (
     ConfigError,
     HParams,
+    Options,
     RunConfig,
     appeal_on,
     check_declared,
+    data_options,
     declarations,
     field_names,
 )
 from ..core.models import MODELS
 from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
+from . import validate_hetero as hetero_checks
 from .validate_hetero import ignored_reason as hetero_ignored
 from .validate_hetero import validate_hetero
 
@@ -70,11 +73,12 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
     check_supported(cfg)  # what the algorithm declares it supports
     # --- client selection ---
-    _validate_selection(cfg, hp)
-    validate_hetero(cfg, hp)  # heterogeneous and unreliable clients
+    _validate_selection(cfg.view(_SELECTION_CHECKS, "the selection checks"), hp)
+    validate_hetero(cfg.view(hetero_checks.CHECK_OPTIONS, "the heterogeneity checks"),
+                    hp)  # heterogeneous and unreliable clients
     # --- DP-FedAvg, update compression ---
-    privacy.check(cfg, hp)
-    uplink.check(cfg)
+    privacy.check(cfg.view(privacy.CHECK_OPTIONS, "the DP checks"), hp, appeal_on(cfg))
+    uplink.check(cfg.view(uplink.CHECK_OPTIONS, "the compression checks"))
     if cfg.dp != "off":
         accounting.require()
 
@@ -114,13 +118,18 @@ def check_supported(cfg: RunConfig) -> None:
                           f": {alg}'s weights or uploads are not bounded by the clip norm C")
 
 
-def _validate_selection(cfg: RunConfig, hp: HParams) -> None:
-    """Options of the poc / divfl / subtrunc / unionfl selectors."""
-    if cfg.poc_d and not cfg.cohort <= cfg.poc_d <= cfg.clients:
-        raise ConfigError(f"--poc-d {cfg.poc_d} must lie between --cohort {cfg.cohort} and "
-                          f"--clients {cfg.clients} (0 = 2 x cohort)")
-    if (cfg.selector in ("divfl", "subtrunc", "unionfl") and cfg.selector_features == "delta"
-            and 0 < cfg.client_chunk < cfg.cohort):
+_SELECTION_CHECKS = ("poc_d", "cohort", "clients", "selector", "selector_features",
+                     "client_chunk")
+
+
+def _validate_selection(opts: Options, hp: HParams) -> None:
+    """Options of the poc / divfl / subtrunc / unionfl selectors (`opts`: the fields of
+    `_SELECTION_CHECKS`)."""
+    if opts.poc_d and not opts.cohort <= opts.poc_d <= opts.clients:
+        raise ConfigError(f"--poc-d {opts.poc_d} must lie between --cohort {opts.cohort} and "
+                          f"--clients {opts.clients} (0 = 2 x cohort)")
+    if (opts.selector in ("divfl", "subtrunc", "unionfl") and opts.selector_features == "delta"
+            and 0 < opts.client_chunk < opts.cohort):
         raise ConfigError(DELTA_CHUNK_ERROR)
 
 
@@ -201,7 +210,8 @@ def _uplink_ignored(key: str, cfg: RunConfig) -> str | None:
         return "it configures --compress topk"
     if key == "compress_feedback" and cfg.compress == "none":
         return "it configures compression (--compress qsgd or topk)"
-    return hetero_ignored(key, cfg)
+    return hetero_ignored(key, cfg.view(hetero_checks.IGNORED_OPTIONS,
+                                        "the heterogeneity checks"))
 
 
 def used_hparams(cfg: RunConfig) -> list[str]:
@@ -278,8 +288,9 @@ def _check_npz(path: str) -> None:
                           ) from None
 
 
-def source_rows(cfg: RunConfig) -> int | None:
-    """Rows of the dataset of `cfg`, read from file headers only (nothing decoded).
+def source_rows(opts: Options) -> int | None:
+    """Rows of the dataset of `opts` (its data fields), read from file headers only
+    (nothing decoded).
 
     None when unknown (generated data, tfds, a missing or unreadable file: the loader then
     reports that problem itself).
@@ -290,20 +301,20 @@ def source_rows(cfg: RunConfig) -> int | None:
 
     from ..data.sources import DATA_ENV
 
-    if cfg.imbalance_ratios or cfg.dataset == "digits":
+    if opts.imbalance_ratios or opts.dataset == "digits":
         return None
     try:
-        if cfg.dataset in _IDX_ROWS:
-            return sum(_idx_rows(cfg.fmnist_dir, n) for n in _IDX_ROWS[cfg.dataset])
-        if cfg.dataset.startswith("npz:"):
+        if opts.dataset in _IDX_ROWS:
+            return sum(_idx_rows(opts.fmnist_dir, n) for n in _IDX_ROWS[opts.dataset])
+        if opts.dataset.startswith("npz:"):
             from ..data.sources import npz_members
 
-            path = Path(cfg.dataset[4:]).expanduser()
+            path = Path(opts.dataset[4:]).expanduser()
             with zipfile.ZipFile(path) as zf:
                 return sum(_npy_rows(zf, m) for m in npz_members(path)[1])
-        if cfg.dataset in _NPZ_ROWS:
-            fname, members = _NPZ_ROWS[cfg.dataset]
-            d = cfg.data_dir or os.environ.get(DATA_ENV, "")
+        if opts.dataset in _NPZ_ROWS:
+            fname, members = _NPZ_ROWS[opts.dataset]
+            d = opts.data_dir or os.environ.get(DATA_ENV, "")
             if not d:
                 return None
             with zipfile.ZipFile(Path(d).expanduser() / fname) as zf:
@@ -313,23 +324,25 @@ def source_rows(cfg: RunConfig) -> int | None:
     return None
 
 
-def check_source_size(cfg: RunConfig) -> None:
+def check_source_size(opts: RunConfig | Options) -> None:
     """Refuse client counts the source cannot fill, before anything is decoded.
 
     Every client (seen and unseen) needs at least max(--min-samples, 2) rows (a train and
-    a test row); `--max-samples` caps the rows used.
+    a test row); `--max-samples` caps the rows used. `opts`: the configuration, or options
+    holding its data fields (the only ones read).
     """
-    n = source_rows(cfg)
+    opts = data_options(opts, "the source size check")
+    n = source_rows(opts)
     if n is None:
         return
-    rows = min(n, cfg.max_samples) if cfg.max_samples else n
-    per = max(cfg.min_samples, 2)
-    total = cfg.clients + cfg.unseen_clients
+    rows = min(n, opts.max_samples) if opts.max_samples else n
+    per = max(opts.min_samples, 2)
+    total = opts.clients + opts.unseen_clients
     if total * per > rows:
-        cap = f" (--max-samples {cfg.max_samples})" if cfg.max_samples and cfg.max_samples < n \
+        cap = f" (--max-samples {opts.max_samples})" if opts.max_samples and opts.max_samples < n \
             else ""
-        raise ConfigError(f"--clients {cfg.clients} + --unseen-clients {cfg.unseen_clients} need "
-                          f"at least {total * per} rows ({per} per client) but {cfg.dataset} has "
+        raise ConfigError(f"--clients {opts.clients} + --unseen-clients {opts.unseen_clients} need "
+                          f"at least {total * per} rows ({per} per client) but {opts.dataset} has "
                           f"{rows}{cap}: use at most {rows // per} clients in all, or lower "
                           "--min-samples")
 

@@ -4,32 +4,36 @@
 from __future__ import annotations
 
 from ..core.capabilities import supports
-from ..core.config import ConfigError, HParams, RunConfig
+from ..core.config import ConfigError, HParams, Options
+
+# The configuration fields of `validate_hetero` and `ignored_reason` (`RunConfig.view`).
+CHECK_OPTIONS = ("local_steps_min", "local_steps", "concurrency", "clients")
+IGNORED_OPTIONS = ("local_steps_dist", "availability", "deadline", "algorithm")
 
 
-def validate_hetero(cfg: RunConfig, hp: HParams) -> None:
+def validate_hetero(opts: Options, hp: HParams) -> None:
     """Raise `ConfigError` for the first problem of the heterogeneity options."""
-    if not 1 <= cfg.local_steps_min <= cfg.local_steps:
-        raise ConfigError(f"--local-steps-min {cfg.local_steps_min} must lie between 1 and "
-                          f"--local-steps {cfg.local_steps} (the largest tau_k)")
-    if cfg.concurrency < 0 or cfg.concurrency > cfg.clients:
-        raise ConfigError(f"--concurrency {cfg.concurrency} must lie between 0 (= 2 x cohort) "
-                          f"and --clients {cfg.clients}")
+    if not 1 <= opts.local_steps_min <= opts.local_steps:
+        raise ConfigError(f"--local-steps-min {opts.local_steps_min} must lie between 1 and "
+                          f"--local-steps {opts.local_steps} (the largest tau_k)")
+    if opts.concurrency < 0 or opts.concurrency > opts.clients:
+        raise ConfigError(f"--concurrency {opts.concurrency} must lie between 0 (= 2 x cohort) "
+                          f"and --clients {opts.clients}")
 
 
-def ignored_reason(key: str, cfg: RunConfig) -> str | None:
-    """Why a heterogeneity option has no effect in `cfg`, or None."""
-    if key == "local_steps_min" and cfg.local_steps_dist == "fixed":
+def ignored_reason(key: str, opts: Options) -> str | None:
+    """Why a heterogeneity option has no effect in `opts`, or None."""
+    if key == "local_steps_min" and opts.local_steps_dist == "fixed":
         return "it bounds --local-steps-dist uniform|lognormal"
-    if key == "local_epochs" and cfg.local_steps_dist != "epochs":
+    if key == "local_epochs" and opts.local_steps_dist != "epochs":
         return "it configures --local-steps-dist epochs"
-    if key == "steps_sigma" and cfg.local_steps_dist != "lognormal":
+    if key == "steps_sigma" and opts.local_steps_dist != "lognormal":
         return "it configures --local-steps-dist lognormal"
-    if key in ("avail_p", "avail_spread") and cfg.availability != "bernoulli":
+    if key in ("avail_p", "avail_spread") and opts.availability != "bernoulli":
         return "it configures --availability bernoulli"
-    if key in ("avail_on_off", "avail_off_on") and cfg.availability != "markov":
+    if key in ("avail_on_off", "avail_off_on") and opts.availability != "markov":
         return "it configures --availability markov"
-    if (key == "step_time_sigma" and cfg.deadline <= 0
-            and key not in supports(cfg.algorithm).options):
+    if (key == "step_time_sigma" and opts.deadline <= 0
+            and key not in supports(opts.algorithm).options):
         return "it sets the simulated step times of --deadline and fedbuff"
     return None

@@ -1,6 +1,6 @@
 """Unreliable clients: availability per round (before selection) and a round deadline.
 
-`with_availability(selector, cfg)` wraps any cohort `Selector`:
+`with_availability(selector, opts)` wraps any cohort `Selector`:
 
 * availability (`--availability`), drawn per client per round from the run's heterogeneity
   key (`local.hetero`, stream AVAIL, keyed by round and client id):
@@ -65,39 +65,39 @@ def available(kind: str, root: jax.Array, rnd, prev_on: jax.Array, hp) -> jax.Ar
     raise ValueError(f"unknown availability {kind!r}")
 
 
-def times(cfg, root: jax.Array, rnd, idx: jax.Array, hp, counts: jax.Array) -> jax.Array:
+def times(opts, root: jax.Array, rnd, idx: jax.Array, hp, counts: jax.Array) -> jax.Array:
     """[m] simulated compute times tau_k x s_k of the cohort clients (`counts` = n_k)."""
-    return jax.vmap(lambda k, n: hetero.compute_time(cfg, root, rnd, k, hp, n))(idx, counts)
+    return jax.vmap(lambda k, n: hetero.compute_time(opts, root, rnd, k, hp, n))(idx, counts)
 
 
-def late(cfg, root: jax.Array, rnd, idx: jax.Array, hp, counts: jax.Array) -> jax.Array:
-    """[m] bool: cohort clients whose compute time passes `cfg.deadline` (none if 0)."""
-    if cfg.deadline <= 0:
+def late(opts, root: jax.Array, rnd, idx: jax.Array, hp, counts: jax.Array) -> jax.Array:
+    """[m] bool: cohort clients whose compute time passes `opts.deadline` (none if 0)."""
+    if opts.deadline <= 0:
         return jnp.zeros(idx.shape, bool)
-    return times(cfg, root, rnd, idx, hp, counts) > cfg.deadline
+    return times(opts, root, rnd, idx, hp, counts) > opts.deadline
 
 
-def with_availability(selector: Selector, cfg) -> Selector:
+def with_availability(selector: Selector, opts) -> Selector:
     """`selector` restricted to the available clients, with the deadline's drops (see the
-    module docstring); `selector` itself when `cfg` asks for no heterogeneity at all."""
-    if not hetero.hetero_on(cfg):
+    module docstring); `selector` itself when `opts` asks for no heterogeneity at all."""
+    if not hetero.hetero_on(opts):
         return selector
 
     def pool_now(state, hp):
         h = state.extra["hetero"]
-        on = available(cfg.availability, hetero.root_key(state), state.round, h["on"], hp)
+        on = available(opts.availability, hetero.root_key(state), state.round, h["on"], hp)
         return state.pool & on, on
 
     def select(key, state, data, hp):
         pool, _ = pool_now(state, hp)
         idx, valid = selector.select(key, state.replace(pool=pool), data, hp)
-        return idx, valid & ~late(cfg, hetero.root_key(state), state.round, idx, hp,
+        return idx, valid & ~late(opts, hetero.root_key(state), state.round, idx, hp,
                                   data.train.count[idx])
 
     def update(new, upd, idx, valid, data, hp):
         if selector.update is not None:
             new = selector.update(new, upd, idx, valid, data, hp)
-        if cfg.availability != "markov":
+        if opts.availability != "markov":
             return new
         prev = new.replace(round=new.round - 1)  # the round just played
         _, on = pool_now(prev, hp)
@@ -107,11 +107,11 @@ def with_availability(selector: Selector, cfg) -> Selector:
         pool, _ = pool_now(state, hp)
         inner = ({} if selector.metrics is None else
                  selector.metrics(key, state.replace(pool=pool), idx, valid, data, hp))
-        t = times(cfg, hetero.root_key(state), state.round, idx, hp, data.train.count[idx])
-        cut = t > cfg.deadline if cfg.deadline > 0 else jnp.zeros(idx.shape, bool)
+        t = times(opts, hetero.root_key(state), state.round, idx, hp, data.train.count[idx])
+        cut = t > opts.deadline if opts.deadline > 0 else jnp.zeros(idx.shape, bool)
         # the server waits for its slowest on-time client, or until the deadline if it cut one
         slowest = jnp.max(jnp.where(valid, t, 0.0))
-        wait = jnp.where(jnp.any(pool[idx] & cut), cfg.deadline, slowest)
+        wait = jnp.where(jnp.any(pool[idx] & cut), opts.deadline, slowest)
         return {**inner, "available": jnp.sum(pool).astype(jnp.int32),
                 "dropped": jnp.sum(pool[idx] & cut).astype(jnp.int32),
                 "round_time": wait}

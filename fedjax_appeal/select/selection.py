@@ -75,29 +75,29 @@ def stratified(key: jax.Array, pool: jax.Array, groups: jax.Array, counts: tuple
 
 
 
-def stratified_counts(cfg) -> tuple[int, ...]:
-    """Per-group cohort slots: `cfg.cohort_groups`, or derived from the configured mix."""
+def stratified_counts(opts) -> tuple[int, ...]:
+    """Per-group cohort slots: `opts.cohort_groups`, or derived from the configured mix."""
     from ..core.config import ConfigError
     from ..data import heterogeneity as het
 
-    if cfg.cohort_groups:
+    if opts.cohort_groups:
         try:
-            counts = tuple(int(c) for c in cfg.cohort_groups.split(","))
+            counts = tuple(int(c) for c in opts.cohort_groups.split(","))
         except ValueError:
             raise ConfigError(f"--cohort-groups must be comma-separated integers (got "
-                              f"{cfg.cohort_groups!r})") from None
-    elif cfg.imbalance_ratios and cfg.imbalance_ratios != "random":
-        comp = het.parse_ratio_spec(cfg.imbalance_ratios)
-        counts = tuple(het.cohort_group_counts([k for _, k in comp], cfg.cohort))
-    elif cfg.label_flip_fraction > 0:
-        nf = int(round(cfg.label_flip_fraction * cfg.cohort))
-        counts = (cfg.cohort - nf, nf)
+                              f"{opts.cohort_groups!r})") from None
+    elif opts.imbalance_ratios and opts.imbalance_ratios != "random":
+        comp = het.parse_ratio_spec(opts.imbalance_ratios)
+        counts = tuple(het.cohort_group_counts([k for _, k in comp], opts.cohort))
+    elif opts.label_flip_fraction > 0:
+        nf = int(round(opts.label_flip_fraction * opts.cohort))
+        counts = (opts.cohort - nf, nf)
     else:
         raise ConfigError("--selector stratified needs --cohort-groups, an --imbalance-ratios "
                           "composition, or --label-flip-fraction")
-    if sum(counts) != cfg.cohort or min(counts) < 0:
+    if sum(counts) != opts.cohort or min(counts) < 0:
         raise ConfigError(f"--cohort-groups {counts} must be >= 0 and sum to --cohort "
-                          f"{cfg.cohort}")
+                          f"{opts.cohort}")
     return counts
 
 

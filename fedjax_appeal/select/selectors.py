@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays, client_chunk
-from ..core.config import ConfigError, RunConfig
+from ..core.config import ConfigError, Options, fields_in
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
@@ -136,10 +136,10 @@ def _batch(m: int) -> int:
     return max(1, min(m, 16))
 
 
-def power_of_choice(model: Model, cfg: RunConfig) -> Selector:
+def power_of_choice(model: Model, opts: Options) -> Selector:
     """Power-of-Choice: top-m train loss among d candidates drawn proportionally to n_k."""
-    m = cfg.cohort
-    d = cfg.poc_d or min(2 * m, cfg.clients)
+    m = opts.cohort
+    d = opts.poc_d or min(2 * m, opts.clients)
 
     def select(key, state, data, hp):
         cand, cvalid = weighted(key, state.pool, d, data.train.count.astype(jnp.float32))
@@ -153,25 +153,25 @@ def power_of_choice(model: Model, cfg: RunConfig) -> Selector:
     return Selector(init=lambda key, state, data, hp: {}, select=select)
 
 
-def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
+def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
     """DivFL (`kind="divfl"`), SubTrunc (`"subtrunc"`) or UnionFL (`"unionfl"`)."""
-    m, r = cfg.cohort, cfg.greedy_candidates
-    if cfg.greedy_epsilon > 0:
-        r = submodular.stochastic_candidates(cfg.clients, m, cfg.greedy_epsilon)
-    trunc = kind == "subtrunc" or (kind == "unionfl" and cfg.union_base == "subtrunc")
+    m, r = opts.cohort, opts.greedy_candidates
+    if opts.greedy_epsilon > 0:
+        r = submodular.stochastic_candidates(opts.clients, m, opts.greedy_epsilon)
+    trunc = kind == "subtrunc" or (kind == "unionfl" and opts.union_base == "subtrunc")
     union = kind == "unionfl"
-    delta_mode = cfg.selector_features == "delta"
-    budget = cfg.distance_budget_mb * 2 ** 20
-    phi_fn = jnp.log1p if cfg.subtrunc_phi == "log" else (lambda x: x)
-    normalized = cfg.selector_objective == "normalized"
+    delta_mode = opts.selector_features == "delta"
+    budget = opts.distance_budget_mb * 2 ** 20
+    phi_fn = jnp.log1p if opts.subtrunc_phi == "log" else (lambda x: x)
+    normalized = opts.selector_objective == "normalized"
 
     def grad_features(params, mstate, data, ks, hp):
         def one(k):
             loss, g = client_grad(model, params, mstate, data.train, k)
             v = flatten(g)
             if delta_mode:
-                v = v * hp.client_lr * cfg.local_steps
-            return project(v, cfg.feature_dim), loss
+                v = v * hp.client_lr * opts.local_steps
+            return project(v, opts.feature_dim), loss
         # One client at a time: vmapping per-client gradients at shared parameters turns
         # the weight gradient of every convolution into a batch-grouped convolution, which
         # XLA's CPU backend runs about 3x slower than these sequential plain ones (LeNet-5,
@@ -184,7 +184,7 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
         mem = {"features": feats, "loss": loss, "received": state.params,
                "received_state": state.model_state}
         if union:
-            mem["window"] = jnp.full((cfg.union_window, m), -1, jnp.int32)
+            mem["window"] = jnp.full((opts.union_window, m), -1, jnp.int32)
         return mem
 
     def select(key, state, data, hp):
@@ -212,7 +212,7 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
     def update(new, upd, idx, valid, data, hp):
         mem = dict(new.extra["selector"])
         everyone = jnp.arange(data.num_clients)
-        if cfg.feature_refresh == 1:
+        if opts.feature_refresh == 1:
             # paper-literal: every client's f_i and grad f_i at the new model, every round
             # (the cohort's refresh at the received model would be overwritten: skipped)
             mem["features"], mem["loss"] = grad_features(new.params, new.model_state, data,
@@ -221,7 +221,7 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
             if delta_mode:
                 if upd.delta is None:  # a chunked round keeps no per-client deltas
                     raise ConfigError(DELTA_CHUNK_ERROR)
-                fs = jax.vmap(lambda d: project(flatten(d), cfg.feature_dim))(upd.delta)
+                fs = jax.vmap(lambda d: project(flatten(d), opts.feature_dim))(upd.delta)
                 ls = jax.lax.map(lambda k: client_loss(model, mem["received"],
                                                        mem["received_state"], data.train, k)[0],
                                  idx, batch_size=_batch(m))
@@ -230,9 +230,9 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
             slot = jnp.where(valid, idx, data.num_clients)  # invalid slots are dropped
             mem["features"] = mem["features"].at[slot].set(fs, mode="drop")
             mem["loss"] = mem["loss"].at[slot].set(ls, mode="drop")
-            if cfg.feature_refresh > 0:
+            if opts.feature_refresh > 0:
                 mem["features"], mem["loss"] = jax.lax.cond(
-                    new.round % cfg.feature_refresh == 0,
+                    new.round % opts.feature_refresh == 0,
                     lambda: grad_features(new.params, new.model_state, data, everyone, hp),
                     lambda: (mem["features"], mem["loss"]))
         if union:
@@ -244,7 +244,13 @@ def submodular_selector(model: Model, cfg: RunConfig, kind: str) -> Selector:
     return Selector(init=init, select=select, update=update)
 
 
-# --- building the `parts.Selector` named by a RunConfig ------------------------------
+# --- building the `parts.Selector` named by the options ---------------------------------
+
+# The configuration fields a selector builder reads (`RunConfig.view`): the selection
+# group, the federation's sizes, and the client groups of the stratified and flip cohorts.
+OPTIONS = (*fields_in("selection"), "clients", "cohort", "local_steps", "flip_protocol",
+           "label_flip_fraction", "cohort_groups", "imbalance_ratios")
+
 
 def uniform_selector(m: int) -> Selector:
     """Uniform without replacement from `state.pool` (no memory)."""
@@ -252,8 +258,8 @@ def uniform_selector(m: int) -> Selector:
                     select=lambda key, state, data, hp: uniform(key, state.pool, m))
 
 
-def stratified_selector(cfg):
-    counts = stratified_counts(cfg)
+def stratified_selector(opts):
+    counts = stratified_counts(opts)
 
     def select(key, state, data, hp):
         if "group" not in data.info:
@@ -264,31 +270,31 @@ def stratified_selector(cfg):
     return Selector(init=lambda key, state, data, hp: {}, select=select)
 
 
-def flip_selector(cfg):
-    if cfg.selector != "random":
-        raise ConfigError(f"--flip-protocol {cfg.flip_protocol} draws its own uniform cohorts: "
+def flip_selector(opts):
+    if opts.selector != "random":
+        raise ConfigError(f"--flip-protocol {opts.flip_protocol} draws its own uniform cohorts: "
                           "use --selector random")
 
     def select(key, state, data, hp):
-        return flip_cohort(key, state.pool, cfg.cohort, cfg.label_flip_fraction,
-                           cfg.flip_protocol)
+        return flip_cohort(key, state.pool, opts.cohort, opts.label_flip_fraction,
+                           opts.flip_protocol)
 
     return Selector(init=lambda key, state, data, hp: {}, select=select)
 
 
-# `--selector` name -> builder(model, cfg) -> Selector
+# `--selector` name -> builder(model, opts) -> Selector
 SELECTORS = Registry("selector", {
-    "random": lambda model, cfg: uniform_selector(cfg.cohort),
+    "random": lambda model, opts: uniform_selector(opts.cohort),
     "poc": power_of_choice,
-    "divfl": lambda model, cfg: submodular_selector(model, cfg, "divfl"),
-    "subtrunc": lambda model, cfg: submodular_selector(model, cfg, "subtrunc"),
-    "unionfl": lambda model, cfg: submodular_selector(model, cfg, "unionfl"),
-    "stratified": lambda model, cfg: stratified_selector(cfg),
+    "divfl": lambda model, opts: submodular_selector(model, opts, "divfl"),
+    "subtrunc": lambda model, opts: submodular_selector(model, opts, "subtrunc"),
+    "unionfl": lambda model, opts: submodular_selector(model, opts, "unionfl"),
+    "stratified": lambda model, opts: stratified_selector(opts),
 })
 
 
-def make_selector(model, cfg):
-    """The `parts.Selector` named by `cfg.selector` for a cohort of `cfg.cohort`."""
-    if getattr(cfg, "flip_protocol", "static") != "static":  # Exp-alpha per-round flips
-        return flip_selector(cfg)
-    return SELECTORS.get(cfg.selector)(model, cfg)
+def make_selector(model, opts):
+    """The `parts.Selector` named by `opts.selector` for a cohort of `opts.cohort`."""
+    if opts.flip_protocol != "static":  # Exp-alpha per-round flips
+        return flip_selector(opts)
+    return SELECTORS.get(opts.selector)(model, opts)

@@ -1,7 +1,7 @@
 """The appeal protocol of MaxFL (Cho et al., TMLR, "Maximizing Global Model Appeal in
 Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
 
-`with_appeal(alg, model, cfg)` returns an algorithm with the same round and evaluation plus:
+`with_appeal(alg, model, opts)` returns an algorithm with the same round and evaluation plus:
 
 * init: every client (seen and unseen) trains a solo model w_hat_k once, `--rho-steps`
   local SGD steps from the initial global model (`--solo-lr`, default the client lr, and
@@ -54,12 +54,16 @@ import numpy as np
 
 from ...algorithms.base import FederatedAlgorithm
 from ...core.arrays import FederatedData
-from ...core.config import HParams, RunConfig
+from ...core.config import HParams, Options, fields_in
 from ...core.models import Model
 from ...core.round import ServerState
 from ...evaluate.evaluation import evaluate_split
 from ...local.solo import SoloStats, solo_stats
 from .requirement import parse_requirement, requirement_values, seen_solo, unseen_solo
+
+# The configuration fields of the appeal protocol (`RunConfig.view`): its own group and the
+# local batch size of the solo models and the fine-tuning.
+OPTIONS = (*fields_in("appeal"), "batch_size")
 
 FT_TAG = 0xF17E  # fold_in tag of the fine-tuning key
 
@@ -97,30 +101,30 @@ def appeal_loss_split(appeal_def: str) -> str:
     return APPEAL_DEFS[appeal_def][0]
 
 
-def _requirement(cfg: RunConfig, solo: SoloStats, rho: jax.Array) -> jax.Array:
-    return appeal_requirement(cfg.appeal_def, solo, rho,
-                              parse_requirement(cfg.requirement) is not None)
+def _requirement(opts: Options, solo: SoloStats, rho: jax.Array) -> jax.Array:
+    return appeal_requirement(opts.appeal_def, solo, rho,
+                              parse_requirement(opts.requirement) is not None)
 
 
-def init_appeal(model: Model, cfg: RunConfig, state: ServerState, data: FederatedData,
+def init_appeal(model: Model, opts: Options, state: ServerState, data: FederatedData,
                 key: jax.Array, hp: HParams) -> dict:
     """Solo statistics and requirements of the seen (and unseen) clients."""
-    req = parse_requirement(cfg.requirement)
+    req = parse_requirement(opts.requirement)
     solo = state.extra.get("solo")
     if solo is None:
-        solo = seen_solo(model, cfg, state.params, state.model_state, data, key, hp)
+        solo = seen_solo(model, opts, state.params, state.model_state, data, key, hp)
     out = {"solo_seen": solo,
            "rho_seen": requirement_values(req, solo.train_loss, data.num_clients,
                                           data.num_unseen)}
     if data.num_unseen:
-        us = unseen_solo(model, cfg, state.params, state.model_state, data, key, hp)
+        us = unseen_solo(model, opts, state.params, state.model_state, data, key, hp)
         out["solo_unseen"] = us
         out["rho_unseen"] = requirement_values(req, us.train_loss, data.num_clients,
                                                data.num_unseen, unseen=True)
     return out
 
 
-def appeal_metrics(cfg: RunConfig, info: dict, ev: dict, suffix: str = ""
+def appeal_metrics(opts: Options, info: dict, ev: dict, suffix: str = ""
                    ) -> dict[str, jax.Array]:
     """GM-Appeal and preferred-model metrics of an evaluation `ev` (split -> ClientEval)."""
     out = {}
@@ -128,8 +132,8 @@ def appeal_metrics(cfg: RunConfig, info: dict, ev: dict, suffix: str = ""
         if f"solo_{tag}" not in info or te not in ev:
             continue
         solo, rho = info[f"solo_{tag}"], info[f"rho_{tag}"]
-        r = _requirement(cfg, solo, rho)
-        loss = ev[te].loss if appeal_loss_split(cfg.appeal_def) == "test" else ev[tr].loss
+        r = _requirement(opts, solo, rho)
+        loss = ev[te].loss if appeal_loss_split(opts.appeal_def) == "test" else ev[tr].loss
         appeal, gm, pref = appeal_stats(loss, ev[te].acc, r, solo.test_acc)
         out[f"gm_appeal{suffix}_{tag}"] = gm
         out[f"preferred_acc{suffix}_{tag}"] = pref
@@ -183,21 +187,21 @@ def per_cluster(cluster: np.ndarray, values: dict[str, np.ndarray]) -> dict[str,
     return out
 
 
-def with_appeal(alg: FederatedAlgorithm, model: Model, cfg: RunConfig) -> FederatedAlgorithm:
+def with_appeal(alg: FederatedAlgorithm, model: Model, opts: Options) -> FederatedAlgorithm:
     """`alg` with solo models, appeal metrics and (optionally) appeal-based opt-out."""
 
     def init(key, data, hp):
         state = alg.init(key, data, hp)
         return state.replace(extra={**state.extra,
-                                    "appeal": init_appeal(model, cfg, state, data, key, hp)})
+                                    "appeal": init_appeal(model, opts, state, data, key, hp)})
 
     def round_fn(state, data, key, hp):
         appealed = None
-        if cfg.opt_out_after > 0:
+        if opts.opt_out_after > 0:
             info = state.extra["appeal"]
             pool, appealed = appeal_pool(model, state, data,
-                                         _requirement(cfg, info["solo_seen"], info["rho_seen"]),
-                                         cfg.opt_out_after, cfg.appeal_def)
+                                         _requirement(opts, info["solo_seen"], info["rho_seen"]),
+                                         opts.opt_out_after, opts.appeal_def)
             state = state.replace(pool=pool)
         new, metrics = alg.round(state, data, key, hp)
         if appealed is not None:
@@ -206,15 +210,15 @@ def with_appeal(alg: FederatedAlgorithm, model: Model, cfg: RunConfig) -> Federa
 
     def evaluate(state, data, hp):
         ev = alg.evaluate(state, data, hp)
-        extra = appeal_metrics(cfg, state.extra["appeal"], ev)
+        extra = appeal_metrics(opts, state.extra["appeal"], ev)
         return {**ev, "metrics": {**ev.get("metrics", {}), **extra}}
 
     return FederatedAlgorithm(alg.name, init, round_fn, evaluate)
 
 
-def personalize(model: Model, cfg: RunConfig, state: ServerState, data: FederatedData,
+def personalize(model: Model, opts: Options, state: ServerState, data: FederatedData,
                 key: jax.Array, hp: HParams) -> dict[str, Any]:
-    """GM-Appeal / preferred accuracy after `cfg.finetune_steps` local steps per client.
+    """GM-Appeal / preferred accuracy after `opts.finetune_steps` local steps per client.
 
     Every client (seen and unseen; vmapped in chunks) fine-tunes the final global model
     with its client lr and batch size; its fine-tuned model is compared with its
@@ -232,10 +236,10 @@ def personalize(model: Model, cfg: RunConfig, state: ServerState, data: Federate
     for i, (tr, te, a_tr, a_te) in enumerate(pairs):
         ft = solo_stats(model, state.params, state.model_state, a_tr, a_te,
                         jax.random.fold_in(jax.random.fold_in(key, FT_TAG), i), hp.client_lr,
-                        steps=cfg.finetune_steps, batch_size=cfg.batch_size)
+                        steps=opts.finetune_steps, batch_size=opts.batch_size)
         ev[tr] = ClientEval(ft.train_loss, ft.train_acc, a_tr.count)
         ev[te] = ClientEval(ft.test_loss, ft.test_acc, a_te.count)
-    out = appeal_metrics(cfg, info, ev, suffix="_ft")
+    out = appeal_metrics(opts, info, ev, suffix="_ft")
     out["test_acc_ft_seen"] = jnp.mean(ev["test"].acc)
     if data.num_unseen:
         out["test_acc_ft_unseen"] = jnp.mean(ev["unseen_test"].acc)

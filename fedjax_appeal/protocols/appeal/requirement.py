@@ -24,11 +24,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core.arrays import FederatedData
-from ...core.config import ConfigError, HParams, RunConfig
+from ...core.config import ConfigError, HParams, Options
 from ...core.models import Model
 from ...local.solo import SoloStats, solo_stats
 
 SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
+# The configuration fields of the solo models (`seen_solo`, `unseen_solo`; `RunConfig.view`).
+SOLO_OPTIONS = ("rho_steps", "batch_size")
 
 
 def parse_requirement(value: str) -> None | float | np.ndarray:
@@ -69,19 +71,19 @@ def solo_lr(hp: HParams) -> jax.Array:
     return jnp.where(jnp.asarray(hp.solo_lr) > 0, hp.solo_lr, hp.client_lr)
 
 
-def seen_solo(model: Model, cfg: RunConfig, params, mstate, data: FederatedData,
+def seen_solo(model: Model, opts: Options, params, mstate, data: FederatedData,
               init_key: jax.Array, hp: HParams) -> SoloStats:
-    """Solo-model statistics of every seen client (`cfg.rho_steps` steps from `params`)."""
+    """Solo-model statistics of every seen client (`opts.rho_steps` steps from `params`)."""
     return solo_stats(model, params, mstate, data.train, data.test, solo_key(init_key, 0),
-                      solo_lr(hp), steps=cfg.rho_steps, batch_size=cfg.batch_size)
+                      solo_lr(hp), steps=opts.rho_steps, batch_size=opts.batch_size)
 
 
-def unseen_solo(model: Model, cfg: RunConfig, params, mstate, data: FederatedData,
+def unseen_solo(model: Model, opts: Options, params, mstate, data: FederatedData,
                 init_key: jax.Array, hp: HParams) -> SoloStats:
     """Solo-model statistics of every unseen client."""
     return solo_stats(model, params, mstate, data.unseen_train, data.unseen_test,
-                      solo_key(init_key, 1), solo_lr(hp), steps=cfg.rho_steps,
-                      batch_size=cfg.batch_size)
+                      solo_key(init_key, 1), solo_lr(hp), steps=opts.rho_steps,
+                      batch_size=opts.batch_size)
 
 
 def requirement_values(req: None | float | np.ndarray, solo_train_loss: jax.Array | None,
