@@ -1,4 +1,4 @@
-"""Tests of `experiments/reproduce/appeal.py` (and `appeal.per_cluster`): per-cluster
+"""Tests of `papers/appeal/tables.py` (and `appeal.per_cluster`): per-cluster
 diagnostics, paired differences."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def test_pairs_cluster_labels():
 
 
 def test_per_cluster_equals_numpy():
-    from fedjax_appeal.experiments.reproduce.appeal import cluster_diagnostics
     from fedjax_appeal.protocols.appeal.appeal import per_cluster
+    from papers.appeal.tables import cluster_diagnostics
 
     labels, parts, ids = _six_class_partition("pairs")
     rng = np.random.default_rng(0)
@@ -61,7 +61,7 @@ def test_per_cluster_equals_numpy():
 
 
 def test_paired_differences_by_hand():
-    from fedjax_appeal.experiments.reproduce.appeal import Column, paired
+    from papers.appeal.tables import Column, paired
 
     def rec(vals):
         return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.core.config import appeal_on
-from fedjax_appeal.experiments.reproduce import EXPERIMENTS, Context, _load_modules
-from fedjax_appeal.experiments.reproduce import expalpha as E
+from papers.expalpha import tables as E
+from papers.reproduce import EXPERIMENTS, Context, load_modules
 
 NAMES = ("expalpha-imbalance", "expalpha-flip", "expalpha-adapt", "expalpha-domain",
          "expalpha-alpha")
@@ -21,11 +21,11 @@ def _hist(accs, every=2, key="test_acc_seen"):
 
 
 def test_all_five_registered_through_modules():
-    _load_modules()
+    load_modules()
     for n in NAMES:
         assert n in EXPERIMENTS, n
-    assert "fedjax_appeal.experiments.reproduce.expalpha" in __import__(
-        "fedjax_appeal.experiments.reproduce", fromlist=["MODULES"]).MODULES
+    assert "papers.expalpha.tables" in __import__(
+        "papers.reproduce", fromlist=["MODULES"]).MODULES
 
 
 def test_paired_signs_censoring_and_rows_by_hand():
@@ -74,7 +74,7 @@ def test_adapt_rows_and_mean_traces():
 
 
 def test_group_weight_plot_with_traces_shorter_than_the_window(tmp_path: Path):
-    from fedjax_appeal.evaluate.expalpha_metrics import plot_group_weights
+    from papers.expalpha.metrics import plot_group_weights
 
     p = tmp_path / "w.png"
     plot_group_weights(p, {"a": {"0": [0.2, 0.3], "1": [np.nan, 0.1, 0.2, 0.3]}}, smooth=5)
@@ -122,7 +122,7 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
 def test_gpu_profile_and_model_override(capsys):
     from fedjax_appeal.cli.commands import main
     from fedjax_appeal.core.config import ConfigError
-    from fedjax_appeal.experiments.reproduce import parse_options
+    from papers.reproduce import parse_options
 
     ctx = Context("t", [0], Path("unused"), options={"profile": "gpu"})
     cfg = E.make_cfg(ctx, "imbalance", 0, E.BY_LABEL["FedAvg"], "proportional")

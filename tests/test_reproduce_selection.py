@@ -1,4 +1,4 @@
-"""Tests of `experiments/reproduce/selection.py`: paired differences, window share, divergence."""
+"""Tests of `papers/selection/tables.py`: paired differences, window share, divergence."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 
 def test_reproduce_paired_differences_window_share_and_divergence():
-    from fedjax_appeal.experiments.reproduce import selection as rs
+    from papers.selection import tables as rs
 
     a = [{"seed": s, "x": v} for s, v in ((0, 1.0), (1, 5.0), (2, 2.0))]
     b = [{"seed": s, "x": v} for s, v in ((2, 3.0), (0, 0.5), (1, 5.0))]  # matched by seed
@@ -33,8 +33,8 @@ def test_selection_options_are_declared_per_table():
     from pathlib import Path
 
     from fedjax_appeal.core.config import ConfigError
-    from fedjax_appeal.experiments.reproduce import OPTIONS, Context, parse_options
-    from fedjax_appeal.experiments.reproduce import selection as rs
+    from papers.reproduce import OPTIONS, Context, parse_options
+    from papers.selection import tables as rs
 
     assert set(OPTIONS["selection-lambda"]) == {"cifar", "reverse", "lambdas"}
     assert set(OPTIONS["selection-window"]) == {"reverse", "windows"}

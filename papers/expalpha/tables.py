@@ -63,9 +63,9 @@ from typing import Any
 
 import numpy as np
 
-from ...core.config import ConfigError, HParams, RunConfig
-from ...evaluate.expalpha_metrics import acc_at, acc_x, group_weights, plot_group_weights
-from . import Context, experiment, markdown_table, mean_std
+from fedjax_appeal import ConfigError, HParams, RunConfig
+from papers.expalpha.metrics import acc_at, acc_x, group_weights, plot_group_weights
+from papers.reproduce import Context, experiment, markdown_table, mean_std
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,14 +352,14 @@ def mean_traces(traces: Sequence[dict[str, list[float]]]) -> dict[str, list[floa
 
 
 def _load(cfg: RunConfig):
-    from ...data import load_federated
+    from fedjax_appeal import load_federated
 
     return load_federated(cfg)
 
 
 def _run(ctx: Context, cfg: RunConfig, hp: HParams, label: str, data, ds):
     """(results, None) or (None, message) when the run stopped on NaN/Inf parameters."""
-    from ...run.checkpoint import NonFiniteError
+    from fedjax_appeal import NonFiniteError
 
     try:
         res, _ = ctx.run(cfg, hp, label=label, data=data, dataset=ds)
@@ -921,7 +921,7 @@ def client_gaps(model, cfg: RunConfig, hp: HParams, params, mstate, data, key
     after `cfg.local_steps` local SGD steps from the global model w (vmapped, one jit)."""
     import jax
 
-    from ...local.client import client_loss, local_sgd
+    from fedjax_appeal.extend import client_loss, local_sgd
 
     def one(k, kk):
         res = local_sgd(model, params, mstate, data.train, k, kk, hp.client_lr,
@@ -942,8 +942,8 @@ def client_gaps(model, cfg: RunConfig, hp: HParams, params, mstate, data, key
 def expalpha_gaps(ctx: Context) -> None:
     import jax
 
-    from ...core.models import model_for
-    from ...run.experiment import run_config
+    from fedjax_appeal import run_config
+    from fedjax_appeal.extend import model_for
 
     fedavg = BY_LABEL["FedAvg"]
     checkpoints = (10, 50) if not ctx.quick else (2,)

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...core.config import HParams
-from . import Context, experiment, markdown_table, mean_std
-from .selection import _pair_cell, _verdict, paired
+from fedjax_appeal import HParams
+from papers.reproduce import Context, experiment, markdown_table, mean_std
+from papers.selection.tables import _pair_cell, _verdict, paired
 
 _NOVA = {False: dict(rounds=100, eval_every=10), True: dict(rounds=20, eval_every=10)}
 
@@ -55,7 +55,7 @@ def _nova_run(ctx: Context, alg: str, seed: int, alpha: float) -> dict:
 
 def _tau_summary(ctx: Context, seed: int, alpha: float) -> dict:
     """tau_k = clip(floor(n_k / B), 1, 60) of the seed's clients (what the runs used)."""
-    from ...data import load_federated
+    from fedjax_appeal import load_federated
 
     cfg = _nova_cfg(ctx, "fedavg", seed, alpha)
     data, _ = load_federated(cfg)
@@ -144,10 +144,8 @@ def toy_fixed_points(lrs: tuple[float, ...] = (0.05, 0.005), rounds: int = 1500)
     """
     import flax.linen as nn
 
-    from ...algorithms import build
-    from ...core.arrays import ClientArrays, FederatedData
-    from ...core.config import RunConfig
-    from ...core.models import Model
+    from fedjax_appeal import RunConfig
+    from fedjax_appeal.extend import ClientArrays, FederatedData, Model, build
 
     class Linear(nn.Module):
         @nn.compact

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.config import ConfigError, HParams
-from . import Context, experiment, markdown_table, mean_std
+from fedjax_appeal import ConfigError, HParams
+from papers.reproduce import Context, experiment, markdown_table, mean_std
 
 SELECTORS = ("divfl", "subtrunc", "unionfl", "random", "poc")
 LABEL = {"divfl": "DivFL", "subtrunc": "SubTrunc", "unionfl": "UnionFL", "random": "Random",
@@ -504,7 +504,7 @@ def _greedy_trace(d: np.ndarray, k: int, c0: float, phi: np.ndarray, lam: float,
 @experiment("selection-gains", "Diagnostic: facility-location gains vs the SubTrunc term "
                                "at the final DivFL model (raw and normalized objective)")
 def selection_gains(ctx: Context) -> None:
-    from ...run.experiment import run_config
+    from fedjax_appeal import run_config
 
     seed = ctx.seeds[0]
     cfg = _setting(ctx, "mnist", seed, selector="divfl")

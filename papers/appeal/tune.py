@@ -24,9 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from ...core.config import HParams
-from . import Context, experiment, markdown_table, run_cache, run_key
-from .appeal import BASE_HP, BASELINES, FMNIST_FULL, FMNIST_QUICK, SETTINGS, TUNE_ALGORITHMS
+from fedjax_appeal import HParams
+from papers.appeal.tables import (
+    BASE_HP,
+    BASELINES,
+    FMNIST_FULL,
+    FMNIST_QUICK,
+    SETTINGS,
+    TUNE_ALGORITHMS,
+)
+from papers.reproduce import Context, experiment, markdown_table, run_cache, run_key
 
 TUNE_SEED = 100
 GRID = {"client_lr": [0.1, 0.05, 0.01, 0.005], "local_steps": [10]}
@@ -52,9 +59,8 @@ def choose(points: list[dict[str, Any]]) -> dict[str, Any]:
 @experiment("appeal-tune", "grid search (lr x tau) of every appeal-table algorithm on the two "
             "FMNIST settings; chosen values for appeal.TUNED")
 def appeal_tune(ctx: Context) -> None:
-    from ...algorithms import ALGORITHMS
-    from ...data import load_federated
-    from ...run.sweep import sweep
+    from fedjax_appeal import load_federated, sweep
+    from fedjax_appeal.extend import ALGORITHMS
 
     grid = GRID_QUICK if ctx.quick else GRID
     base = FMNIST_QUICK if ctx.quick else FMNIST_FULL

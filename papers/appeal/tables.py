@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ...core.config import HParams, data_fields, field_names
-from . import Context, experiment, markdown_table, mean_std
+from fedjax_appeal import HParams, data_fields, field_names
+from papers.reproduce import Context, experiment, markdown_table, mean_std
 
 NA = "not available"
 
@@ -78,8 +78,8 @@ def _hparams(*dicts: dict) -> HParams | None:
 def run_grid(ctx: Context, columns: list[Column], variants: list[Variant],
              base_hp: dict) -> dict[str, Any]:
     """Run every (column, variant, seed); returns {column: {variant: record}}."""
-    from ...algorithms import ALGORITHMS
-    from ...data import load_federated
+    from fedjax_appeal import load_federated
+    from fedjax_appeal.extend import ALGORITHMS
 
     out: dict[str, Any] = {}
     for col in columns:
@@ -141,7 +141,7 @@ def appeal_by_def(fc: dict) -> dict[str, dict[str, float]]:
     """GM-Appeal and preferred accuracy of the final global model under every
     `--appeal-def`, recomputed from the per-client numbers of the last evaluation (exact for
     runs whose participation does not depend on the definition, i.e. without opt-out)."""
-    from ...protocols.appeal.appeal import APPEAL_DEFS
+    from fedjax_appeal.extend import APPEAL_DEFS
 
     out: dict[str, dict[str, float]] = {}
     for d, (split, field) in APPEAL_DEFS.items():
@@ -160,7 +160,7 @@ def appeal_by_def(fc: dict) -> dict[str, dict[str, float]]:
 
 def by_def_markdown(grid: dict, columns: list[Column], tag: str) -> str:
     """GM-Appeal (tag) of the final model under each appeal definition (mean ± std)."""
-    from ...protocols.appeal.appeal import APPEAL_DEFS
+    from fedjax_appeal.extend import APPEAL_DEFS
 
     parts = []
     for col in columns:
@@ -182,7 +182,7 @@ def cluster_diagnostics(res: dict, data) -> dict[str, dict[str, list]]:
     """Per-cluster means of the final per-client numbers of one run (`appeal.per_cluster`):
     global and solo test loss and accuracy, appeal share, requirement, share of flipped
     clients, and (seen clients) participation count, for the seen and unseen clients."""
-    from ...protocols.appeal.appeal import per_cluster
+    from fedjax_appeal.extend import per_cluster
 
     fc = res["final_clients"]
     out = {}
@@ -838,7 +838,7 @@ def mean_estimation(ctx: Context) -> None:
 
     import jax
 
-    from .. import mean_estimation as me
+    from papers.extensions import mean_estimation as me
 
     draws = 1000 if ctx.quick else 10_000
     het = np.linspace(0.0, 8.0, 9 if ctx.quick else 17)
@@ -889,7 +889,7 @@ def mean_estimation(ctx: Context) -> None:
                 for h in show])
     text = (f"# Mean estimation: GM-Appeal vs heterogeneity (MaxFL Figure 2)\n\nCommand: "
             f"`{ctx.command}`\n\nSeeds {ctx.seeds}, {draws} draws per point and seed "
-            "(mean ± std over seeds). Setup (`fedjax_appeal/experiments/mean_estimation.py`): "
+            "(mean ± std over seeds). Setup (`papers/extensions/mean_estimation.py`): "
             "gamma^2 = 1, theta_k = sqrt(gamma_G^2) u_k, theta_hat_k ~ N(theta_k, 1), "
             "f_k(w) = (w - "
             "theta_hat_k)^2, rho_k = 2; appeal iff |w - theta_k| < |theta_hat_k - theta_k|.\n\n"
