@@ -150,7 +150,8 @@ EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 OPTIONS: dict[str, dict[str, str]] = {}  # experiment -> its `--set` options (key -> help)
 # Modules whose import registers experiments.
 MODULES: list[str] = [
-    "papers.appeal.tables",  # MaxFL appeal tables, mean estimation
+    "papers.appeal.tables",  # MaxFL and IncFL appeal tables
+    "papers.appeal.mean_estimation_figure",  # MaxFL Figure 2 (mean estimation)
     "papers.appeal.tune",  # the hyperparameter search of those tables
     "papers.selection.tables",  # client selection tables
     "papers.expalpha.tables",  # Exp-alpha tables
