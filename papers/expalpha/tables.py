@@ -56,7 +56,6 @@ settings.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -64,127 +63,32 @@ from typing import Any
 import numpy as np
 
 from fedjax_appeal import ConfigError, HParams, RunConfig
-from papers.expalpha.metrics import acc_at, acc_x, group_weights, plot_group_weights
-from papers.reproduce import Context, experiment, markdown_table, mean_std
-
-
-@dataclasses.dataclass(frozen=True)
-class Backbone:
-    """A federated optimiser under which proportional and Exp-alpha weights are compared."""
-
-    label: str
-    algorithm: str
-    server_opt: str = "sgd"
-    hp: dict = dataclasses.field(default_factory=dict)
-    bn: bool = False  # needs a BatchNorm model (FedBN keeps BN layers per client)
-
-
-ALPHA = 0.2  # Exp-alpha temperature of Tables 1-3 and Fig. 2
-BACKBONES = (
-    Backbone("FedAvg", "fedavg"),
-    Backbone("FedProx", "fedprox", hp={"prox_mu": 0.01}),
-    Backbone("FedFor", "fedfor", hp={"fedfor_lambda": 0.1}),
-    Backbone("FedAvgM", "fedavg", "momentum", {"server_lr": 1.0, "server_momentum": 0.9}),
-    Backbone("FedAdam", "fedavg", "adam", {"server_lr": 0.01, "server_momentum": 0.9,
-                                           "server_beta2": 0.99, "server_eps": 1e-3}),
+from papers.expalpha.metrics import group_weights, plot_group_weights
+from papers.expalpha.specs import (
+    ADAPT_GROUPS,
+    AGG_LABEL,
+    AGGREGATIONS,
+    ALPHA,
+    ALPHAS,
+    BACKBONES,
+    BY_LABEL,
+    CLIENT_LR,
+    DOMAIN_BACKBONES,
+    DOMAIN_NAMES,
+    DOMAIN_TARGETS,
+    GRID,
+    METRIC,
+    MODELS,
+    OPTIONS,
+    PAPER,
+    PAPER_GRID,
+    QUICK_BACKBONES,
+    SCHEDULES,
+    TARGETS,
+    Backbone,
 )
-FEDBN = Backbone("FedBN", "fedbn", bn=True)  # Table 3 only (domain shift)
-# Table 3: the paper reports FedAvg and FedBN; FedFor joins them (FedProx, FedAvgM and
-# FedAdam are left out of the CPU budget: Digits runs train a BatchNorm CNN).
-DOMAIN_BACKBONES = ("FedAvg", "FedFor", "FedBN")
-BY_LABEL = {b.label: b for b in (*BACKBONES, FEDBN)}
-AGGREGATIONS = ("proportional", "exp-alpha")
-AGG_LABEL = {"proportional": "proportional", "exp-alpha": f"Exp-α (α={ALPHA:g})"}
-ALPHAS = (0.2, 1.0, 5.0, 25.0, 125.0)
-
-# --quick: a pipeline check with one seed; each table runs a subset of the backbones so
-# that the quick runs together exercise all six.
-QUICK_BACKBONES = {"imbalance": ("FedAvg", "FedFor"), "flip": ("FedProx", "FedAdam"),
-                   "domain": ("FedAvgM", "FedBN")}
-
-# The paper's numbers (CIFAR-10, ResNet20, E = 20, t = 400): acc40 (rounds) and final test
-# accuracy (%), per backbone and aggregation (Tables 1 and 2).
-_P1 = {"FedAvg": (43.33, 38.00, 64.60, 66.86), "FedProx": (47.33, 36.00, 64.57, 65.54),
-       "FedFor": (37.67, 34.67, 69.62, 70.04), "FedAvgM": (26.67, 25.00, 70.72, 72.21),
-       "FedAdam": (22.33, 18.67, 78.87, 79.69)}
-_P2 = {"FedAvg": (69.33, 36.33, 59.47, 67.01), "FedProx": (59.67, 34.33, 60.27, 66.51),
-       "FedFor": (53.00, 28.00, 61.98, 70.39), "FedAvgM": (39.33, 22.67, 64.13, 73.45),
-       "FedAdam": (30.00, 20.00, 71.51, 79.51)}
-PAPER = {s: {(b, a): {"acc40": v[i], "acc_final": v[2 + i]} for b, v in t.items()
-             for i, a in enumerate(AGGREGATIONS)}
-         for s, t in (("imbalance", _P1), ("flip", _P2))}
-# The paper's FedAvg Table 1 at other (E, t): (acc40 prop, Exp-α, test prop, Exp-α).
-PAPER_GRID = {20: (43.33, 38.00, 64.60, 66.86), 40: (22.33, 19.67, 64.25, 65.59),
-              160: (7.00, 5.33, 63.55, 66.09)}
-
-# Accuracy targets (fractions) per profile; the metric every setting reads.
-TARGETS = {"cpu": (0.70, 0.75, 0.80), "gpu": (0.40, 0.60)}
-DOMAIN_TARGETS = (0.60, 0.70, 0.80)
-METRIC = {"imbalance": "test_acc_global", "imbalance-random": "test_acc_global",
-          "flip": "test_acc_global", "adapt-imbalance": "test_acc_global",
-          "adapt-flip": "test_acc_global", "alpha": "test_acc_global",
-          "alpha-random": "test_acc_global",
-          "domain": "test_acc_seen"}
-CLIENT_LR = {"cpu": 0.05, "gpu": 0.01}
-
-# (E, t) grid: the paper's (20, 400), (40, 200), (80, 100), (160, 50) keep E·t = 8000;
-# the cpu profile keeps E·t = 2000.
-GRID = {"cpu": ((10, 200), (20, 100), (40, 50), (80, 25)),
-        "gpu": ((20, 400), (40, 200), (80, 100), (160, 50))}
-
-# Settings (RunConfig keys) per profile; "quick" overrides the cpu profile for --quick.
-# cpu: FMNIST MLP, ~10 s per 100-round run on a shared 2-core CPU.
-_FM = dict(dataset="fmnist", imbalance_size=200, imbalance_test_per_class=5,
-           global_test_per_class=500, clients=200, local_steps=20, batch_size=32,
-           rounds=100, eval_every=2)
-_IMB = dict(_FM, imbalance_ratios="random", imbalance_major="shared", cohort=10)
-_FLIP = dict(_FM, imbalance_ratios="1.0", cohort=6, label_flip_fraction=1 / 3,
-             flip_ratio=1.0, flip_protocol="bernoulli")
-_ALPHA = dict(_FM, imbalance_ratios="1.0x4,0.001x6", selector="stratified", cohort=10,
-              local_steps=13)  # 2 epochs of 200 rows at batch 32
-_DOM = dict(dataset="digits", domains="mnist,usps,mnistm", domain_samples=400, clients=6,
-            cohort=6, local_steps=10, batch_size=16, rounds=16, eval_every=2)
-_GPU = dict(dataset="cifar10", imbalance_size=500, imbalance_test_per_class=5,
-            global_test_per_class=1000, clients=70, max_samples=0, local_steps=20,
-            batch_size=128, rounds=400, eval_every=1)
-SCHEDULES: dict[str, dict[str, dict[str, Any]]] = {
-    "cpu": {"imbalance": _IMB, "imbalance-random": dict(_IMB, imbalance_major="random"),
-            "flip": _FLIP,
-            "adapt-imbalance": dict(_IMB, imbalance_ratios="1.0x4,0.01x3,0.1x3",
-                                    selector="stratified"),
-            "adapt-flip": dict(_FLIP, flip_protocol="fixed"),
-            "domain": _DOM, "alpha": _ALPHA,
-            "alpha-random": dict(_ALPHA, imbalance_major="random")},
-    "quick": {k: dict(rounds=4, eval_every=2) for k in
-              ("imbalance", "imbalance-random", "flip", "adapt-imbalance", "adapt-flip",
-               "domain", "alpha", "alpha-random")},
-    "gpu": {"imbalance": dict(_GPU, imbalance_ratios="random", imbalance_major="shared",
-                              cohort=10),
-            "imbalance-random": dict(_GPU, imbalance_ratios="random",
-                                     imbalance_major="random", cohort=10),
-            "flip": dict(_GPU, imbalance_ratios="1.0", cohort=6, label_flip_fraction=1 / 3,
-                         flip_ratio=1.0, flip_protocol="bernoulli"),
-            "adapt-imbalance": dict(_GPU, imbalance_ratios="1.0x4,0.01x3,0.1x3",
-                                    selector="stratified", cohort=10),
-            "adapt-flip": dict(_GPU, imbalance_ratios="1.0", cohort=6,
-                               label_flip_fraction=1 / 3, flip_ratio=1.0,
-                               flip_protocol="fixed"),
-            "domain": dict(_DOM, domain_samples=2000, clients=12, local_steps=50,
-                           batch_size=32, rounds=100, eval_every=1),
-            "alpha": dict(_GPU, imbalance_ratios="1.0x4,0.001x6", selector="stratified",
-                          cohort=10, local_steps=8, rounds=200),
-            "alpha-random": dict(_GPU, imbalance_ratios="1.0x4,0.001x6",
-                                 selector="stratified", cohort=10, local_steps=8, rounds=200,
-                                 imbalance_major="random")},
-}
-MODELS = {"cpu": ("mlp", "cnn_bn"), "gpu": ("resnet20", "resnet20")}
-HISTORY_KEYS = ("round", "train_loss", "test_acc_seen", "test_acc_global", "test_acc_clean",
-                "test_acc_flipped", "test_acc_balanced", "test_acc_imbalanced")
-DOMAIN_NAMES = {"mnist": "MNIST", "usps": "USPS", "mnistm": "MNIST-M"}
-
-
-OPTIONS = {"profile": "cpu (default: Fashion-MNIST, MLP) or gpu (CIFAR-10, ResNet20)",
-           "model": "a registered model for the non-Digits settings (default: the profile's)"}
+from papers.expalpha.summary import PAIRED_HEADER, mean_traces, paired_rows, run_summary, sign
+from papers.reproduce import Context, experiment, markdown_table, mean_std
 
 
 def profile(ctx: Context) -> str:
@@ -245,107 +149,6 @@ def make_cfg(ctx: Context, setting: str, seed: int, b: Backbone, aggregation: st
 def make_hp(ctx: Context, b: Backbone | None = None, **kw) -> HParams:
     return HParams(**{"client_lr": CLIENT_LR[profile(ctx)], "exp_alpha": ALPHA,
                       **(b.hp if b is not None else {}), **kw})
-
-
-# ----------------------------------------------------------------------------- summaries
-
-
-def run_summary(history: Sequence[dict], rounds: int, key: str,
-                xs: Sequence[float], extra: dict | None = None) -> dict[str, Any]:
-    """Rounds to each target (`reach`: {"70": round or None}), accuracy at R/2 and R
-    (fractions) of one run's history on metric `key`."""
-    return {"reach": {f"{round(100 * x)}": acc_x(history, x, key) for x in xs},
-            "acc_half": acc_at(history, rounds / 2, key),
-            "acc_final": acc_at(history, rounds, key),
-            "history": [{k: h[k] for k in HISTORY_KEYS if k in h} for h in history],
-            **(extra or {})}
-
-
-def _sign(d: float) -> str:
-    return "+" if d > 0 else ("−" if d < 0 else "0")
-
-
-def paired(prop: Sequence[float | None], exp: Sequence[float | None], lower_better: bool,
-           censor: float | None = None) -> dict[str, Any]:
-    """Paired per-seed comparison Exp-alpha − proportional.
-
-    `None` (a target never reached) counts as `censor` (rounds + 1) in the difference;
-    returns {'diff': [per seed], 'mean', 'std', 'signs': '−−−', 'held': bool} where held
-    means the paper's direction (fewer rounds / higher accuracy) in every seed.
-    """
-    fill = lambda v: censor if v is None else v
-    d = [None if (fill(p) is None or fill(e) is None) else float(fill(e) - fill(p))
-         for p, e in zip(prop, exp, strict=True)]
-    ok = [x for x in d if x is not None]
-    want = (lambda x: x < 0) if lower_better else (lambda x: x > 0)
-    return {"diff": d, "mean": float(np.mean(ok)) if ok else None,
-            "std": float(np.std(ok)) if ok else None,
-            "signs": "".join(_sign(x) if x is not None else "?" for x in d),
-            "held": bool(ok) and len(ok) == len(d) and all(want(x) for x in ok)}
-
-
-def fmt_seeds(values: Sequence[float | None], scale: float = 1.0, rounds: int | None = None,
-              digits: int = 1) -> str:
-    """'mean ± std (v0, v1, v2)'; a target never reached shows '>R' and is left out of the
-    mean (with how many reached)."""
-    if not values:
-        return "n/a"
-    hit = [v * scale for v in values if v is not None]
-    each = ", ".join(f">{rounds}" if v is None else f"{v * scale:.{digits}f}" for v in values)
-    if not hit:
-        return f"never ({each})"
-    cell = f"{np.mean(hit):.{digits}f} ± {np.std(hit):.{digits}f}"
-    if len(hit) < len(values):
-        cell += f" [{len(hit)}/{len(values)} reached]"
-    return f"{cell} ({each})"
-
-
-def paired_rows(label: str, prop: list[dict], exp: list[dict], rounds: int,
-                xs: Sequence[float], paper: dict | None = None) -> list[list[str]]:
-    """Rows (backbone, metric, proportional, Exp-α, Δ mean ± std, per-seed signs, held,
-    paper Δ) for rounds-to-target and accuracy at R/2, R of paired seeds."""
-    rows = []
-    pp = (paper or {}).get("proportional", {})
-    pe = (paper or {}).get("exp-alpha", {})
-    for x in xs:
-        k = f"{round(100 * x)}"
-        a = [r["reach"][k] for r in prop]
-        b = [r["reach"][k] for r in exp]
-        pr = paired(a, b, True, censor=rounds + 1)
-        ref = (f"{pe['acc40'] - pp['acc40']:+.2f} (acc40)" if "acc40" in pp else "—")
-        rows.append([label, f"acc{k} (rounds)", fmt_seeds(a, rounds=rounds, digits=0),
-                     fmt_seeds(b, rounds=rounds, digits=0),
-                     "n/a" if pr["mean"] is None else f"{pr['mean']:+.1f} ± {pr['std']:.1f}",
-                     pr["signs"], "held" if pr["held"] else "not held",
-                     ref if x == xs[0] else ""])
-    for key, name in (("acc_half", f"acc @ R/2={rounds // 2} (%)"),
-                      ("acc_final", f"acc @ R={rounds} (%)")):
-        a = [r[key] for r in prop]
-        b = [r[key] for r in exp]
-        pr = paired(a, b, False)
-        ref = (f"{pe['acc_final'] - pp['acc_final']:+.2f} (final)"
-               if key == "acc_final" and "acc_final" in pp else "")
-        rows.append([label, name, fmt_seeds(a, 100, digits=2), fmt_seeds(b, 100, digits=2),
-                     "n/a" if pr["mean"] is None else
-                     f"{100 * pr['mean']:+.2f} ± {100 * pr['std']:.2f}",
-                     pr["signs"], "held" if pr["held"] else "not held", ref])
-    return rows
-
-
-PAIRED_HEADER = ["backbone", "metric", "proportional: mean ± std (per seed)",
-                 f"Exp-α (α={ALPHA:g}): mean ± std (per seed)", "Δ Exp-α − prop",
-                 "per-seed sign", "direction", "paper Δ (CIFAR-10, E=20)"]
-
-
-def mean_traces(traces: Sequence[dict[str, list[float]]]) -> dict[str, list[float]]:
-    """Per group, the nan-mean over seeds of per-round weight traces (equal lengths)."""
-    out: dict[str, list[float]] = {}
-    for g in sorted({g for t in traces for g in t}):
-        arr = np.asarray([t[g] for t in traces if g in t], np.float64)
-        with warnings.catch_warnings():  # rounds in which no seed had a member: NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            out[g] = np.nanmean(arr, axis=0).tolist()
-    return out
 
 
 # ----------------------------------------------------------------------------- running
@@ -576,7 +379,6 @@ def _summary_json(rows: list[list[str]]) -> list[dict[str, str]]:
 
 # ----------------------------------------------------------------------------- experiments
 
-RATIO_NAMES = {f"{r:g}": f"ratio {r:g}" for r in (1.0, 0.5, 0.1, 0.05, 0.01, 0.005, 0.001)}
 
 
 def _ratio_key_names(runs) -> dict[str, str]:
@@ -677,10 +479,6 @@ def expalpha_flip(ctx: Context) -> None:
                                                     "clean global test accuracy (%)")})
 
 
-ADAPT_GROUPS = {"adapt-imbalance": ("group", {"0": "balanced (ratio 1)",
-                                              "1": "imbalanced (ratio 0.01)",
-                                              "2": "imbalanced (ratio 0.1)"}),
-                "adapt-flip": ("flipped", {"False": "clean", "True": "flipped"})}
 
 
 def adapt_rows(results: dict[str, dict[str, list[dict]]], cohorts: dict[str, int]
@@ -751,7 +549,7 @@ def expalpha_adapt(ctx: Context) -> None:
                  [fedavg], note)
     hdr += f"\nflip setting schedule: {_setting_text(ctx, 'adapt-flip')}.\n"
     gap_rows = [[k.removeprefix("adapt-"), ", ".join(f"{g:+.4f}" for g in v["top_group_gap"]),
-                 "".join(_sign(g) for g in v["top_group_gap"])]
+                 "".join(sign(g) for g in v["top_group_gap"])]
                 for k, v in results.items()]
     for v in results.values():
         v.pop("top_group_gap")
