@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_appeal import HParams
+from papers.pairs import pair_cell, paired, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
-from papers.selection.tables import _pair_cell, _verdict, paired
 
 _NOVA = {False: dict(rounds=100, eval_every=10), True: dict(rounds=20, eval_every=10)}
 
@@ -93,15 +93,15 @@ def _nova_block(ctx: Context, alpha: float) -> tuple[str, dict]:
         ["global objective sum_k p_k F_k (train loss)", "FedNova lower (Thm 1)",
          mean_std([r["train_loss"] for r in runs["fedavg"]], digits=4),
          mean_std([r["train_loss"] for r in runs["fednova"]], digits=4),
-         f"{pl['mean']:+.4f} ± {pl['std']:.4f} ({pl['signs']})", _verdict(pl, "-")],
+         f"{pl['mean']:+.4f} ± {pl['std']:.4f} ({pl['signs']})", verdict(pl, "-")],
         ["test accuracy, mean over clients (%)", "FedNova higher (Table 1)",
          mean_std([r["test_acc"] for r in runs["fedavg"]], 100),
-         mean_std([r["test_acc"] for r in runs["fednova"]], 100), _pair_cell(pa),
-         _verdict(pa, "+")],
+         mean_std([r["test_acc"] for r in runs["fednova"]], 100), pair_cell(pa),
+         verdict(pa, "+")],
         ["test accuracy, pooled over rows (%)", "FedNova higher (Table 1)",
          mean_std([r["test_acc_pooled"] for r in runs["fedavg"]], 100),
-         mean_std([r["test_acc_pooled"] for r in runs["fednova"]], 100), _pair_cell(pp),
-         _verdict(pp, "+")],
+         mean_std([r["test_acc_pooled"] for r in runs["fednova"]], 100), pair_cell(pp),
+         verdict(pp, "+")],
     ]
     groups = {}
     for third, name in ((0, "least local work (smallest tau_k third)"),
@@ -114,7 +114,7 @@ def _nova_block(ctx: Context, alpha: float) -> tuple[str, dict]:
                      "FedNova higher for small tau_k (FedAvg under-weighs them)"
                      if third == 0 else "(FedAvg over-weighs them)",
                      mean_std([x["v"] for x in a], 100), mean_std([x["v"] for x in b], 100),
-                     _pair_cell(pg), _verdict(pg, "+") if third == 0 else "-"])
+                     pair_cell(pg), verdict(pg, "+") if third == 0 else "-"])
     t0 = taus[ctx.seeds[0]]
     text = (f"## Dirichlet({alpha})\n\n"
             + markdown_table(["metric (final round)", "paper's direction", "FedAvg", "FedNova",
@@ -352,7 +352,7 @@ def hetero_fedbuff(ctx: Context) -> None:
         pairs[frac] = p
         rows.append([f"accuracy at {frac} of the horizon ({when:.0f} s)",
                      "FedBuff higher", mean_std([x["v"] for x in a], 100),
-                     mean_std([x["v"] for x in b], 100), _pair_cell(p), _verdict(p, "+")])
+                     mean_std([x["v"] for x in b], 100), pair_cell(p), verdict(p, "+")])
     final_sync = min(r["sync"]["acc"][-1] for r in runs)
     target = np.floor(100 * 0.95 * final_sync) / 100
     ta = [{"seed": r["seed"], "v": _time_to(r["sync"]["t"], r["sync"]["acc"], target)}
@@ -365,7 +365,7 @@ def hetero_fedbuff(ctx: Context) -> None:
     rows.append([f"simulated time to {100 * target:.0f}% accuracy (s)", "FedBuff lower",
                  mean_std([x["v"] for x in ta], digits=0), mean_std([x["v"] for x in tb],
                                                                     digits=0),
-                 f"{pt['mean']:+.0f} ± {pt['std']:.0f} ({pt['signs']})", _verdict(pt, "-")])
+                 f"{pt['mean']:+.0f} ± {pt['std']:.0f} ({pt['signs']})", verdict(pt, "-")])
     s = _BUFF[ctx.quick]
     a = [{"seed": r["seed"], "v": r["sync_final_acc"]} for r in runs]
     b = [{"seed": r["seed"], "v": r["buff_acc_equal_updates"]} for r in runs]
@@ -374,7 +374,7 @@ def hetero_fedbuff(ctx: Context) -> None:
     rows.append([f"diagnostic: accuracy after {10 * s['sync_rounds']} client updates "
                  f"({s['sync_rounds']} rounds / server steps)", "— (FedBuff's updates are stale)",
                  mean_std([x["v"] for x in a], 100), mean_std([x["v"] for x in b], 100),
-                 _pair_cell(pu), "-"])
+                 pair_cell(pu), "-"])
     table = (
         "# FedBuff vs synchronous FedAvg in simulated time\n\n"
         "Schedule: FMNIST, Dirichlet(0.3) over 100 clients, default MLP, 20 local SGD steps "

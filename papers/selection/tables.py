@@ -37,74 +37,38 @@ from pathlib import Path
 import numpy as np
 
 from fedjax_appeal import ConfigError, HParams
+from papers.pairs import pair_cell, paired, sign, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
-
-SELECTORS = ("divfl", "subtrunc", "unionfl", "random", "poc")
-LABEL = {"divfl": "DivFL", "subtrunc": "SubTrunc", "unionfl": "UnionFL", "random": "Random",
-         "poc": "Power-of-Choice"}
-# SubTrunc lambda of Table I per dataset (see the module docstring).
-LAMBDA = {"mnist": 0.95, "cifar10": 0.5}
-
-# The paper's tables (mean ± std as printed).
-# Table I: selector -> (training loss, test acc %, client dissimilarity %).
-PAPER_T1 = {
-    "mnist": {"divfl": ("0.16 ± 0.02", "82.16 ± 0.91", "8.89 ± 0.59"),
-              "subtrunc": ("0.21 ± 0.01", "83.72 ± 0.81", "7.96 ± 0.62"),
-              "unionfl": ("0.17 ± 0.01", "83.57 ± 0.34", "8.59 ± 0.34"),
-              "random": ("0.18 ± 0.02", "82.99 ± 0.99", "9.16 ± 0.18"),
-              "poc": ("0.21 ± 0.01", "82.42 ± 1.97", "8.59 ± 0.38")},
-    "cifar10": {"divfl": ("0.88 ± 0.03", "35.40 ± 1.28", "12.62 ± 0.95"),
-                "subtrunc": ("0.89 ± 0.03", "35.53 ± 1.33", "12.46 ± 0.94"),
-                "unionfl": ("0.88 ± 0.03", "35.63 ± 1.09", "12.55 ± 0.79"),
-                "random": ("0.92 ± 0.01", "32.55 ± 0.94", "14.42 ± 0.18"),
-                "poc": ("1.00 ± 0.01", "30.17 ± 0.65", "13.82 ± 0.19")}}
-# Table II: lambda -> (test acc %, dissimilarity %), MNIST and CIFAR-10.
-PAPER_T2 = {
-    "mnist": {0.01: ("82.18 ± 0.99", "8.90 ± 0.63"), 0.1: ("83.13 ± 1.04", "8.38 ± 0.56"),
-              0.25: ("83.60 ± 0.78", "8.18 ± 0.55"), 0.5: ("83.76 ± 0.42", "8.14 ± 0.34"),
-              0.75: ("83.94 ± 0.33", "8.07 ± 0.41"), 0.95: ("83.72 ± 0.81", "7.96 ± 0.62")},
-    "cifar10": {0.01: ("35.40 ± 1.28", "12.62 ± 0.95"), 0.1: ("35.47 ± 1.33", "12.58 ± 0.92"),
-                0.25: ("35.47 ± 1.29", "12.47 ± 0.96"), 0.5: ("35.53 ± 1.33", "12.46 ± 0.94"),
-                0.75: ("35.55 ± 1.32", "12.46 ± 1.08"), 0.95: ("35.50 ± 1.33", "12.45 ± 1.05")}}
-# Table III: window u -> (test acc %, dissimilarity %).
-PAPER_T3 = {"mnist": {2: ("83.27 ± 0.54", "8.77 ± 0.35"), 5: ("83.57 ± 0.34", "8.59 ± 0.34"),
-                      10: ("83.74 ± 0.36", "8.52 ± 0.18")},
-            "cifar10": {2: ("35.62 ± 0.99", "12.51 ± 0.68"), 5: ("35.63 ± 1.09", "12.55 ± 0.79"),
-                        10: ("35.86 ± 1.06", "12.56 ± 0.88")}}
-# Table IV: phi -> (test acc %, dissimilarity %).
-PAPER_T4 = {"mnist": {"identity": ("83.42 ± 0.12", "7.91 ± 0.35"),
-                      "log": ("83.72 ± 0.81", "7.96 ± 0.62")},
-            "cifar10": {"identity": ("35.29 ± 0.98", "11.93 ± 0.70"),
-                        "log": ("35.53 ± 1.33", "12.46 ± 0.94")}}
-
-# (rounds, local steps, batch, eval_every, max_samples): full and --quick schedules.
-# Timed on the shared 2-core CPU (MNIST 10k, LeNet-5): ~8 s per round for the feature-based
-# selectors (of which ~5 s is the all-client gradient refresh), ~3 s for Random.
-_SCHEDULE = {False: dict(rounds=10, local_steps=10, batch_size=32, eval_every=2,
-                         max_samples=10000),
-             True: dict(rounds=3, local_steps=3, batch_size=32, eval_every=1,
-                        max_samples=3000)}
-# The options (`reproduce NAME --set KEY=VALUE`) of the selection tables.
-_CIFAR = {"cifar": "1 adds CIFAR-10, the second half of the paper's table (CPU budget: off)"}
-_REVERSE = {"reverse": "1 runs each seed's variants in reverse order (a second process on "
-                       "the same seeds meets the first halfway through the run cache)"}
-_WINDOWS = {"windows": "a subset of Table III's windows, e.g. 5,10 (default: 2,5,10)"}
-_LAMBDAS = {"lambdas": "a subset of Table II's lambdas, e.g. 0.01,0.5,0.95 (default: all six)"}
+from papers.selection.specs import (
+    BASE_HP,
+    LABEL,
+    LAMBDA,
+    OPT_CIFAR,
+    OPT_LAMBDAS,
+    OPT_REVERSE,
+    OPT_WINDOWS,
+    PAPER_T1,
+    PAPER_T2,
+    PAPER_T3,
+    PAPER_T4,
+    SCHEDULE,
+    SELECTORS,
+    SETTING,
+    TABLE_I_ARMS,
+    TABLE_I_PAIRS,
+    TABLE_II_LAMBDAS,
+    TABLE_III_WINDOWS,
+    TABLE_IV_PHIS,
+)
 
 
 def _setting(ctx: Context, dataset: str, seed: int, **kw):
-    base = dict(dataset=dataset, model="lenet5", partition="classes", classes_per_client=3,
-                clients=100, unseen_clients=0, cohort=10, greedy_candidates=10,
-                subtrunc_phi="log", union_window=5, union_base="divfl",
-                selector_features="grad", feature_refresh=1, selector_objective="raw",
-                aggregation="uniform", seed=seed, appeal="off", **_SCHEDULE[ctx.quick])
-    base.update(kw)
-    return ctx.base(**base)
+    return ctx.base(**{"dataset": dataset, **SETTING, "seed": seed, **SCHEDULE[ctx.quick],
+                       **kw})
 
 
 def _hp(dataset: str = "mnist", **kw) -> HParams:
-    return HParams(**{"client_lr": 0.05, "subtrunc_b": 1.10, "union_mu": 1.0,
-                      "subtrunc_lambda": LAMBDA[dataset], **kw})
+    return HParams(**{**BASE_HP, "subtrunc_lambda": LAMBDA[dataset], **kw})
 
 
 def _seeds(ctx: Context) -> list[int]:
@@ -145,28 +109,6 @@ def _cell(runs: list[dict], key: str, scale: float = 1.0) -> str:
     return mean_std([r[key] for r in runs], scale)
 
 
-def paired(a: list[dict], b: list[dict], key: str, scale: float = 1.0) -> dict:
-    """Per-seed differences a - b of `key` (runs matched by seed)."""
-    bs = {r["seed"]: r[key] for r in b}
-    d = np.array([(r[key] - bs[r["seed"]]) * scale for r in a if r["seed"] in bs])
-    return {"diffs": d.tolist(), "mean": float(d.mean()) if d.size else float("nan"),
-            "std": float(d.std()) if d.size else float("nan"),
-            "signs": "".join(_sign(x) for x in d)}
-
-
-def _sign(x: float) -> str:
-    return "+" if x > 0 else "-" if x < 0 else "0"
-
-
-def _pair_cell(p: dict) -> str:
-    return f"{p['mean']:+.2f} ± {p['std']:.2f} ({p['signs']})"
-
-
-def _verdict(p: dict, want: str) -> str:
-    """'held' when every seed's difference has the paper's sign `want` ('-' or '+')."""
-    return "held" if p["signs"] and set(p["signs"]) == {want} else "not held"
-
-
 def _first_divergence(a: dict, b: dict) -> int:
     """First round whose cohort (as a set) differs between two runs; -1 = never."""
     for t, (x, y) in enumerate(zip(a["cohorts"], b["cohorts"], strict=True)):
@@ -176,7 +118,7 @@ def _first_divergence(a: dict, b: dict) -> int:
 
 
 def _header_note(ctx: Context, datasets: tuple[str, ...] = ("mnist",)) -> str:
-    s = _SCHEDULE[ctx.quick]
+    s = SCHEDULE[ctx.quick]
     dataset = " and ".join(f"{d} (λ = {LAMBDA[d]})" for d in datasets)
     return (f"Command: `{ctx.command}`\n\n"
             f"Setting (paper-literal): {dataset}, 100 clients x 3 classes, cohort κ = 10, "
@@ -245,7 +187,7 @@ def _pairs_by_round(a: list[dict], b: list[dict]) -> list[str]:
     for i in range(len(a[0]["history"])):
         bs = {r["seed"]: r["history"][i]["client_dissimilarity"] for r in b}
         d = [r["history"][i]["client_dissimilarity"] - bs[r["seed"]] for r in a]
-        out.append(f"{np.mean(d):+.2f} ({''.join(_sign(x) for x in d)})")
+        out.append(f"{np.mean(d):+.2f} ({''.join(sign(x) for x in d)})")
     return out
 
 
@@ -278,11 +220,11 @@ def _run_all(ctx: Context, dataset: str, variants: dict[str, tuple[dict, dict]]
 
 
 @experiment("selection-compare", "Table I: DivFL/SubTrunc/UnionFL/Random/PoC (paper-literal)",
-            options={**_CIFAR, **_REVERSE})
+            options={**OPT_CIFAR, **OPT_REVERSE})
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     for ds in _datasets(ctx):
-        runs = _run_all(ctx, ds, {s: ({"selector": s}, {}) for s in SELECTORS})
+        runs = _run_all(ctx, ds, TABLE_I_ARMS)
         data[ds] = runs
         rows = []
         for sel in SELECTORS:
@@ -292,21 +234,15 @@ def selection_compare(ctx: Context) -> None:
                          _cell(runs[sel], "dissimilarity"), p[2],
                          mean_std([r["clients_never_selected"] for r in runs[sel]], digits=1),
                          mean_std([r["sec_per_round"] for r in runs[sel]])])
-        pairs = [("SubTrunc − DivFL", "subtrunc", "divfl", "-"),
-                 ("DivFL − Random", "divfl", "random", "-"),
-                 ("UnionFL − DivFL", "unionfl", "divfl", "-"),
-                 ("SubTrunc − Random", "subtrunc", "random", "-"),
-                 ("UnionFL − Random", "unionfl", "random", "-"),
-                 ("SubTrunc − Power-of-Choice", "subtrunc", "poc", "-")]
         prow, pdata = [], {}
-        for name, a, b, want in pairs:
+        for name, a, b, want in TABLE_I_PAIRS:
             pd = paired(runs[a], runs[b], "dissimilarity")
             pa = paired(runs[a], runs[b], "test_acc", 100)
             paper_d = (float(PAPER_T1[ds][a][2].split()[0])
                        - float(PAPER_T1[ds][b][2].split()[0]))
             pdata[name] = {"dissimilarity": pd, "test_acc": pa, "paper_dissimilarity": paper_d}
-            prow.append([name, f"{paper_d:+.2f}", _pair_cell(pd), _verdict(pd, want),
-                         _pair_cell(pa)])
+            prow.append([name, f"{paper_d:+.2f}", pair_cell(pd), verdict(pd, want),
+                         pair_cell(pa)])
         data[ds + "_paired"] = pdata
         div = {s: [_first_divergence(a, b) for a, b in zip(runs[s], runs["divfl"],
                                                            strict=True)]
@@ -343,9 +279,9 @@ def selection_compare(ctx: Context) -> None:
 
 
 @experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal)",
-            options={**_CIFAR, **_REVERSE, **_LAMBDAS})
+            options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS})
 def selection_lambda(ctx: Context) -> None:
-    lams = (0.01, 0.5, 0.95) if ctx.quick else (0.01, 0.1, 0.25, 0.5, 0.75, 0.95)
+    lams = TABLE_II_LAMBDAS[ctx.quick]
     if ctx.option("lambdas"):  # a subset of the paper's lambdas (CPU budget)
         lams = _numbers(ctx, "lambdas", float)
         if not set(lams) <= set(PAPER_T2["mnist"]):
@@ -378,7 +314,7 @@ def selection_lambda(ctx: Context) -> None:
                  "dissimilarity (paper)"], rows)
             + f"\nPaired λ = {hi} − {lo_name} (paper: dissimilarity {paper_hi} − {paper_lo} = "
               f"{float(paper_hi) - float(paper_lo):+.2f} from λ = 0.01 to 0.95): dissimilarity "
-              f"{_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp {_pair_cell(pa)}.\n\n"
+              f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp {pair_cell(pa)}.\n\n"
               f"Diagnostic: per seed {[r['seed'] for r in runs[hi]]}, is the whole cohort "
               f"sequence (every pick, in order) of λ = {hi} DivFL's? {same}.\n\n"
               "Dissimilarity along training:\n\n"
@@ -404,9 +340,9 @@ def selection_lambda(ctx: Context) -> None:
 
 
 @experiment("selection-window", "Table III: UnionFL window 2/5/10 (paper-literal, MNIST)",
-            options={**_REVERSE, **_WINDOWS})
+            options={**OPT_REVERSE, **OPT_WINDOWS})
 def selection_window(ctx: Context) -> None:
-    us = (2, 5, 10)
+    us = TABLE_III_WINDOWS
     if ctx.option("windows"):  # a subset of the paper's windows (CPU budget)
         us = _numbers(ctx, "windows", int)
         if not set(us) <= {2, 5, 10} or 2 not in us and 10 not in us:
@@ -433,8 +369,8 @@ def selection_window(ctx: Context) -> None:
                                "clients never selected"], rows)
              + f"\nPaired u = {hi} − u = {lo} (paper: u = 10 − u = 2 dissimilarity 8.52 − 8.77 "
                f"= −0.25, accuracy +0.47; u = 10 − u = 5: −0.07, +0.17): dissimilarity "
-               f"{_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp "
-               f"{_pair_cell(pa)} — {_verdict(pa, '+')}."
+               f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
+               f"{pair_cell(pa)} — {verdict(pa, '+')}."
              + (f" Rows run: u ∈ {list(us)} (`--set windows=`)." if ctx.option("windows")
                 else "")
              + "\n\nDissimilarity along training:\n\n"
@@ -444,9 +380,9 @@ def selection_window(ctx: Context) -> None:
 
 
 @experiment("selection-phi", "Table IV: SubTrunc phi = ln(1+x) vs identity (paper-literal)",
-            options=_REVERSE)
+            options=OPT_REVERSE)
 def selection_phi(ctx: Context) -> None:
-    phis = ("log", "identity")
+    phis = TABLE_IV_PHIS
     variants = {p: ({"selector": "subtrunc", "subtrunc_phi": p}, {}) for p in phis}
     variants["divfl"] = ({"selector": "divfl"}, {})  # Table I's DivFL runs (cached)
     runs = _run_all(ctx, "mnist", variants)
@@ -467,8 +403,8 @@ def selection_phi(ctx: Context) -> None:
              + markdown_table(["phi", "test acc % (ours)", "test acc % (paper)",
                                "dissimilarity (ours)", "dissimilarity (paper)"], rows)
              + f"\nPaired identity − ln(1+x) (paper: dissimilarity 7.91 − 7.96 = −0.05): "
-               f"dissimilarity {_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp "
-               f"{_pair_cell(pa)}.\n\nDiagnostic: first round whose cohort differs from "
+               f"dissimilarity {pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
+               f"{pair_cell(pa)}.\n\nDiagnostic: first round whose cohort differs from "
                f"DivFL's (same seed and run key; -1 = never): ln(1+x) {div['log']}, identity "
                f"{div['identity']}.\n\nDissimilarity along training:\n\n"
              + _by_round({f"φ={k}": v for k, v in runs.items()}))
