@@ -26,24 +26,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_appeal import HParams
+from papers.hetero.specs import (
+    BUFF_HP,
+    BUFF_SCHEDULE,
+    BUFF_SETTING,
+    NOVA_ALPHAS,
+    NOVA_ARMS,
+    NOVA_HP,
+    NOVA_SCHEDULE,
+    NOVA_SETTING,
+)
 from papers.pairs import pair_cell, paired, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
 
-_NOVA = {False: dict(rounds=100, eval_every=10), True: dict(rounds=20, eval_every=10)}
-
-
-NOVA_ALPHAS = (0.3, 0.1)  # Dirichlet concentrations: the default setting, then a harsher one
-
 
 def _nova_cfg(ctx: Context, alg: str, seed: int, alpha: float):
-    return ctx.base(dataset="fmnist", partition="dirichlet", alpha=alpha, clients=50,
-                    unseen_clients=0, cohort=10, local_steps=60, local_steps_min=1,
-                    local_steps_dist="epochs", local_epochs=1.0, batch_size=32,
-                    algorithm=alg, seed=seed, appeal="off", **_NOVA[ctx.quick])
+    return ctx.base(**NOVA_SETTING, alpha=alpha, algorithm=alg, seed=seed,
+                    **NOVA_SCHEDULE[ctx.quick])
 
 
 def _nova_run(ctx: Context, alg: str, seed: int, alpha: float) -> dict:
-    res, _ = ctx.run(_nova_cfg(ctx, alg, seed, alpha), HParams(client_lr=0.05),
+    res, _ = ctx.run(_nova_cfg(ctx, alg, seed, alpha), HParams(**NOVA_HP),
                      label=f"{alg} alpha {alpha}")
     last = res["history"][-1]
     return {"seed": seed, "train_loss": last["train_loss"], "test_acc": last["test_acc_seen"],
@@ -84,7 +87,7 @@ def _by_tau_third(runs: list[dict], taus: dict, third: int) -> list[dict]:
 
 
 def _nova_block(ctx: Context, alpha: float) -> tuple[str, dict]:
-    runs = {a: [_nova_run(ctx, a, s, alpha) for s in ctx.seeds] for a in ("fedavg", "fednova")}
+    runs = {a: [_nova_run(ctx, a, s, alpha) for s in ctx.seeds] for a in NOVA_ARMS}
     taus = {s: _tau_summary(ctx, s, alpha) for s in ctx.seeds}
     pl = paired(runs["fednova"], runs["fedavg"], "train_loss")
     pa = paired(runs["fednova"], runs["fedavg"], "test_acc", 100)
@@ -228,7 +231,7 @@ def _plot_curves(path: Path, curves: dict[str, list[tuple[np.ndarray, np.ndarray
 def hetero_fednova(ctx: Context) -> None:
     blocks = {alpha: _nova_block(ctx, alpha) for alpha in NOVA_ALPHAS}
     toy = toy_fixed_points()
-    sched = _NOVA[ctx.quick]
+    sched = NOVA_SCHEDULE[ctx.quick]
     table = (
         "# FedNova vs FedAvg under heterogeneous local steps\n\n"
         f"Schedule: FMNIST, Dirichlet(alpha) label split over 50 clients (60% train per "
@@ -278,16 +281,10 @@ def hetero_fednova(ctx: Context) -> None:
                                        f"{NOVA_ALPHAS[0]})")})
 
 
-_BUFF = {False: dict(sync_rounds=40, sync_eval=4, buff_eval=20),
-         True: dict(sync_rounds=8, sync_eval=4, buff_eval=10)}
-
-
 def _buff_runs(ctx: Context, seed: int) -> dict:
-    s = _BUFF[ctx.quick]
-    common = dict(dataset="fmnist", partition="dirichlet", alpha=0.3, clients=100,
-                  unseen_clients=0, cohort=10, local_steps=20, batch_size=32, seed=seed,
-                  appeal="off")
-    hp = HParams(client_lr=0.05, step_time_sigma=1.0)
+    s = BUFF_SCHEDULE[ctx.quick]
+    common = dict(BUFF_SETTING, seed=seed)
+    hp = HParams(**BUFF_HP)
     # synchronous FedAvg; tau_k drawn "uniform" on [20, 20] only to turn on the simulated
     # clock (round_time = the slowest client's 20 x LogNormal(0, 1) seconds)
     sync_cfg = ctx.base(**common, algorithm="fedavg", local_steps_dist="uniform",
@@ -366,7 +363,7 @@ def hetero_fedbuff(ctx: Context) -> None:
                  mean_std([x["v"] for x in ta], digits=0), mean_std([x["v"] for x in tb],
                                                                     digits=0),
                  f"{pt['mean']:+.0f} ± {pt['std']:.0f} ({pt['signs']})", verdict(pt, "-")])
-    s = _BUFF[ctx.quick]
+    s = BUFF_SCHEDULE[ctx.quick]
     a = [{"seed": r["seed"], "v": r["sync_final_acc"]} for r in runs]
     b = [{"seed": r["seed"], "v": r["buff_acc_equal_updates"]} for r in runs]
     pu = paired(b, a, "v", 100)
