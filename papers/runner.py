@@ -28,11 +28,16 @@ def hparams(*dicts: dict) -> HParams | None:
     return HParams.make(**kw)
 
 
-def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict]
-              ) -> dict[str, Any]:
-    """Run every (setting, arm, seed) of `table`; returns {setting: {arm: record}} with
-    record {"status", "runs": [record(results, data) + {"seed"} per seed], "config",
-    "hparams"} (None for a setting not run in --quick mode)."""
+def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict], *,
+              reverse: bool = False, keep_going: bool = True) -> dict[str, Any]:
+    """Run every (setting, arm, seed) of `table`, seeds outer and arms inner within a
+    setting (so an interrupted experiment leaves whole seeds in the run cache); returns
+    {setting: {arm: record}} with record {"status", "runs": [{"seed"} + record(results,
+    data) per seed], "config", "hparams"} (None for a setting not run in --quick mode).
+
+    `reverse` runs each seed's arms in reverse order (a second process on the same seeds
+    meets the first halfway through the run cache); without `keep_going` a failed run
+    raises instead of marking its arm failed."""
     from fedjax_appeal import load_federated
     from fedjax_appeal.extend import ALGORITHMS
 
@@ -55,8 +60,9 @@ def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict]
             else:
                 recs[v.label] = {"status": "ok", "runs": [], "config": None, "hparams": None}
         cache: dict[tuple, Any] = {}
-        for seed in ctx.seeds:
-            for v in table.arms:
+        arms = table.arms[::-1] if reverse else table.arms
+        for seed in table.seeds(ctx.seeds, ctx.quick):
+            for v in arms:
                 rec = recs[v.label]
                 if rec["status"] != "ok":
                     continue
@@ -73,6 +79,8 @@ def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict]
                     res, _ = ctx.run(cfg, hp, label=f"{col.label}/{v.label}", data=data,
                                      dataset=ds)
                 except Exception as e:  # an arm failing must not lose the others
+                    if not keep_going:
+                        raise
                     ctx.log(f"{v.label} seed {seed} failed: {e!r}")
                     traceback.print_exc()
                     rec["status"] = f"failed: {type(e).__name__}"

@@ -2,8 +2,9 @@
 options), metrics, the paper's reported numbers and notes. `papers.runner.run_table` runs
 one; each paper's report module turns the results into files.
 
-Seeds come from the command line (`reproduce NAME --seeds 0,1,2`, the default); a table
-whose runs share a seed share its data partition, flipped clients and training keys.
+Seeds come from the command line (`reproduce NAME --seeds 0,1,2`, the default; a table may
+run only the first of them with --quick); runs that share a seed share its data partition,
+flipped clients and training keys.
 """
 
 from __future__ import annotations
@@ -61,3 +62,8 @@ class Table:
     base_cfg: dict = dataclasses.field(default_factory=dict)
     base_hp: dict = dataclasses.field(default_factory=dict)
     report: dict[str, Any] = dataclasses.field(default_factory=dict)  # report options
+    quick_seeds: int | None = None  # --quick runs only the first N seeds (None: all)
+
+    def seeds(self, seeds: list[int], quick: bool) -> list[int]:
+        """The seeds a run of this table uses, of the command's `--seeds`."""
+        return list(seeds[:self.quick_seeds]) if quick and self.quick_seeds else list(seeds)

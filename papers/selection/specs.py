@@ -4,6 +4,8 @@ numbers."""
 
 from __future__ import annotations
 
+from papers.spec import Arm, Setting, Table
+
 SELECTORS = ("divfl", "subtrunc", "unionfl", "random", "poc")
 LABEL = {"divfl": "DivFL", "subtrunc": "SubTrunc", "unionfl": "UnionFL", "random": "Random",
          "poc": "Power-of-Choice"}
@@ -51,30 +53,77 @@ SETTING = dict(model="lenet5", partition="classes", classes_per_client=3, client
                selector_objective="raw", aggregation="uniform", appeal="off")
 BASE_HP = {"client_lr": 0.05, "subtrunc_b": 1.10, "union_mu": 1.0}
 
-# The arms of each table: name -> (RunConfig keys, HParams keys).
-TABLE_I_ARMS = {s: ({"selector": s}, {}) for s in SELECTORS}
-# Table I's paired comparisons: (name, first, second, the sign the paper's claim wants).
-TABLE_I_PAIRS = (("SubTrunc − DivFL", "subtrunc", "divfl", "-"),
-                 ("DivFL − Random", "divfl", "random", "-"),
-                 ("UnionFL − DivFL", "unionfl", "divfl", "-"),
-                 ("SubTrunc − Random", "subtrunc", "random", "-"),
-                 ("UnionFL − Random", "unionfl", "random", "-"),
-                 ("SubTrunc − Power-of-Choice", "subtrunc", "poc", "-"))
-# Table II: SubTrunc lambdas (full, --quick), plus DivFL (lambda = 0).
-TABLE_II_LAMBDAS = {False: (0.01, 0.1, 0.25, 0.5, 0.75, 0.95), True: (0.01, 0.5, 0.95)}
-TABLE_III_WINDOWS = (2, 5, 10)  # UnionFL windows u
-TABLE_IV_PHIS = ("log", "identity")  # SubTrunc phi, plus DivFL
-
 # (rounds, local steps, batch, eval_every, max_samples): full and --quick schedules.
 # Timed on the shared 2-core CPU (MNIST 10k, LeNet-5): ~8 s per round for the feature-based
 # selectors (of which ~5 s is the all-client gradient refresh), ~3 s for Random.
 SCHEDULE = {False: dict(rounds=10, local_steps=10, batch_size=32, eval_every=2,
-                         max_samples=10000),
-             True: dict(rounds=3, local_steps=3, batch_size=32, eval_every=1,
-                        max_samples=3000)}
+                        max_samples=10000),
+            True: dict(rounds=3, local_steps=3, batch_size=32, eval_every=1,
+                       max_samples=3000)}
 # The options (`reproduce NAME --set KEY=VALUE`) of the selection tables.
 OPT_CIFAR = {"cifar": "1 adds CIFAR-10, the second half of the paper's table (CPU budget: off)"}
-OPT_REVERSE = {"reverse": "1 runs each seed's variants in reverse order (a second process on "
-                       "the same seeds meets the first halfway through the run cache)"}
+OPT_REVERSE = {"reverse": "1 runs each seed's variants in reverse order (a second process "
+                          "on the same seeds meets the first halfway through the run cache)"}
 OPT_WINDOWS = {"windows": "a subset of Table III's windows, e.g. 5,10 (default: 2,5,10)"}
 OPT_LAMBDAS = {"lambdas": "a subset of Table II's lambdas, e.g. 0.01,0.5,0.95 (default: all six)"}
+
+
+# ----------------------------------------------------------------------------- tables
+
+def dataset_setting(dataset: str) -> Setting:
+    """The paper-literal setting on `dataset` (its SubTrunc lambda), full and --quick."""
+    return Setting(dataset, {"dataset": dataset, **SETTING, **SCHEDULE[False]},
+                   {"dataset": dataset, **SETTING, **SCHEDULE[True]},
+                   hp={"subtrunc_lambda": LAMBDA[dataset]})
+
+
+DATASETS = {d: dataset_setting(d) for d in ("mnist", "cifar10")}
+COMMON = dict(base_hp=BASE_HP, quick_seeds=1)  # --quick: one seed
+METRICS = ("test_acc", "dissimilarity")
+
+
+def _paper(table: dict, keys: tuple[str, ...], arm=str) -> dict:
+    """{(dataset, arm label): {metric: 'mean ± std' as printed}} of a PAPER_T* table."""
+    return {(ds, arm(k)): dict(zip(keys, v, strict=True)) for ds, rows in table.items()
+            for k, v in rows.items()}
+
+
+# Arms are labelled by their key in results.json; the algorithm is FedAvg's round with the
+# arm's selector.
+TABLE_I = Table(
+    "selection-compare", "Table I: DivFL/SubTrunc/UnionFL/Random/PoC (paper-literal)",
+    "selection-compare (Table I)", settings=tuple(DATASETS.values()),
+    arms=tuple(Arm(s, "fedavg", cfg={"selector": s}) for s in SELECTORS),
+    metrics=("train_loss", *METRICS),
+    paper=_paper(PAPER_T1, ("train_loss", *METRICS)),
+    # paired comparisons: (name, first, second, the sign the paper's claim wants)
+    report={"pairs": (("SubTrunc − DivFL", "subtrunc", "divfl", "-"),
+                      ("DivFL − Random", "divfl", "random", "-"),
+                      ("UnionFL − DivFL", "unionfl", "divfl", "-"),
+                      ("SubTrunc − Random", "subtrunc", "random", "-"),
+                      ("UnionFL − Random", "unionfl", "random", "-"),
+                      ("SubTrunc − Power-of-Choice", "subtrunc", "poc", "-"))},
+    **COMMON)
+# SubTrunc lambdas, then DivFL (lambda = 0, Table I's DivFL runs); --quick runs 0.01, 0.5,
+# 0.95 and DivFL.
+TABLE_II_LAMBDAS = {False: (0.01, 0.1, 0.25, 0.5, 0.75, 0.95), True: (0.01, 0.5, 0.95)}
+TABLE_II = Table(
+    "selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal)",
+    "selection-lambda (Table II, SubTrunc)", settings=tuple(DATASETS.values()),
+    arms=tuple(Arm(str(lam), "fedavg", {"subtrunc_lambda": lam}, {"selector": "subtrunc"})
+               for lam in TABLE_II_LAMBDAS[False]) + (Arm("0", "fedavg",
+                                                          cfg={"selector": "divfl"}),),
+    metrics=METRICS, paper=_paper(PAPER_T2, METRICS), **COMMON)
+TABLE_III = Table(
+    "selection-window", "Table III: UnionFL window 2/5/10 (paper-literal, MNIST)",
+    "selection-window (Table III, UnionFL on MNIST)", settings=(DATASETS["mnist"],),
+    arms=tuple(Arm(str(u), "fedavg", cfg={"selector": "unionfl", "union_window": u})
+               for u in (2, 5, 10)),
+    metrics=METRICS, paper=_paper(PAPER_T3, METRICS), **COMMON)
+TABLE_IV = Table(
+    "selection-phi", "Table IV: SubTrunc phi = ln(1+x) vs identity (paper-literal)",
+    "selection-phi (Table IV, SubTrunc on MNIST)", settings=(DATASETS["mnist"],),
+    arms=tuple(Arm(p, "fedavg", cfg={"selector": "subtrunc", "subtrunc_phi": p})
+               for p in ("log", "identity")) + (Arm("divfl", "fedavg",
+                                                    cfg={"selector": "divfl"}),),
+    metrics=METRICS, paper=_paper(PAPER_T4, METRICS), **COMMON)

@@ -32,6 +32,7 @@ per-client test accuracy (range and mean absolute pairwise difference are in the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -39,27 +40,26 @@ import numpy as np
 from fedjax_appeal import ConfigError, HParams
 from papers.pairs import pair_cell, paired, sign, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
+from papers.runner import run_table
 from papers.selection.specs import (
     BASE_HP,
+    DATASETS,
     LABEL,
     LAMBDA,
     OPT_CIFAR,
     OPT_LAMBDAS,
     OPT_REVERSE,
     OPT_WINDOWS,
-    PAPER_T1,
-    PAPER_T2,
-    PAPER_T3,
-    PAPER_T4,
     SCHEDULE,
     SELECTORS,
     SETTING,
-    TABLE_I_ARMS,
-    TABLE_I_PAIRS,
+    TABLE_I,
+    TABLE_II,
     TABLE_II_LAMBDAS,
-    TABLE_III_WINDOWS,
-    TABLE_IV_PHIS,
+    TABLE_III,
+    TABLE_IV,
 )
+from papers.spec import Table
 
 
 def _setting(ctx: Context, dataset: str, seed: int, **kw):
@@ -72,7 +72,7 @@ def _hp(dataset: str = "mnist", **kw) -> HParams:
 
 
 def _seeds(ctx: Context) -> list[int]:
-    return ctx.seeds[:1] if ctx.quick else ctx.seeds
+    return TABLE_I.seeds(ctx.seeds, ctx.quick)  # every table: one seed with --quick
 
 
 def _window_picks(cohorts: np.ndarray, u: int) -> float:
@@ -85,12 +85,12 @@ def _window_picks(cohorts: np.ndarray, u: int) -> float:
     return hits / max(tot, 1)
 
 
-def _one(ctx: Context, label: str, cfg, hp) -> dict:
-    res, _ = ctx.run(cfg, hp, label=label)
+def _record(res: dict, data) -> dict:
+    """What a table keeps of one run (`papers.runner.run_table` adds its seed)."""
     last = res["history"][-1]
     part = np.asarray(res["participation"])
     cohorts = np.asarray(res["round_metrics"]["cohort_idx"])
-    return {"seed": cfg.seed, "test_acc": last["test_acc_seen"],
+    return {"test_acc": last["test_acc_seen"],
             "dissimilarity": last["client_dissimilarity"],
             "dissimilarity_range": last["client_dissimilarity_range"],
             "dissimilarity_mad": last["client_dissimilarity_mad"],
@@ -204,42 +204,38 @@ def _datasets(ctx: Context) -> tuple[str, ...]:
     return ("mnist", "cifar10") if ctx.flag("cifar") and not ctx.quick else ("mnist",)
 
 
-def _run_all(ctx: Context, dataset: str, variants: dict[str, tuple[dict, dict]]
+def _run_all(ctx: Context, table: Table, dataset: str, arms: list[str] | None = None
              ) -> dict[str, list[dict]]:
-    """Run every variant (cfg overrides, hp overrides) for every seed, seeds outermost (so an
-    interrupted experiment leaves whole seeds in the run cache)."""
-    out: dict[str, list[dict]] = {k: [] for k in variants}
-    order = list(variants.items())
-    if ctx.flag("reverse"):  # a second process on the same seeds meets the first halfway
-        order = order[::-1]  # through the run cache
-    for s in _seeds(ctx):
-        for name, (ckw, hkw) in order:
-            out[name].append(_one(ctx, f"{dataset}/{name}", _setting(ctx, dataset, s, **ckw),
-                                  _hp(dataset, **hkw)))
-    return out
+    """The runs of `table` on `dataset` ({arm label: [run per seed]}), of the arms named
+    (default: all, in the table's order); seeds outermost, a failed run raises."""
+    by_label = {a.label: a for a in table.arms}
+    one = dataclasses.replace(
+        table, settings=(DATASETS[dataset],),
+        arms=tuple(by_label[a] for a in arms) if arms is not None else table.arms)
+    grid = run_table(ctx, one, _record, reverse=ctx.flag("reverse"), keep_going=False)
+    return {k: rec["runs"] for k, rec in grid[dataset].items()}
 
 
-@experiment("selection-compare", "Table I: DivFL/SubTrunc/UnionFL/Random/PoC (paper-literal)",
-            options={**OPT_CIFAR, **OPT_REVERSE})
+@experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE})
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     for ds in _datasets(ctx):
-        runs = _run_all(ctx, ds, TABLE_I_ARMS)
+        runs = _run_all(ctx, TABLE_I, ds)
         data[ds] = runs
         rows = []
         for sel in SELECTORS:
-            p = PAPER_T1[ds][sel]
-            rows.append([LABEL[sel], _cell(runs[sel], "train_loss"), p[0],
-                         _cell(runs[sel], "test_acc", 100), p[1],
-                         _cell(runs[sel], "dissimilarity"), p[2],
+            p = TABLE_I.paper[(ds, sel)]
+            rows.append([LABEL[sel], _cell(runs[sel], "train_loss"), p["train_loss"],
+                         _cell(runs[sel], "test_acc", 100), p["test_acc"],
+                         _cell(runs[sel], "dissimilarity"), p["dissimilarity"],
                          mean_std([r["clients_never_selected"] for r in runs[sel]], digits=1),
                          mean_std([r["sec_per_round"] for r in runs[sel]])])
         prow, pdata = [], {}
-        for name, a, b, want in TABLE_I_PAIRS:
+        for name, a, b, want in TABLE_I.report["pairs"]:
             pd = paired(runs[a], runs[b], "dissimilarity")
             pa = paired(runs[a], runs[b], "test_acc", 100)
-            paper_d = (float(PAPER_T1[ds][a][2].split()[0])
-                       - float(PAPER_T1[ds][b][2].split()[0]))
+            paper_d = (float(TABLE_I.paper[(ds, a)]["dissimilarity"].split()[0])
+                       - float(TABLE_I.paper[(ds, b)]["dissimilarity"].split()[0]))
             pdata[name] = {"dissimilarity": pd, "test_acc": pa, "paper_dissimilarity": paper_d}
             prow.append([name, f"{paper_d:+.2f}", pair_cell(pd), verdict(pd, want),
                          pair_cell(pa)])
@@ -271,41 +267,39 @@ def selection_compare(ctx: Context) -> None:
                                       for s in SELECTORS}, f"{ds}: selectors")
     cifar = ("" if "cifar10" in data else
              "CIFAR-10 was not run (CPU budget; `--set cifar=1` adds it, λ = 0.5). ")
-    table = ("# selection-compare (Table I)\n\n" + _header_note(ctx, _datasets(ctx)) + "\n" + cifar
+    table = (f"# {TABLE_I.title}\n\n" + _header_note(ctx, _datasets(ctx)) + "\n" + cifar
              + "Seconds per round include, for DivFL/SubTrunc/UnionFL, the all-client "
                "gradient refresh (Random and Power-of-Choice have none).\n\n"
              + _SATURATION + "\n\n" + "".join(parts))
     _write(ctx, table, data, plots)
 
 
-@experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal)",
-            options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS})
+@experiment(TABLE_II.name, TABLE_II.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS})
 def selection_lambda(ctx: Context) -> None:
     lams = TABLE_II_LAMBDAS[ctx.quick]
     if ctx.option("lambdas"):  # a subset of the paper's lambdas (CPU budget)
         lams = _numbers(ctx, "lambdas", float)
-        if not set(lams) <= set(PAPER_T2["mnist"]):
+        if not set(lams) <= set(TABLE_II_LAMBDAS[False]):
             raise ConfigError("--set lambdas= must list lambdas of the paper's Table II: "
-                              f"{', '.join(map(str, PAPER_T2['mnist']))}")
-    variants = {str(lam): ({"selector": "subtrunc"}, {"subtrunc_lambda": lam}) for lam in lams}
-    variants["0"] = ({"selector": "divfl"}, {})  # lambda = 0 is DivFL (Table I's DivFL runs)
+                              f"{', '.join(map(str, TABLE_II_LAMBDAS[False]))}")
+    arms = [str(lam) for lam in lams] + ["0"]  # lambda = 0 is DivFL (Table I's DivFL runs)
     hi = str(lams[-1])
     lo = str(lams[0]) if len(lams) > 1 else "0"
     lo_name = f"λ = {lo}" if lo != "0" else "DivFL (λ = 0)"
     data, parts, plots = {}, [], {}
     for ds in _datasets(ctx):
-        runs = _run_all(ctx, ds, variants)
+        runs = _run_all(ctx, TABLE_II, ds, arms)
         rows = [["0 (DivFL)", _cell(runs["0"], "test_acc", 100), "—",
                  _cell(runs["0"], "dissimilarity"), "—"]]
         for lam in lams:
-            p = PAPER_T2[ds][lam]
-            rows.append([lam, _cell(runs[str(lam)], "test_acc", 100), p[0],
-                         _cell(runs[str(lam)], "dissimilarity"), p[1]])
+            p = TABLE_II.paper[(ds, str(lam))]
+            rows.append([lam, _cell(runs[str(lam)], "test_acc", 100), p["test_acc"],
+                         _cell(runs[str(lam)], "dissimilarity"), p["dissimilarity"]])
         pd = paired(runs[hi], runs[lo], "dissimilarity")
         pa = paired(runs[hi], runs[lo], "test_acc", 100)
         same = [a["cohorts"] == b["cohorts"] for a, b in zip(runs[hi], runs["0"], strict=True)]
-        paper_lo = PAPER_T2[ds][0.01][1].split()[0]
-        paper_hi = PAPER_T2[ds][0.95][1].split()[0]
+        paper_lo = TABLE_II.paper[(ds, "0.01")]["dissimilarity"].split()[0]
+        paper_hi = TABLE_II.paper[(ds, "0.95")]["dissimilarity"].split()[0]
         data[ds] = {**runs, "paired_hi_minus_lo": {"dissimilarity": pd, "test_acc": pa},
                     "largest_lambda_equals_divfl_per_seed": same}
         parts.append(
@@ -323,7 +317,7 @@ def selection_lambda(ctx: Context) -> None:
                                       for k, v in runs.items()}, f"{ds}: SubTrunc lambda")
     cifar = ("" if "cifar10" in data else
              "CIFAR-10 was not run (CPU budget; `--set cifar=1` adds it). ")
-    table = ("# selection-lambda (Table II, SubTrunc)\n\n" + _header_note(ctx, _datasets(ctx))
+    table = (f"# {TABLE_II.title}\n\n" + _header_note(ctx, _datasets(ctx))
              + "\n" + cifar
              + "Each SubTrunc pick maximises g_j + λ·h_j over its candidates (g: "
                "facility-location gain, h_j = min(b, Φ + φ_j) − min(b, Φ)), linear in λ: where "
@@ -339,29 +333,27 @@ def selection_lambda(ctx: Context) -> None:
     _write(ctx, table, data, plots)
 
 
-@experiment("selection-window", "Table III: UnionFL window 2/5/10 (paper-literal, MNIST)",
-            options={**OPT_REVERSE, **OPT_WINDOWS})
+@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS})
 def selection_window(ctx: Context) -> None:
-    us = TABLE_III_WINDOWS
+    us = tuple(int(a.label) for a in TABLE_III.arms)
     if ctx.option("windows"):  # a subset of the paper's windows (CPU budget)
         us = _numbers(ctx, "windows", int)
         if not set(us) <= {2, 5, 10} or 2 not in us and 10 not in us:
             raise ConfigError("--set windows= must list windows of the paper's Table III "
                               "(2, 5, 10), including 2 or 10")
-    runs = _run_all(ctx, "mnist", {str(u): ({"selector": "unionfl", "union_window": u}, {})
-                                   for u in us})
+    runs = _run_all(ctx, TABLE_III, "mnist", [str(u) for u in us])
     rows = []
     for u in us:
-        p = PAPER_T3["mnist"][u]
-        rows.append([u, u * 10 >= 100, _cell(runs[str(u)], "test_acc", 100), p[0],
-                     _cell(runs[str(u)], "dissimilarity"), p[1],
+        p = TABLE_III.paper[("mnist", str(u))]
+        rows.append([u, u * 10 >= 100, _cell(runs[str(u)], "test_acc", 100), p["test_acc"],
+                     _cell(runs[str(u)], "dissimilarity"), p["dissimilarity"],
                      mean_std([r["window_picks"][str(u)] for r in runs[str(u)]]),
                      mean_std([r["clients_never_selected"] for r in runs[str(u)]], digits=1)])
     hi, lo = str(us[-1]), str(us[0])
     pd = paired(runs[hi], runs[lo], "dissimilarity")
     pa = paired(runs[hi], runs[lo], "test_acc", 100)
     data = {**runs, f"paired_u{hi}_minus_u{lo}": {"dissimilarity": pd, "test_acc": pa}}
-    table = ("# selection-window (Table III, UnionFL on MNIST)\n\n" + _header_note(ctx) + "\n"
+    table = (f"# {TABLE_III.title}\n\n" + _header_note(ctx) + "\n"
              + _SATURATION + "\n\n"
              + markdown_table(["window u", "saturated (u·κ ≥ N)", "test acc % (ours)",
                                "test acc % (paper)", "dissimilarity (ours)",
@@ -379,18 +371,15 @@ def selection_window(ctx: Context) -> None:
                                               for k, v in runs.items()}, "UnionFL window")})
 
 
-@experiment("selection-phi", "Table IV: SubTrunc phi = ln(1+x) vs identity (paper-literal)",
-            options=OPT_REVERSE)
+@experiment(TABLE_IV.name, TABLE_IV.help, options=OPT_REVERSE)
 def selection_phi(ctx: Context) -> None:
-    phis = TABLE_IV_PHIS
-    variants = {p: ({"selector": "subtrunc", "subtrunc_phi": p}, {}) for p in phis}
-    variants["divfl"] = ({"selector": "divfl"}, {})  # Table I's DivFL runs (cached)
-    runs = _run_all(ctx, "mnist", variants)
+    phis = ("log", "identity")
+    runs = _run_all(ctx, TABLE_IV, "mnist")  # and DivFL: Table I's DivFL runs (cached)
     rows = []
     for phi in phis:
-        p = PAPER_T4["mnist"][phi]
-        rows.append(["ln(1+x)" if phi == "log" else "x", _cell(runs[phi], "test_acc", 100), p[0],
-                     _cell(runs[phi], "dissimilarity"), p[1]])
+        p = TABLE_IV.paper[("mnist", phi)]
+        rows.append(["ln(1+x)" if phi == "log" else "x", _cell(runs[phi], "test_acc", 100),
+                     p["test_acc"], _cell(runs[phi], "dissimilarity"), p["dissimilarity"]])
     pd = paired(runs["identity"], runs["log"], "dissimilarity")
     pa = paired(runs["identity"], runs["log"], "test_acc", 100)
     div = {p: [_first_divergence(a, b) for a, b in zip(runs[p], runs["divfl"], strict=True)]
@@ -399,7 +388,7 @@ def selection_phi(ctx: Context) -> None:
             "first_divergence_from_divfl": div}
     rows.append(["DivFL (no SubTrunc term)", _cell(runs["divfl"], "test_acc", 100), "—",
                  _cell(runs["divfl"], "dissimilarity"), "—"])
-    table = ("# selection-phi (Table IV, SubTrunc on MNIST)\n\n" + _header_note(ctx) + "\n"
+    table = (f"# {TABLE_IV.title}\n\n" + _header_note(ctx) + "\n"
              + markdown_table(["phi", "test acc % (ours)", "test acc % (paper)",
                                "dissimilarity (ours)", "dissimilarity (paper)"], rows)
              + f"\nPaired identity − ln(1+x) (paper: dissimilarity 7.91 − 7.96 = −0.05): "
