@@ -57,7 +57,8 @@ class Table:
     settings: tuple[Setting, ...]
     arms: tuple[Arm, ...]
     metrics: tuple[str, ...]  # result keys of the table's columns
-    paper: dict[tuple[str, str], dict[str, float]] = dataclasses.field(default_factory=dict)
+    # the paper's numbers: {(setting label, arm label): {metric: number or 'mean ± std'}}
+    paper: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
     notes: str = ""
     base_cfg: dict = dataclasses.field(default_factory=dict)
     base_hp: dict = dataclasses.field(default_factory=dict)
