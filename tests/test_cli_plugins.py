@@ -72,6 +72,17 @@ def test_an_entry_point_adds_a_subcommand_and_a_listing(entry_points, hello_modu
     assert "reproduce" not in commands.all_commands()  # only the given entry points
 
 
+def test_an_entry_point_whose_flags_fail_is_left_out(entry_points, hello_module, capsys):
+    def bad_configure(p):
+        p.add_argument("--x", type=int, default="a", nargs="?", action="store_true")
+
+    hello_module.bad = lambda: Subcommand(bad_configure, lambda a: 0, "bad flags")
+    entry_points({"bad": "fedjax_hello_plugin:bad", "hello": "fedjax_hello_plugin:register"})
+    assert main(["hello", "x"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fedjax-appeal: warning: command plugin 'bad'")
+
+
 def test_a_broken_entry_point_is_one_line_and_the_rest_works(entry_points, hello_module,
                                                              capsys):
     entry_points({"broken": "no_such_module_xyz:register", "hello":

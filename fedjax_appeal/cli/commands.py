@@ -475,8 +475,9 @@ def _resolve_ref(ref: str) -> Subcommand:
 
 
 def _plugin_commands() -> dict[str, Subcommand]:
-    """The subcommands of the entry-point group; one that fails to load (or names a built-in
-    command) is left out with one line on stderr."""
+    """The subcommands of the entry-point group; one that fails to load or to add its
+    arguments to a parser (or names a built-in command) is left out with one line on
+    stderr."""
     from importlib.metadata import entry_points
 
     out: dict[str, Subcommand] = {}
@@ -489,6 +490,7 @@ def _plugin_commands() -> dict[str, Subcommand]:
             cmd = ep.load()()
             if not isinstance(cmd, Subcommand):
                 cmd = Subcommand(*cmd)
+            cmd.configure(argparse.ArgumentParser(add_help=False))  # its flags build
         except Exception as e:  # noqa: BLE001 - a broken plugin must not break the CLI
             print(f"fedjax-appeal: warning: command plugin {ep.name!r} ({ep.value}) is not "
                   f"available: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
