@@ -155,6 +155,7 @@ MODULES: list[str] = [
     "papers.appeal.tune",  # the hyperparameter search of those tables
     "papers.selection.tables",  # client selection tables
     "papers.expalpha.tables",  # Exp-alpha tables
+    "papers.expalpha.gaps",  # Exp-alpha diagnostic
     "papers.hetero.tables",  # FedNova, FedBuff tables
 ]
 

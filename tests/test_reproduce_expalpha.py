@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.core.config import appeal_on
+from papers.expalpha import runs as R
+from papers.expalpha import settings as ST
 from papers.expalpha import specs as ES
 from papers.expalpha import summary as S
 from papers.expalpha import tables as E
@@ -95,9 +97,9 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
             for agg in ES.AGGREGATIONS:
                 if b.bn and setting != "domain":
                     continue
-                cfg = E.make_cfg(ctx, setting, 1, b, agg)
+                cfg = ST.make_cfg(ctx, setting, 1, b, agg)
                 try:
-                    validate(cfg, E.make_hp(ctx, b))
+                    validate(cfg, ST.make_hp(ctx, b))
                 except ConfigError as e:  # pragma: no cover - the message is the point
                     raise AssertionError(f"{setting}/{b.label}/{agg}: {e}") from None
                 assert not appeal_on(cfg) and cfg.unseen_clients == 0 and cfg.seed == 1
@@ -105,18 +107,18 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
                 if setting != "domain":  # the paper's equal-size clients, a pool >= 100
                     assert cfg.imbalance_size > 0 and cfg.clients >= 100
                     assert cfg.global_test_per_class > 0
-    flip = E.make_cfg(ctx, "flip", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
+    flip = ST.make_cfg(ctx, "flip", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
     assert flip.flip_protocol == "bernoulli" and flip.cohort == 6
     assert flip.label_flip_fraction == pytest.approx(1 / 3)
-    assert E.make_cfg(ctx, "adapt-flip", 0, ES.BY_LABEL["FedAvg"], "exp-alpha"
+    assert ST.make_cfg(ctx, "adapt-flip", 0, ES.BY_LABEL["FedAvg"], "exp-alpha"
                       ).flip_protocol == "fixed"
-    adapt = E.make_cfg(ctx, "adapt-imbalance", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
+    adapt = ST.make_cfg(ctx, "adapt-imbalance", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
     assert stratified_counts(adapt) == (4, 3, 3)
-    alpha = E.make_cfg(ctx, "alpha", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
+    alpha = ST.make_cfg(ctx, "alpha", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
     assert stratified_counts(alpha) == (4, 6)
-    assert E.seeds_of(ctx) == ([0] if quick else [0, 1, 2])
-    assert len(E.backbones(ctx, "imbalance")) == (2 if quick else 5)
-    assert "FedFor" in [b.label for b in E.backbones(ctx, "domain")] or quick
+    assert ST.seeds_of(ctx) == ([0] if quick else [0, 1, 2])
+    assert len(ST.backbones(ctx, "imbalance")) == (2 if quick else 5)
+    assert "FedFor" in [b.label for b in ST.backbones(ctx, "domain")] or quick
     if quick:  # the quick subsets together cover every backbone
         assert {n for v in ES.QUICK_BACKBONES.values() for n in v} == set(ES.BY_LABEL)
 
@@ -127,17 +129,17 @@ def test_gpu_profile_and_model_override(capsys):
     from papers.reproduce import parse_options
 
     ctx = Context("t", [0], Path("unused"), options={"profile": "gpu"})
-    cfg = E.make_cfg(ctx, "imbalance", 0, ES.BY_LABEL["FedAvg"], "proportional")
+    cfg = ST.make_cfg(ctx, "imbalance", 0, ES.BY_LABEL["FedAvg"], "proportional")
     assert cfg.model == "resnet20" and cfg.rounds > 100 and cfg.dataset == "cifar10"
     assert cfg.imbalance_size * cfg.clients == 35000 and cfg.global_test_per_class == 1000
-    assert (cfg.batch_size, E.make_hp(ctx, ES.BY_LABEL["FedAvg"]).client_lr) == (128, 0.01)
+    assert (cfg.batch_size, ST.make_hp(ctx, ES.BY_LABEL["FedAvg"]).client_lr) == (128, 0.01)
     assert [cfg.local_steps * t for _, t in ES.GRID["gpu"]] and cfg.local_steps == 20
-    assert E.make_cfg(ctx, "domain", 0, ES.BY_LABEL["FedBN"], "proportional").model == "cnn_bn"
+    assert ST.make_cfg(ctx, "domain", 0, ES.BY_LABEL["FedBN"], "proportional").model == "cnn_bn"
     ctx = Context("t", [0], Path("unused"),
                   options=parse_options("expalpha-flip", ["profile=cpu", "model=resnet20"]))
-    assert E.make_cfg(ctx, "flip", 0, ES.BY_LABEL["FedAvg"], "proportional").model == "resnet20"
+    assert ST.make_cfg(ctx, "flip", 0, ES.BY_LABEL["FedAvg"], "proportional").model == "resnet20"
     with pytest.raises(ConfigError, match="cpu or gpu"):
-        E.profile(Context("t", [0], Path("unused"), options={"profile": "tpu"}))
+        ST.profile(Context("t", [0], Path("unused"), options={"profile": "tpu"}))
     # an option the experiment does not declare is one line naming the declared ones
     assert main(["reproduce", "expalpha-flip", "--set", "profil=gpu", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -148,5 +150,5 @@ def test_effective_cohort_by_hand():
     res = {"round_metrics": {"cohort_weights": [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0],
                                                 [0.25, 0.25, 0.5]]}}
     # 1 / sum w^2: 2, 1, 1 / 0.375
-    assert E.effective_cohort(res) == pytest.approx((2 + 1 + 1 / 0.375) / 3)
-    assert E.effective_cohort({"round_metrics": {}}) is None
+    assert R.effective_cohort(res) == pytest.approx((2 + 1 + 1 / 0.375) / 3)
+    assert R.effective_cohort({"round_metrics": {}}) is None

@@ -55,330 +55,53 @@ settings.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from fedjax_appeal import ConfigError, HParams, RunConfig
-from papers.expalpha.metrics import group_weights, plot_group_weights
+from papers.expalpha.metrics import plot_group_weights
+from papers.expalpha.report import (
+    header,
+    json_runs,
+    meta,
+    plot_curves,
+    setting_text,
+    summary_json,
+)
+from papers.expalpha.runs import (
+    effective_cohort,
+    grid_rows,
+    groups_of,
+    load,
+    run_grid,
+    weight_rows,
+    weights_of,
+)
+from papers.expalpha.settings import (
+    backbones,
+    make_cfg,
+    make_hp,
+    profile,
+    schedule,
+    seeds_of,
+    targets,
+)
 from papers.expalpha.specs import (
     ADAPT_GROUPS,
     AGG_LABEL,
     AGGREGATIONS,
     ALPHA,
     ALPHAS,
-    BACKBONES,
     BY_LABEL,
-    CLIENT_LR,
-    DOMAIN_BACKBONES,
     DOMAIN_NAMES,
-    DOMAIN_TARGETS,
     GRID,
     METRIC,
-    MODELS,
     OPTIONS,
-    PAPER,
     PAPER_GRID,
-    QUICK_BACKBONES,
-    SCHEDULES,
-    TARGETS,
-    Backbone,
 )
 from papers.expalpha.summary import PAIRED_HEADER, mean_traces, paired_rows, run_summary, sign
 from papers.reproduce import Context, experiment, markdown_table, mean_std
-
-
-def profile(ctx: Context) -> str:
-    """The compute profile: `reproduce NAME --set profile=gpu` (default cpu)."""
-    p = ctx.option("profile", "cpu") or "cpu"
-    if p not in MODELS:
-        raise ConfigError(f"--set profile={p}: the profile must be cpu or gpu")
-    return p
-
-
-def schedule(ctx: Context, setting: str, grid: tuple[int, int] | None = None
-             ) -> dict[str, Any]:
-    """RunConfig keys of a setting in the context's profile (with the --quick overrides);
-    `grid` = (E, t) replaces local steps and rounds."""
-    s = dict(SCHEDULES[profile(ctx)][setting])
-    if grid is not None:
-        e, t = grid
-        s.update(local_steps=e, rounds=t, eval_every=max(1, t // 50))
-    if ctx.quick:
-        s.update(SCHEDULES["quick"][setting])
-    return s
-
-
-def targets(ctx: Context, setting: str) -> tuple[float, ...]:
-    return DOMAIN_TARGETS if setting == "domain" else TARGETS[profile(ctx)]
-
-
-def model_for_backbone(ctx: Context, b: Backbone, setting: str) -> str:
-    """`mlp` (cpu, FMNIST) or `resnet20` (gpu, CIFAR-10); `cnn_bn` for every Digits run;
-    `--set model=NAME` replaces the model of the other settings."""
-    if setting == "domain":
-        return "cnn_bn"
-    plain, bn = MODELS[profile(ctx)]
-    return ctx.option("model") or (bn if b.bn else plain)
-
-
-def backbones(ctx: Context, setting: str) -> list[Backbone]:
-    key = setting.removesuffix("-random")
-    if ctx.quick and key in QUICK_BACKBONES:
-        return [BY_LABEL[n] for n in QUICK_BACKBONES[key]]
-    if setting == "domain":  # the paper's Table 3 rows (FedAvg, FedBN) and FedFor
-        return [BY_LABEL[n] for n in DOMAIN_BACKBONES]
-    return list(BACKBONES)
-
-
-def seeds_of(ctx: Context) -> list[int]:
-    return ctx.seeds[:1] if ctx.quick else list(ctx.seeds)
-
-
-def make_cfg(ctx: Context, setting: str, seed: int, b: Backbone, aggregation: str,
-             grid: tuple[int, int] | None = None) -> RunConfig:
-    return ctx.base(**schedule(ctx, setting, grid), algorithm=b.algorithm,
-                    server_opt=b.server_opt, aggregation=aggregation,
-                    model=model_for_backbone(ctx, b, setting), unseen_clients=0, appeal="off",
-                    seed=seed)
-
-
-def make_hp(ctx: Context, b: Backbone | None = None, **kw) -> HParams:
-    return HParams(**{"client_lr": CLIENT_LR[profile(ctx)], "exp_alpha": ALPHA,
-                      **(b.hp if b is not None else {}), **kw})
-
-
-# ----------------------------------------------------------------------------- running
-
-
-def _load(cfg: RunConfig):
-    from fedjax_appeal import load_federated
-
-    return load_federated(cfg)
-
-
-def _run(ctx: Context, cfg: RunConfig, hp: HParams, label: str, data, ds):
-    """(results, None) or (None, message) when the run stopped on NaN/Inf parameters."""
-    from fedjax_appeal import NonFiniteError
-
-    try:
-        res, _ = ctx.run(cfg, hp, label=label, data=data, dataset=ds)
-    except NonFiniteError as e:
-        ctx.log(f"{label} seed {cfg.seed}: diverged ({e})")
-        return None, str(e)
-    return res, None
-
-
-def _groups(data, name: str) -> np.ndarray | None:
-    return np.asarray(data.info[name]) if name in data.info else None
-
-
-def _weights(res: dict, groups: np.ndarray | None) -> dict | None:
-    rm = res["round_metrics"]
-    if groups is None or "cohort_idx" not in rm:
-        return None
-    return group_weights(np.asarray(rm["cohort_idx"]), np.asarray(rm["cohort_weights"]), groups)
-
-
-def effective_cohort(res: dict) -> float | None:
-    """Mean over rounds of the effective cohort size 1 / sum_k w_k^2 (m for uniform
-    weights, 1 when one client takes all the weight)."""
-    w = np.asarray(res["round_metrics"].get("cohort_weights", []), np.float64)
-    if w.ndim != 2 or not w.size:
-        return None
-    return float(np.mean(1.0 / np.maximum((w ** 2).sum(1), 1e-12)))
-
-
-def _grid(ctx: Context, setting: str, tag: str | None, grid: tuple[int, int] | None = None,
-          bbs: Sequence[Backbone] | None = None
-          ) -> tuple[dict[tuple[str, str], list[dict]], int]:
-    """Every backbone x aggregation x seed of a table setting; data loaded once per seed.
-
-    Returns ({(backbone, aggregation): [run_summary per seed]}, rounds). Each summary
-    holds `group_weight` (mean weight per value of the data tag `tag`) and, for generated
-    imbalance pools, `ratio_weight` (mean weight per imbalance ratio).
-    """
-    bbs = list(bbs) if bbs is not None else backbones(ctx, setting)
-    runs: dict[tuple[str, str], list[dict]] = {(b.label, a): [] for b in bbs
-                                              for a in AGGREGATIONS}
-    rounds = schedule(ctx, setting, grid)["rounds"]
-    key, xs = METRIC[setting], targets(ctx, setting)
-    for seed in seeds_of(ctx):
-        data = ds = None
-        for b in bbs:
-            for agg in AGGREGATIONS:
-                cfg = make_cfg(ctx, setting, seed, b, agg, grid)
-                if data is None:
-                    data, ds = _load(cfg)
-                res, err = _run(ctx, cfg, make_hp(ctx, b), f"{setting}/{b.label}/{agg}", data, ds)
-                if res is None:
-                    runs[(b.label, agg)].append({"seed": seed, "diverged": err})
-                    continue
-                extra: dict[str, Any] = {"seed": seed,
-                                         "sec_per_round": res["timing"].get("sec_per_round")}
-                gw = _weights(res, _groups(data, tag) if tag else None)
-                if gw is not None:  # mean weight per group value ("True"/"False", domain)
-                    extra["group_weight"] = gw["mean"]
-                extra["eff_cohort"] = effective_cohort(res)
-                rw = _weights(res, _groups(data, "imbalance_ratio"))
-                if rw is not None:
-                    extra["ratio_weight"] = rw["mean"]
-                if setting == "domain":
-                    extra.update(_domain_acc(res, data, cfg))
-                runs[(b.label, agg)].append(run_summary(res["history"], rounds, key, xs,
-                                                        extra))
-    return runs, rounds
-
-
-def _domain_acc(res: dict, data, cfg: RunConfig) -> dict[str, float]:
-    """Final mean test accuracy of each domain's clients ('acc_MNIST', ...)."""
-    acc = np.asarray(res["final_clients"]["test_acc"], np.float64)
-    dom = np.asarray(data.info["domain"])
-    names = [d.strip() for d in cfg.domains.split(",") if d.strip()]
-    return {f"acc_{DOMAIN_NAMES[n]}": float(acc[dom == i].mean())
-            for i, n in enumerate(names) if np.any(dom == i)}
-
-
-def grid_rows(ctx: Context, runs: dict[tuple[str, str], list[dict]], rounds: int,
-              setting: str, label: str | None = None) -> list[list[str]]:
-    """`paired_rows` of every backbone of a `_grid` result (diverged seeds dropped pairwise)."""
-    rows = []
-    for bl in dict.fromkeys(b for b, _ in runs):
-        p, e = runs[(bl, "proportional")], runs[(bl, "exp-alpha")]
-        keep = [i for i in range(len(p)) if not p[i].get("diverged")
-                and not e[i].get("diverged")]
-        paper = {a: PAPER.get(setting, {}).get((bl, a), {}) for a in AGGREGATIONS}
-        lab = label or bl
-        if len(keep) < len(p):
-            lab += f" ({len(p) - len(keep)} seed(s) diverged)"
-        rows += paired_rows(lab, [p[i] for i in keep], [e[i] for i in keep], rounds,
-                            targets(ctx, setting), paper)
-    return rows
-
-
-def weight_rows(runs: dict[tuple[str, str], list[dict]], field: str,
-                names: dict[str, str]) -> list[list[str]]:
-    """Mean aggregation weight per group (mean ± std over seeds), per backbone and
-    aggregation: the diagnostic of who Exp-alpha up- or down-weights."""
-    rows = []
-    for (bl, agg), rs in runs.items():
-        ok = [r for r in rs if not r.get("diverged") and field in r]
-        row = [bl, AGG_LABEL[agg]]
-        for g in names:
-            row.append(mean_std([r[field].get(g) for r in ok], digits=4))
-        row.append(mean_std([r.get("eff_cohort") for r in ok], digits=2))
-        rows.append(row)
-    return rows
-
-
-# ----------------------------------------------------------------------------- reports
-
-
-def _setting_text(ctx: Context, setting: str, grid: tuple[int, int] | None = None) -> str:
-    s = schedule(ctx, setting, grid)
-    parts = [f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()]
-    return ", ".join(parts)
-
-
-def _hp_text(ctx: Context, bbs: Sequence[Backbone], setting: str) -> str:
-    out = [f"client lr {CLIENT_LR[profile(ctx)]} (local SGD), Exp-α α = {ALPHA} unless varied "
-           "(plain form, `--aggregation exp-alpha`)"]
-    for b in bbs:
-        opts = {"server_opt": b.server_opt, **({"server_lr": 1.0} if not b.hp else b.hp)}
-        out.append(f"{b.label} (`{b.algorithm}`, model `{model_for_backbone(ctx, b, setting)}`): "
-                   + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                               for k, v in opts.items()))
-    return "; ".join(out)
-
-
-def header(ctx: Context, setting: str, title: str, bbs: Sequence[Backbone],
-           note: str = "") -> str:
-    """The table's header: command, profile, models, schedule, hyperparameters, caveats."""
-    seeds = seeds_of(ctx)
-    xs = ", ".join(f"acc{round(100 * x)}" for x in targets(ctx, setting))
-    text = (f"# {ctx.name} ({title})\n\nCommand: `{ctx.command}`\n\n"
-            f"Profile `{profile(ctx)}`. Schedule: {_setting_text(ctx, setting)}; no unseen "
-            "clients.\n\n"
-            f"Hyperparameters: {_hp_text(ctx, bbs, setting)}.\n\n"
-            f"Seeds {seeds}; mean ± std (population std) with the per-seed values in "
-            f"brackets. Metric: `{METRIC[setting]}`. Targets {xs}: first evaluated round at "
-            "or above the target (resolution eval_every; '>R' = not reached, counted as "
-            "R + 1 in the paired difference). Δ = Exp-α − proportional per seed (same seed: "
-            "same pool, init and cohorts); 'direction held' = the paper's direction (fewer "
-            "rounds, higher accuracy) in every seed.\n")
-    if note:
-        text += "\n" + note + "\n"
-    if ctx.quick:
-        text += ("\n**Quick variant** (a few rounds, one seed, a subset of the backbones): "
-                 "checks the pipeline; the numbers are not comparable to the paper.\n")
-    elif profile(ctx) == "cpu" and setting != "domain":
-        text += ("\nThe paper trains ResNet20 on CIFAR-10 (acc40, hundreds of rounds); this "
-                 "CPU profile trains an MLP on Fashion-MNIST with E·t scaled down by 4, so "
-                 "compare directions, not values. The paper's Δ column quotes its FedAvg-"
-                 "style E=20 numbers (acc40 rounds, final test %).\n")
-    return text
-
-
-def _plot_curves(path: Path, runs: dict[tuple[str, str], list[dict]], key: str,
-                 ylabel: str) -> None:
-    """Accuracy vs round (mean over seeds), one panel per backbone."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = list(dict.fromkeys(bl for bl, _ in runs))
-    fig, axes = plt.subplots(1, len(labels), figsize=(3.6 * len(labels), 3.2), squeeze=False,
-                             sharey=True)
-    for ax, bl in zip(axes[0], labels, strict=True):
-        for (b2, agg), rs in runs.items():
-            ok = [r for r in rs if not r.get("diverged")]
-            if b2 != bl or not ok:
-                continue
-            hs = [r["history"] for r in ok]
-            n = min(len(h) for h in hs)
-            x = [h["round"] for h in hs[0][:n]]
-            y = np.mean([[np.nan if h.get(key) is None else 100 * h[key] for h in hh[:n]]
-                         for hh in hs], axis=0)
-            ax.plot(x, y, marker="o", ms=2, label=AGG_LABEL.get(agg, agg))
-        ax.set_title(bl, fontsize=9)
-        ax.set_xlabel("round")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        lo = np.nanmin([100 * h.get(key, np.nan) for rs in runs.values() for r in rs
-                        if not r.get("diverged") for h in r["history"][len(r["history"]) // 4:]
-                        if h.get(key) is not None] or [0])
-        ax.set_ylim(max(0, lo - 5), None)
-    axes[0][0].set_ylabel(ylabel)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _json_runs(runs: dict[tuple[str, str], list[dict]]) -> dict[str, list[dict]]:
-    return {f"{bl}/{agg}": rs for (bl, agg), rs in runs.items()}
-
-
-def _meta(ctx: Context, setting: str, bbs: Sequence[Backbone]) -> dict[str, Any]:
-    return {"paper": "EXP-alpha: Beyond Proportional Aggregation in Federated Learning",
-            "command": ctx.command, "profile": profile(ctx), "quick": ctx.quick,
-            "seeds": seeds_of(ctx), "schedule": schedule(ctx, setting),
-            "metric": METRIC[setting], "targets": list(targets(ctx, setting)),
-            "client_lr": CLIENT_LR[profile(ctx)], "alpha": ALPHA,
-            "backbones": [dataclasses.asdict(b) | {"model": model_for_backbone(ctx, b, setting)}
-                          for b in bbs],
-            "paper_numbers": {f"{b}/{a}": v for (b, a), v in PAPER.get(setting, {}).items()}}
-
-
-def _summary_json(rows: list[list[str]]) -> list[dict[str, str]]:
-    return [dict(zip(PAIRED_HEADER, r, strict=True)) for r in rows]
-
-
-# ----------------------------------------------------------------------------- experiments
-
 
 
 def _ratio_key_names(runs) -> dict[str, str]:
@@ -393,13 +116,13 @@ def _ratio_key_names(runs) -> dict[str, str]:
             options=OPTIONS)
 def expalpha_imbalance(ctx: Context) -> None:
     bbs = backbones(ctx, "imbalance")
-    shared, rounds = _grid(ctx, "imbalance", "imbalanced")
-    rand, _ = _grid(ctx, "imbalance-random", "imbalanced")
+    shared, rounds = run_grid(ctx, "imbalance", "imbalanced")
+    rand, _ = run_grid(ctx, "imbalance-random", "imbalanced")
     fedavg = BY_LABEL["FedAvg"]
     grid_pts = GRID[profile(ctx)][:1] if ctx.quick else GRID[profile(ctx)]
     grid_runs = {}
     for e, t in grid_pts:
-        grid_runs[(e, t)] = _grid(ctx, "imbalance", "imbalanced", (e, t), [fedavg])
+        grid_runs[(e, t)] = run_grid(ctx, "imbalance", "imbalanced", (e, t), [fedavg])
     rows_s = grid_rows(ctx, shared, rounds, "imbalance")
     rows_r = grid_rows(ctx, rand, rounds, "imbalance")
     rows_g = []
@@ -437,18 +160,18 @@ def expalpha_imbalance(ctx: Context) -> None:
                                "effective cohort 1/Σw²"],
                               weight_rows(rand, "ratio_weight", names)) + "\n")
     ctx.write({"table.md": table,
-               "results.json": {**_meta(ctx, "imbalance", bbs),
+               "results.json": {**meta(ctx, "imbalance", bbs),
                                 "schedule_random": schedule(ctx, "imbalance-random"),
-                                "summary": {"shared": _summary_json(rows_s),
-                                            "random": _summary_json(rows_r),
-                                            "grid": _summary_json(rows_g)},
-                                "runs": {"shared": _json_runs(shared),
-                                         "random": _json_runs(rand),
-                                         "grid": {f"E{e}_t{t}": _json_runs(g[0])
+                                "summary": {"shared": summary_json(rows_s),
+                                            "random": summary_json(rows_r),
+                                            "grid": summary_json(rows_g)},
+                                "runs": {"shared": json_runs(shared),
+                                         "random": json_runs(rand),
+                                         "grid": {f"E{e}_t{t}": json_runs(g[0])
                                                   for (e, t), g in grid_runs.items()}}},
-               "curves.png": lambda p: _plot_curves(p, shared, METRIC["imbalance"],
+               "curves.png": lambda p: plot_curves(p, shared, METRIC["imbalance"],
                                                     "global test accuracy (%)"),
-               "curves_random.png": lambda p: _plot_curves(p, rand, METRIC["imbalance"],
+               "curves_random.png": lambda p: plot_curves(p, rand, METRIC["imbalance"],
                                                            "global test accuracy (%)")})
 
 
@@ -457,7 +180,7 @@ def expalpha_imbalance(ctx: Context) -> None:
             options=OPTIONS)
 def expalpha_flip(ctx: Context) -> None:
     bbs = backbones(ctx, "flip")
-    runs, rounds = _grid(ctx, "flip", "flipped")
+    runs, rounds = run_grid(ctx, "flip", "flipped")
     rows = grid_rows(ctx, runs, rounds, "flip")
     note = ("Clients: 200 balanced clients of 200 train rows; a uniform cohort of 6 every "
             "round, each sampled client flipped with probability 1/3 in that round "
@@ -473,9 +196,9 @@ def expalpha_flip(ctx: Context) -> None:
                                "effective cohort 1/Σw²"],
                               weight_rows(runs, "group_weight", wn)) + "\n")
     ctx.write({"table.md": table,
-               "results.json": {**_meta(ctx, "flip", bbs), "summary": _summary_json(rows),
-                                "runs": _json_runs(runs)},
-               "curves.png": lambda p: _plot_curves(p, runs, METRIC["flip"],
+               "results.json": {**meta(ctx, "flip", bbs), "summary": summary_json(rows),
+                                "runs": json_runs(runs)},
+               "curves.png": lambda p: plot_curves(p, runs, METRIC["flip"],
                                                     "clean global test accuracy (%)")})
 
 
@@ -515,10 +238,10 @@ def expalpha_adapt(ctx: Context) -> None:
             for agg in AGGREGATIONS:
                 cfg = make_cfg(ctx, setting, seed, fedavg, agg)
                 if data is None:
-                    data, ds = _load(cfg)
+                    data, ds = load(cfg)
                 res, _ = ctx.run(cfg, make_hp(ctx, fedavg), label=f"{setting}/{agg}", data=data,
                                  dataset=ds)
-                gw = _weights(res, _groups(data, tag))
+                gw = weights_of(res, groups_of(data, tag))
                 per_seed[agg].append(gw["trace"])
                 results[setting][agg].append(run_summary(
                     res["history"], s["rounds"], METRIC[setting], targets(ctx, setting),
@@ -547,7 +270,7 @@ def expalpha_adapt(ctx: Context) -> None:
             "per seed.")
     hdr = header(ctx, "adapt-imbalance", "Fig. 2, weights adapt to the client groups",
                  [fedavg], note)
-    hdr += f"\nflip setting schedule: {_setting_text(ctx, 'adapt-flip')}.\n"
+    hdr += f"\nflip setting schedule: {setting_text(ctx, 'adapt-flip')}.\n"
     gap_rows = [[k.removeprefix("adapt-"), ", ".join(f"{g:+.4f}" for g in v["top_group_gap"]),
                  "".join(sign(g) for g in v["top_group_gap"])]
                 for k, v in results.items()]
@@ -561,10 +284,10 @@ def expalpha_adapt(ctx: Context) -> None:
         + "\n\n## Accuracy, paired seeds\n\n" + markdown_table(PAIRED_HEADER, sign_rows)
         + "\n")
     ctx.write({"table.md": table,
-               "results.json": {**_meta(ctx, "adapt-imbalance", [fedavg]),
+               "results.json": {**meta(ctx, "adapt-imbalance", [fedavg]),
                                 "schedule_flip": schedule(ctx, "adapt-flip"),
                                 "top_group_gap": {r[0]: r[1] for r in gap_rows},
-                                "summary": _summary_json(sign_rows), "runs": results},
+                                "summary": summary_json(sign_rows), "runs": results},
                "weights.png": lambda p: plot_group_weights(
                    p, traces, title="FedAvg: mean aggregation weight per client group")})
 
@@ -573,7 +296,7 @@ def expalpha_adapt(ctx: Context) -> None:
             options=OPTIONS)
 def expalpha_domain(ctx: Context) -> None:
     bbs = backbones(ctx, "domain")
-    runs, rounds = _grid(ctx, "domain", "domain")
+    runs, rounds = run_grid(ctx, "domain", "domain")
     s = schedule(ctx, "domain")
     names = [DOMAIN_NAMES[d.strip()] for d in s["domains"].split(",") if d.strip()]
     note = ("Digits domain shift (FedBN's benchmark): one domain per client, round-robin, "
@@ -602,9 +325,9 @@ def expalpha_domain(ctx: Context) -> None:
              + markdown_table(["backbone", "aggregation", *[f"{n} (%)" for n in names],
                                "mean weight " + " / ".join(names)], dom_rows) + "\n")
     ctx.write({"table.md": table,
-               "results.json": {**_meta(ctx, "domain", bbs), "summary": _summary_json(rows),
-                                "runs": _json_runs(runs)},
-               "curves.png": lambda p: _plot_curves(p, runs, "test_acc_seen",
+               "results.json": {**meta(ctx, "domain", bbs), "summary": summary_json(rows),
+                                "runs": json_runs(runs)},
+               "curves.png": lambda p: plot_curves(p, runs, "test_acc_seen",
                                                     "test accuracy (%)")})
 
 
@@ -624,11 +347,11 @@ def expalpha_alpha(ctx: Context) -> None:
             agg = "proportional" if lab == "proportional" else "exp-alpha"
             cfg = make_cfg(ctx, "alpha", seed, fedavg, agg)
             if data is None:
-                data, ds = _load(cfg)
+                data, ds = load(cfg)
             hp = make_hp(ctx, fedavg) if agg == "proportional" else make_hp(
                 ctx, fedavg, exp_alpha=float(lab.split("= ")[1]))
             res, _ = ctx.run(cfg, hp, label=f"alpha/{lab}", data=data, dataset=ds)
-            gw = _weights(res, _groups(data, "imbalanced"))
+            gw = weights_of(res, groups_of(data, "imbalanced"))
             by_alpha[lab].append(run_summary(res["history"], rounds, METRIC["alpha"], xs,
                                              {"seed": seed, "group_weight": gw["mean"],
                                               "eff_cohort": effective_cohort(res)}))
@@ -639,10 +362,10 @@ def expalpha_alpha(ctx: Context) -> None:
             agg = "proportional" if lab == "proportional" else "exp-alpha"
             cfg = make_cfg(ctx, "alpha-random", seed, fedavg, agg)
             if data is None:
-                data, ds = _load(cfg)
+                data, ds = load(cfg)
             res, _ = ctx.run(cfg, make_hp(ctx, fedavg), label=f"alpha-random/{lab}", data=data,
                              dataset=ds)
-            gw = _weights(res, _groups(data, "imbalanced"))
+            gw = weights_of(res, groups_of(data, "imbalanced"))
             rand[lab].append(run_summary(res["history"], rounds, METRIC["alpha"], xs,
                                          {"seed": seed, "group_weight": gw["mean"],
                                           "eff_cohort": effective_cohort(res)}))
@@ -676,9 +399,9 @@ def expalpha_alpha(ctx: Context) -> None:
                                "effective cohort 1/Σw²"], wrows)
              + "\n")
     ctx.write({"table.md": table,
-               "results.json": {**_meta(ctx, "alpha", [fedavg]), "alphas": list(alphas),
-                                "summary": _summary_json(rows),
-                                "summary_random_majors": _summary_json(rows_r),
+               "results.json": {**meta(ctx, "alpha", [fedavg]), "alphas": list(alphas),
+                                "summary": summary_json(rows),
+                                "summary_random_majors": summary_json(rows_r),
                                 "runs": by_alpha, "runs_random_majors": rand},
                "alpha.png": lambda p: _plot_alpha(p, by_alpha, alphas)})
 
@@ -708,81 +431,3 @@ def _plot_alpha(path: Path, by_alpha: dict[str, list[dict]], alphas: Sequence[fl
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-# ----------------------------------------------------------------------------- diagnostics
-
-
-def client_gaps(model, cfg: RunConfig, hp: HParams, params, mstate, data, key
-                ) -> dict[str, np.ndarray]:
-    """F_k(w), F_k(w_k) and the Exp-alpha logit gap F_k(w_k) − F_k(w) of every pool client
-    after `cfg.local_steps` local SGD steps from the global model w (vmapped, one jit)."""
-    import jax
-
-    from fedjax_appeal.extend import client_loss, local_sgd
-
-    def one(k, kk):
-        res = local_sgd(model, params, mstate, data.train, k, kk, hp.client_lr,
-                        steps=cfg.local_steps, batch_size=cfg.batch_size)
-        before = client_loss(model, params, mstate, data.train, k)[0]
-        after = client_loss(model, res.params, res.state, data.train, k)[0]
-        return before, after
-
-    ks = jax.numpy.arange(data.num_clients)
-    before, after = jax.jit(jax.vmap(one))(ks, jax.random.split(key, data.num_clients))
-    before, after = np.asarray(before, np.float64), np.asarray(after, np.float64)
-    return {"before": before, "after": after, "gap": after - before}
-
-
-@experiment("expalpha-gaps", "Exp-alpha diagnostic: F_k(w), F_k(w_k) and the weight logit "
-                             "per imbalance ratio at the global model of a FedAvg run",
-            options=OPTIONS)
-def expalpha_gaps(ctx: Context) -> None:
-    import jax
-
-    from fedjax_appeal import run_config
-    from fedjax_appeal.extend import model_for
-
-    fedavg = BY_LABEL["FedAvg"]
-    checkpoints = (10, 50) if not ctx.quick else (2,)
-    rows, raw = [], {}
-    for setting in ("imbalance", "imbalance-random"):
-        for seed in seeds_of(ctx):
-            for r in checkpoints:
-                cfg = make_cfg(ctx, setting, seed, fedavg, "proportional").replace(
-                    rounds=r, eval_every=r)
-                hp = make_hp(ctx, fedavg).as_arrays()
-                data, ds = _load(cfg)
-                _, sim = run_config(cfg, make_hp(ctx, fedavg), data=data, dataset=ds)
-                model = model_for(cfg.model, data, ds, cfg.conv_impl)
-                st = sim.final_state
-                g = client_gaps(model, cfg, hp, st.params, st.model_state, data,
-                                jax.random.key(1000 + seed))
-                ratio = np.asarray(data.info["imbalance_ratio"])
-                for rv in sorted(set(ratio.tolist()), reverse=True):
-                    m = ratio == rv
-                    raw.setdefault((setting, r, f"{rv:g}"), []).append(
-                        [g["before"][m].mean(), g["after"][m].mean(), g["gap"][m].mean()])
-    for (setting, r, rv), vals in raw.items():
-        v = np.asarray(vals)
-        rows.append([setting.replace("imbalance-random", "random majors").replace(
-            "imbalance", "shared majors"), str(r), rv,
-            f"{v[:, 0].mean():.3f} ± {v[:, 0].std():.3f}",
-            f"{v[:, 1].mean():.3f} ± {v[:, 1].std():.3f}",
-            f"{v[:, 2].mean():+.3f} ± {v[:, 2].std():.3f}",
-            f"{np.exp(v[:, 2].mean() / ALPHA):.3g}"])
-    note = ("FedAvg with proportional weights in the `expalpha-imbalance` settings, stopped "
-            f"after each of {list(checkpoints)} rounds; at that global model w every one of "
-            "the 200 pool clients runs the round's local update (E = 20 steps) and reports "
-            "F_k(w) and F_k(w_k) on its train rows. Means per imbalance ratio, mean ± std "
-            "over seeds. Exp-α's weight is ∝ exp(gap / α): a more negative gap (a larger "
-            "local loss drop) means a smaller weight; the last column is exp(mean gap / α), "
-            "the relative weight of a typical client of that ratio.")
-    table = (header(ctx, "imbalance", "diagnostic: loss gaps per imbalance ratio", [fedavg],
-                    note) + "\n" + markdown_table(
-        ["majors", "round", "ratio", "F_k(w)", "F_k(w_k)", "gap F_k(w_k) − F_k(w)",
-         "exp(gap/α)"], rows) + "\n")
-    ctx.write({"table.md": table,
-               "results.json": {**_meta(ctx, "imbalance", [fedavg]),
-                                "checkpoints": list(checkpoints),
-                                "rows": rows}})
