@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import re
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +102,18 @@ def test_a_broken_entry_point_is_one_line_and_the_rest_works(entry_points, hello
     with pytest.raises(SystemExit) as e:
         main(["broken"])
     assert e.value.code == 2
+
+
+def test_the_guide_subcommand_runs_through_the_entry_point(entry_points, monkeypatch, capsys):
+    """docs/extending.md's subcommand example (its `py` block), loaded as `my_fl.cli`."""
+    doc = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
+    (code,) = [b for b in re.findall(r"```py\n(.*?)```", doc.read_text(), re.S)
+               if b.startswith("# my_fl/cli.py")]
+    pkg, mod = types.ModuleType("my_fl"), types.ModuleType("my_fl.cli")
+    pkg.__path__ = []
+    exec(compile(code, "my_fl/cli.py", "exec"), mod.__dict__)
+    monkeypatch.setitem(sys.modules, "my_fl", pkg)
+    monkeypatch.setitem(sys.modules, "my_fl.cli", mod)
+    entry_points({"hello": "my_fl.cli:register"})
+    assert main(["hello", "world"]) == 0
+    assert capsys.readouterr().out == "hello world\n"
