@@ -2,6 +2,47 @@
 
 Every client's local SGD of a round runs under one `vmap`, a chunk of rounds under one
 `jit` + `lax.scan`; aggregation rules, selectors and server optimizers are pure functions.
+
+The public API to run simulations (imported on first use, so `import fedjax_appeal` stays
+light): `RunConfig`, `HParams`, `run_config(cfg, hp)` (one run with the CLI's outputs),
+`simulate`, `sweep`, `load_federated`, the error types, and the report helpers the CLI and
+experiment scripts share. Components (registries, algorithm builders, models, data types)
+are in `fedjax_appeal.extend`.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# public name -> module (relative to this package) that defines it
+_EXPORTS: dict[str, str] = {
+    # configuration
+    "RunConfig": ".core.config", "HParams": ".core.config", "ConfigError": ".core.config",
+    "data_fields": ".core.config", "field_names": ".core.config",
+    "did_you_mean": ".core.registry",
+    # running
+    "run_config": ".run.experiment", "simulate": ".run.simulate",
+    "SimulationResult": ".run.simulate", "sweep": ".run.sweep",
+    "NonFiniteError": ".run.checkpoint", "load_federated": ".data",
+    # outputs
+    "write_outputs": ".run.report", "to_jsonable": ".run.report", "plot_lines": ".run.report",
+    "check_out": ".run.validate", "cache_dir": ".data.sources",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedjax_appeal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -27,32 +27,42 @@ reads=...)`); reading another field raises `UndeclaredOption`.
 Rule, selector and server-optimizer values are pure functions of arrays and `hp` (the
 vmappable `HParams`, whose `extra` dict holds the registered tunables), so a sweep vmaps
 over them like over the built-in ones.
+
+Also here, for experiment scripts that go below `run_config`: `build` (an algorithm from a
+RunConfig), `model_for`, `Model`, `FederatedData` / `ClientArrays`, `client_loss`,
+`APPEAL_DEFS` / `per_cluster` (the appeal protocol's definitions and per-cluster means) and
+`poisson_buffer` (the DP noise multiplier of a Poisson-sampled buffer).
 """
 
 from __future__ import annotations
 
 from .aggregate.aggregation import AGGREGATIONS, masked_softmax, proportional, uniform_weights
+from .aggregate.privacy import poisson_buffer
 from .aggregate.server import SERVER_OPTS
-from .algorithms import ALGORITHMS
+from .algorithms import ALGORITHMS, build
 from .algorithms.base import SHARED_OPTIONS, compose, options_for, register
 from .algorithms.fedavg import sgd_local
+from .core.arrays import ClientArrays, FederatedData
 from .core.capabilities import Supports
 from .core.config import DATASETS, PARTITIONS, HParams, Options, RunConfig
 from .core.errors import UndeclaredOption
-from .core.models import MODELS, Normalize
+from .core.models import MODELS, Model, Normalize, model_for
 from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
 from .core.tunables import TUNABLES, Tunable, register_tunable
 from .data.pool import register_dataset, register_partition
 from .data.sources import Dataset
-from .local.client import Trained, local_sgd, proximal
+from .local.client import Trained, client_loss, local_sgd, proximal
+from .protocols.appeal.appeal import APPEAL_DEFS, per_cluster
 from .select.selection import uniform as uniform_cohort
 from .select.selection import weighted as weighted_cohort
 from .select.selectors import SELECTORS
 
-__all__ = ["AGGREGATIONS", "ALGORITHMS", "DATASETS", "MODELS", "PARTITIONS", "SELECTORS",
-           "SERVER_OPTS", "SHARED_OPTIONS", "TUNABLES", "ClientUpdate", "Dataset", "HParams",
-           "Normalize", "Options", "RunConfig", "Selector", "ServerState", "Supports", "Trained",
-           "Tunable", "UndeclaredOption", "WeightRule", "compose", "options_for",
-           "local_sgd", "masked_softmax", "proportional", "proximal", "register",
-           "register_dataset", "register_partition", "register_tunable", "sgd_local",
-           "uniform_cohort", "uniform_weights", "weighted_cohort"]
+__all__ = ["AGGREGATIONS", "ALGORITHMS", "APPEAL_DEFS", "DATASETS", "MODELS", "PARTITIONS",
+           "SELECTORS", "SERVER_OPTS", "SHARED_OPTIONS", "TUNABLES", "ClientArrays",
+           "ClientUpdate", "Dataset", "FederatedData", "HParams", "Model", "Normalize",
+           "Options", "RunConfig", "Selector", "ServerState", "Supports", "Trained", "Tunable",
+           "UndeclaredOption", "WeightRule", "build", "client_loss", "compose", "local_sgd",
+           "masked_softmax", "model_for", "options_for", "per_cluster", "poisson_buffer",
+           "proportional", "proximal", "register", "register_dataset", "register_partition",
+           "register_tunable", "sgd_local", "uniform_cohort", "uniform_weights",
+           "weighted_cohort"]

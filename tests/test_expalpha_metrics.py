@@ -1,4 +1,4 @@
-"""Tests of `evaluate/expalpha_metrics.py`: accX, half/final accuracy, group weights."""
+"""Tests of `papers/expalpha/metrics.py`: accX, half/final accuracy, group weights."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 
 def test_accx_half_final_and_group_weights_by_hand():
-    from fedjax_appeal.evaluate.expalpha_metrics import acc_at, acc_x, group_weights, summary
+    from papers.expalpha.metrics import acc_at, acc_x, group_weights, summary
 
     hist = [{"round": 0, "test_acc_seen": 0.1}, {"round": 2, "test_acc_seen": 0.35},
             {"round": 4, "test_acc_seen": 0.41}, {"round": 6, "test_acc_seen": 0.39},

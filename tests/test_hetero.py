@@ -353,7 +353,7 @@ def test_bad_probability_is_refused():
 def test_fixed_points_of_fedavg_and_fednova_on_a_quadratic():
     """FedAvg converges to its surrogate minimiser (weights p_k c_k, FedNova's Theorem 1),
     FedNova to the point with weights p_k c_k / tau_k; both computed in closed form."""
-    from fedjax_appeal.experiments.reproduce.hetero import toy_fixed_points
+    from papers.hetero.tables import toy_fixed_points
 
     row = toy_fixed_points(lrs=(0.05,), rounds=300)["by_lr"]["0.05"]
     for alg in ("fedavg", "fednova"):

@@ -1,5 +1,5 @@
-"""The package has no import cycle, imports inside functions counted (`tools/import_cycles.py`),
-and `core/` imports no other subpackage of it."""
+"""The package and the papers/ experiments have no import cycle, imports inside functions
+counted (`tools/import_cycles.py`), and `core/` imports no other subpackage of it."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ def test_the_package_has_no_import_cycle():
     from pathlib import Path
 
     found = tool.cycles(Path(ROOT) / "fedjax_appeal")
+    assert found == [], "\n".join(" -> ".join(path) for _, path in found)
+
+
+def test_the_papers_package_has_no_import_cycle():
+    from pathlib import Path
+
+    found = tool.cycles(Path(ROOT) / "papers")
     assert found == [], "\n".join(" -> ".join(path) for _, path in found)
 
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_appeal.experiments import mean_estimation as me
+from papers.extensions import mean_estimation as me
 
 
 def test_two_far_apart_clients():

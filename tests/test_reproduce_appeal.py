@@ -1,4 +1,4 @@
-"""Tests of `experiments/reproduce/appeal.py` (and `appeal.per_cluster`): per-cluster
+"""Tests of `papers/appeal/report.py` (and `appeal.per_cluster`): per-cluster
 diagnostics, paired differences."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def test_pairs_cluster_labels():
 
 
 def test_per_cluster_equals_numpy():
-    from fedjax_appeal.experiments.reproduce.appeal import cluster_diagnostics
     from fedjax_appeal.protocols.appeal.appeal import per_cluster
+    from papers.appeal.report import cluster_diagnostics
 
     labels, parts, ids = _six_class_partition("pairs")
     rng = np.random.default_rng(0)
@@ -61,7 +61,8 @@ def test_per_cluster_equals_numpy():
 
 
 def test_paired_differences_by_hand():
-    from fedjax_appeal.experiments.reproduce.appeal import Column, paired
+    from papers.appeal.report import paired
+    from papers.spec import Setting
 
     def rec(vals):
         return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}
@@ -69,7 +70,7 @@ def test_paired_differences_by_hand():
 
     grid = {"c": {"FedAvg": rec([0.1, 0.2, 0.3]), "MW-Fed": rec([0.3, 0.0, 0.0]),
                   "MaxFL": rec([0.15, 0.1, 0.5])}}
-    (row,) = paired(grid, [Column("c", {})], ["gm_appeal_unseen"])
+    (row,) = paired(grid, [Setting("c", {})], ["gm_appeal_unseen"])
     assert row["best_baseline"] == "FedAvg"  # mean 0.2 > 0.1
     np.testing.assert_allclose(row["diff"], [0.05, -0.1, 0.2], atol=1e-12)
     assert row["signs"] == "+ − +" and not row["held"]

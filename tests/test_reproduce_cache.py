@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedjax_appeal.core.config import HParams, RunConfig
-from fedjax_appeal.experiments import reproduce
+from papers import reproduce
 
 CFG = RunConfig(dataset="synthetic", partition="natural", clients=6, unseen_clients=0,
                 cohort=2, rounds=2, local_steps=1, batch_size=4, eval_every=1, min_samples=4,

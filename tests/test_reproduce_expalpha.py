@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.core.config import appeal_on
-from fedjax_appeal.experiments.reproduce import EXPERIMENTS, Context, _load_modules
-from fedjax_appeal.experiments.reproduce import expalpha as E
+from papers.expalpha import runs as R
+from papers.expalpha import settings as ST
+from papers.expalpha import specs as ES
+from papers.expalpha import summary as S
+from papers.expalpha import tables as E
+from papers.reproduce import EXPERIMENTS, Context, load_modules
 
 NAMES = ("expalpha-imbalance", "expalpha-flip", "expalpha-adapt", "expalpha-domain",
          "expalpha-alpha")
@@ -21,33 +25,33 @@ def _hist(accs, every=2, key="test_acc_seen"):
 
 
 def test_all_five_registered_through_modules():
-    _load_modules()
+    load_modules()
     for n in NAMES:
         assert n in EXPERIMENTS, n
-    assert "fedjax_appeal.experiments.reproduce.expalpha" in __import__(
-        "fedjax_appeal.experiments.reproduce", fromlist=["MODULES"]).MODULES
+    assert "papers.expalpha.tables" in __import__(
+        "papers.reproduce", fromlist=["MODULES"]).MODULES
 
 
 def test_paired_signs_censoring_and_rows_by_hand():
     # R = 10, evaluations every 2 rounds; targets 0.4 and 0.5
     xs = (0.4, 0.5)
-    p0 = E.run_summary(_hist([0.1, 0.25, 0.41, 0.39, 0.5, 0.6]), 10, "test_acc_seen", xs)
-    p1 = E.run_summary(_hist([0.1, 0.15, 0.3, 0.45, 0.44, 0.48]), 10, "test_acc_seen", xs)
-    e0 = E.run_summary(_hist([0.1, 0.42, 0.45, 0.5, 0.55, 0.62]), 10, "test_acc_seen", xs)
-    e1 = E.run_summary(_hist([0.1, 0.2, 0.3, 0.35, 0.41, 0.5]), 10, "test_acc_seen", xs)
+    p0 = S.run_summary(_hist([0.1, 0.25, 0.41, 0.39, 0.5, 0.6]), 10, "test_acc_seen", xs)
+    p1 = S.run_summary(_hist([0.1, 0.15, 0.3, 0.45, 0.44, 0.48]), 10, "test_acc_seen", xs)
+    e0 = S.run_summary(_hist([0.1, 0.42, 0.45, 0.5, 0.55, 0.62]), 10, "test_acc_seen", xs)
+    e1 = S.run_summary(_hist([0.1, 0.2, 0.3, 0.35, 0.41, 0.5]), 10, "test_acc_seen", xs)
     assert p0["reach"] == {"40": 4, "50": 8} and p1["reach"] == {"40": 6, "50": None}
     assert (p0["acc_half"], p0["acc_final"]) == (0.41, 0.6)
-    pr = E.paired([4, 6], [2, 8], lower_better=True, censor=11)
+    pr = S.paired([4, 6], [2, 8], lower_better=True, censor=11)
     assert pr["diff"] == [-2.0, 2.0] and pr["signs"] == "−+" and not pr["held"]
     assert pr["mean"] == 0.0 and pr["std"] == 2.0
     # a target never reached counts as R + 1 = 11
-    pr = E.paired([8, None], [6, 10], lower_better=True, censor=11)
+    pr = S.paired([8, None], [6, 10], lower_better=True, censor=11)
     assert pr["diff"] == [-2.0, -1.0] and pr["signs"] == "−−" and pr["held"]
-    pr = E.paired([0.5, 0.6], [0.55, 0.6], lower_better=False)
+    pr = S.paired([0.5, 0.6], [0.55, 0.6], lower_better=False)
     assert pr["signs"] == "+0" and not pr["held"]
-    paper = {a: E.PAPER["imbalance"][("FedAvg", a)] for a in E.AGGREGATIONS}
-    rows = E.paired_rows("FedAvg", [p0, p1], [e0, e1], 10, xs, paper)
-    assert len(rows) == 4 and len(rows[0]) == len(E.PAIRED_HEADER)
+    paper = {a: ES.PAPER["imbalance"][("FedAvg", a)] for a in ES.AGGREGATIONS}
+    rows = S.paired_rows("FedAvg", [p0, p1], [e0, e1], 10, xs, paper)
+    assert len(rows) == 4 and len(rows[0]) == len(S.PAIRED_HEADER)
     # acc40: prop 4, 6 ; Exp-α 2, 8 -> Δ -2, +2
     assert rows[0][:7] == ["FedAvg", "acc40 (rounds)", "5 ± 1 (4, 6)", "5 ± 3 (2, 8)",
                            "+0.0 ± 2.0", "−+", "not held"]
@@ -68,13 +72,13 @@ def test_adapt_rows_and_mean_traces():
     assert rows[2] == ["flip", "Exp-α (α=0.2)", "clean", "0.2100 ± 0.0100", "0.1667",
                        "50.00 ± 0.00"]
     assert rows[3][3] == "0.0800 ± 0.0200"
-    tr = E.mean_traces([{"0": [0.1, np.nan, 0.3]}, {"0": [0.3, np.nan, 0.1], "1": [1, 1, 1]}])
+    tr = S.mean_traces([{"0": [0.1, np.nan, 0.3]}, {"0": [0.3, np.nan, 0.1], "1": [1, 1, 1]}])
     assert tr["0"][0] == pytest.approx(0.2) and np.isnan(tr["0"][1])
     assert tr["1"] == [1.0, 1.0, 1.0]
 
 
 def test_group_weight_plot_with_traces_shorter_than_the_window(tmp_path: Path):
-    from fedjax_appeal.evaluate.expalpha_metrics import plot_group_weights
+    from papers.expalpha.metrics import plot_group_weights
 
     p = tmp_path / "w.png"
     plot_group_weights(p, {"a": {"0": [0.2, 0.3], "1": [np.nan, 0.1, 0.2, 0.3]}}, smooth=5)
@@ -88,14 +92,14 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
     from fedjax_appeal.select.selection import stratified_counts
 
     ctx = Context("t", [0, 1, 2], Path("unused"), quick=quick)
-    for setting in E.SCHEDULES["cpu"]:
-        for b in (*E.BACKBONES, E.FEDBN):
-            for agg in E.AGGREGATIONS:
+    for setting in ES.SCHEDULES["cpu"]:
+        for b in (*ES.BACKBONES, ES.FEDBN):
+            for agg in ES.AGGREGATIONS:
                 if b.bn and setting != "domain":
                     continue
-                cfg = E.make_cfg(ctx, setting, 1, b, agg)
+                cfg = ST.make_cfg(ctx, setting, 1, b, agg)
                 try:
-                    validate(cfg, E.make_hp(ctx, b))
+                    validate(cfg, ST.make_hp(ctx, b))
                 except ConfigError as e:  # pragma: no cover - the message is the point
                     raise AssertionError(f"{setting}/{b.label}/{agg}: {e}") from None
                 assert not appeal_on(cfg) and cfg.unseen_clients == 0 and cfg.seed == 1
@@ -103,39 +107,39 @@ def test_schedules_validate_and_cohort_makeup(quick, monkeypatch):
                 if setting != "domain":  # the paper's equal-size clients, a pool >= 100
                     assert cfg.imbalance_size > 0 and cfg.clients >= 100
                     assert cfg.global_test_per_class > 0
-    flip = E.make_cfg(ctx, "flip", 0, E.BY_LABEL["FedAvg"], "exp-alpha")
+    flip = ST.make_cfg(ctx, "flip", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
     assert flip.flip_protocol == "bernoulli" and flip.cohort == 6
     assert flip.label_flip_fraction == pytest.approx(1 / 3)
-    assert E.make_cfg(ctx, "adapt-flip", 0, E.BY_LABEL["FedAvg"], "exp-alpha"
+    assert ST.make_cfg(ctx, "adapt-flip", 0, ES.BY_LABEL["FedAvg"], "exp-alpha"
                       ).flip_protocol == "fixed"
-    adapt = E.make_cfg(ctx, "adapt-imbalance", 0, E.BY_LABEL["FedAvg"], "exp-alpha")
+    adapt = ST.make_cfg(ctx, "adapt-imbalance", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
     assert stratified_counts(adapt) == (4, 3, 3)
-    alpha = E.make_cfg(ctx, "alpha", 0, E.BY_LABEL["FedAvg"], "exp-alpha")
+    alpha = ST.make_cfg(ctx, "alpha", 0, ES.BY_LABEL["FedAvg"], "exp-alpha")
     assert stratified_counts(alpha) == (4, 6)
-    assert E.seeds_of(ctx) == ([0] if quick else [0, 1, 2])
-    assert len(E.backbones(ctx, "imbalance")) == (2 if quick else 5)
-    assert "FedFor" in [b.label for b in E.backbones(ctx, "domain")] or quick
+    assert ST.seeds_of(ctx) == ([0] if quick else [0, 1, 2])
+    assert len(ST.backbones(ctx, "imbalance")) == (2 if quick else 5)
+    assert "FedFor" in [b.label for b in ST.backbones(ctx, "domain")] or quick
     if quick:  # the quick subsets together cover every backbone
-        assert {n for v in E.QUICK_BACKBONES.values() for n in v} == set(E.BY_LABEL)
+        assert {n for v in ES.QUICK_BACKBONES.values() for n in v} == set(ES.BY_LABEL)
 
 
 def test_gpu_profile_and_model_override(capsys):
     from fedjax_appeal.cli.commands import main
     from fedjax_appeal.core.config import ConfigError
-    from fedjax_appeal.experiments.reproduce import parse_options
+    from papers.reproduce import parse_options
 
     ctx = Context("t", [0], Path("unused"), options={"profile": "gpu"})
-    cfg = E.make_cfg(ctx, "imbalance", 0, E.BY_LABEL["FedAvg"], "proportional")
+    cfg = ST.make_cfg(ctx, "imbalance", 0, ES.BY_LABEL["FedAvg"], "proportional")
     assert cfg.model == "resnet20" and cfg.rounds > 100 and cfg.dataset == "cifar10"
     assert cfg.imbalance_size * cfg.clients == 35000 and cfg.global_test_per_class == 1000
-    assert (cfg.batch_size, E.make_hp(ctx, E.BY_LABEL["FedAvg"]).client_lr) == (128, 0.01)
-    assert [cfg.local_steps * t for _, t in E.GRID["gpu"]] and cfg.local_steps == 20
-    assert E.make_cfg(ctx, "domain", 0, E.BY_LABEL["FedBN"], "proportional").model == "cnn_bn"
+    assert (cfg.batch_size, ST.make_hp(ctx, ES.BY_LABEL["FedAvg"]).client_lr) == (128, 0.01)
+    assert [cfg.local_steps * t for _, t in ES.GRID["gpu"]] and cfg.local_steps == 20
+    assert ST.make_cfg(ctx, "domain", 0, ES.BY_LABEL["FedBN"], "proportional").model == "cnn_bn"
     ctx = Context("t", [0], Path("unused"),
                   options=parse_options("expalpha-flip", ["profile=cpu", "model=resnet20"]))
-    assert E.make_cfg(ctx, "flip", 0, E.BY_LABEL["FedAvg"], "proportional").model == "resnet20"
+    assert ST.make_cfg(ctx, "flip", 0, ES.BY_LABEL["FedAvg"], "proportional").model == "resnet20"
     with pytest.raises(ConfigError, match="cpu or gpu"):
-        E.profile(Context("t", [0], Path("unused"), options={"profile": "tpu"}))
+        ST.profile(Context("t", [0], Path("unused"), options={"profile": "tpu"}))
     # an option the experiment does not declare is one line naming the declared ones
     assert main(["reproduce", "expalpha-flip", "--set", "profil=gpu", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -146,5 +150,5 @@ def test_effective_cohort_by_hand():
     res = {"round_metrics": {"cohort_weights": [[0.5, 0.5, 0.0], [1.0, 0.0, 0.0],
                                                 [0.25, 0.25, 0.5]]}}
     # 1 / sum w^2: 2, 1, 1 / 0.375
-    assert E.effective_cohort(res) == pytest.approx((2 + 1 + 1 / 0.375) / 3)
-    assert E.effective_cohort({"round_metrics": {}}) is None
+    assert R.effective_cohort(res) == pytest.approx((2 + 1 + 1 / 0.375) / 3)
+    assert R.effective_cohort({"round_metrics": {}}) is None

@@ -1,4 +1,4 @@
-"""Tests of `experiments/reproduce/selection.py`: paired differences, window share, divergence."""
+"""Tests of `papers/selection/tables.py`: paired differences, window share, divergence."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ import pytest
 
 
 def test_reproduce_paired_differences_window_share_and_divergence():
-    from fedjax_appeal.experiments.reproduce import selection as rs
+    from papers import pairs
+    from papers.selection import tables as rs
 
     a = [{"seed": s, "x": v} for s, v in ((0, 1.0), (1, 5.0), (2, 2.0))]
     b = [{"seed": s, "x": v} for s, v in ((2, 3.0), (0, 0.5), (1, 5.0))]  # matched by seed
-    p = rs.paired(a, b, "x")
+    p = pairs.paired(a, b, "x")
     assert p["diffs"] == [0.5, 0.0, -1.0] and p["signs"] == "+0-"
     assert p["mean"] == pytest.approx(np.mean([0.5, 0.0, -1.0]))
-    assert rs._verdict(p, "-") == "not held"
-    assert rs._verdict(rs.paired(b[1:2], a[:1], "x"), "-") == "held"
+    assert pairs.verdict(p, "-") == "not held"
+    assert pairs.verdict(pairs.paired(b[1:2], a[:1], "x"), "-") == "held"
     cohorts = np.array([[0, 1], [1, 2], [3, 4], [0, 4]])
     # round 1: {1} of {0,1}; round 2: none of {1,2} (u=1); round 3: {4} of {3,4}
     assert rs._window_picks(cohorts, 1) == pytest.approx(2 / 6)
@@ -33,8 +34,8 @@ def test_selection_options_are_declared_per_table():
     from pathlib import Path
 
     from fedjax_appeal.core.config import ConfigError
-    from fedjax_appeal.experiments.reproduce import OPTIONS, Context, parse_options
-    from fedjax_appeal.experiments.reproduce import selection as rs
+    from papers.reproduce import OPTIONS, Context, parse_options
+    from papers.selection import tables as rs
 
     assert set(OPTIONS["selection-lambda"]) == {"cifar", "reverse", "lambdas"}
     assert set(OPTIONS["selection-window"]) == {"reverse", "windows"}

@@ -1,6 +1,6 @@
 """Import cycles of the package, imports inside functions counted.
 
-    python tools/import_cycles.py [package_dir]
+    python tools/import_cycles.py [package_dir ...]   (default: fedjax_appeal and papers)
 
 Parses every module with `ast` (no import is executed), collects each module's imports of
 package modules wherever they occur (module level, functions, methods, branches), and
@@ -136,13 +136,14 @@ def cycles(root: Path) -> list[tuple[list[str], list[str]]]:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "fedjax_appeal"
-    found = cycles(root)
+    top = Path(__file__).resolve().parent.parent
+    roots = [Path(a) for a in argv] or [top / "fedjax_appeal", top / "papers"]
+    found = [c for root in roots for c in cycles(root)]
     for comp, path in found:
         print(f"cycle of {len(comp)} modules: {' -> '.join(path)}")
         print(f"  all: {', '.join(comp)}")
     if not found:
-        print("no import cycles")
+        print(f"no import cycles ({', '.join(r.name for r in roots)})")
     return 1 if found else 0
 
 

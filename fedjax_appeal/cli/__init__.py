@@ -1,8 +1,9 @@
 """Command-line front end.
 
-commands (run, list, install-data, reproduce), sweep, compare.
+commands (run, list, install-data; the table of subcommands and the entry-point group
+`fedjax_appeal.commands` through which other packages add theirs), sweep, compare.
 """
 
-from .commands import main
+from .commands import ENTRY_POINT_GROUP, Subcommand, main
 
-__all__ = ["main"]
+__all__ = ["ENTRY_POINT_GROUP", "Subcommand", "main"]

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.config import (
     ConfigError,
@@ -461,7 +461,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                                            for k, t in TUNABLES.items()) or "none registered"))
     print(f"{'appeal defs:':<13} " + ", ".join(APPEAL_DEFS))
     print(f"{'trackers:':<13} " + ", ".join(KINDS))
-    for label, names in LISTINGS.items():  # lists of the command modules (experiments)
+    for label, names in listings().items():  # lists of the command modules (experiments)
         print(f"{label + ':':<13} " + ", ".join(names()))
     return 0
 
@@ -494,45 +494,88 @@ def cmd_install_data(args: argparse.Namespace) -> int:
     return 0
 
 
-# name -> (configure parser, handler, help); other modules add their subcommands here.
-# `list` label -> names; command modules add theirs (e.g. reproduce: "experiments").
-LISTINGS: dict[str, Callable[[], list[str]]] = {}
+class Subcommand(NamedTuple):
+    """A subcommand: `configure(parser)` adds its arguments, `run(args)` returns the exit
+    status; `listings` adds lines to `fedjax-appeal list` (label -> function giving names)."""
 
-SUBCOMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
-                             Callable[[argparse.Namespace], int], str]] = {
-    "run": (lambda p: (add_config_flags(p), add_process_flags(p)), cmd_run,
-            "run one simulation and write its results"),
-    "list": (lambda p: None, cmd_list, "list algorithms, datasets, partitions, models"),
-    "install-data": (lambda p: None, cmd_install_data,
-                     "install Debian's Fashion-MNIST package if it is missing"),
-    "compare": (lambda p: _compare().configure(p), lambda a: _compare().cmd_compare(a),
-                "put several runs and seeds in one figure (mean and band) and one table"),
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    listings: dict[str, Callable[[], list[str]]] | None = None
+
+
+# The library's subcommands, in `--help` order. A "module:function" entry is imported when
+# the parser is built and `function()` returns its Subcommand.
+SUBCOMMANDS: dict[str, Subcommand | str] = {
+    "run": Subcommand(lambda p: (add_config_flags(p), add_process_flags(p)), cmd_run,
+                      "run one simulation and write its results"),
+    "list": Subcommand(lambda p: None, cmd_list,
+                       "list algorithms, datasets, partitions, models"),
+    "install-data": Subcommand(lambda p: None, cmd_install_data,
+                               "install Debian's Fashion-MNIST package if it is missing"),
+    "compare": "fedjax_appeal.cli.compare:subcommand",
+    "sweep": "fedjax_appeal.cli.sweep:subcommand",
 }
+# Entry-point group of further subcommands (a package's `[project.entry-points]`): the
+# entry point's name is the subcommand, its value a function returning a Subcommand.
+ENTRY_POINT_GROUP = "fedjax_appeal.commands"
 
 
-def _compare():
-    from . import compare
-
-    return compare
-
-
-def _load_plugins() -> None:
-    """Import modules that register further subcommands (reproduce, sweep, ...)."""
+def _resolve_ref(ref: str) -> Subcommand:
     import importlib
 
-    for mod in ("fedjax_appeal.experiments.reproduce", "fedjax_appeal.cli.sweep"):
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def _plugin_commands() -> dict[str, Subcommand]:
+    """The subcommands of the entry-point group; one that fails to load or to add its
+    arguments to a parser (or names a built-in command) is left out with one line on
+    stderr."""
+    from importlib.metadata import entry_points
+
+    out: dict[str, Subcommand] = {}
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.name in SUBCOMMANDS or ep.name in out:
+            print(f"fedjax-appeal: warning: command plugin {ep.name!r} ({ep.value}) ignored: "
+                  "that command already exists", file=sys.stderr)
+            continue
         try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
+            cmd = ep.load()()
+            if not isinstance(cmd, Subcommand):
+                cmd = Subcommand(*cmd)
+            cmd.configure(argparse.ArgumentParser(add_help=False))  # its flags build
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not break the CLI
+            print(f"fedjax-appeal: warning: command plugin {ep.name!r} ({ep.value}) is not "
+                  f"available: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+            continue
+        out[ep.name] = cmd
+    return out
+
+
+_COMMANDS: dict[str, Subcommand] | None = None
+
+
+def all_commands() -> dict[str, Subcommand]:
+    """Every subcommand: the library's (`SUBCOMMANDS`), then the entry-point group's."""
+    global _COMMANDS
+    if _COMMANDS is None:
+        cmds = {name: _resolve_ref(c) if isinstance(c, str) else c
+                for name, c in SUBCOMMANDS.items()}
+        _COMMANDS = {**cmds, **_plugin_commands()}
+    return _COMMANDS
+
+
+def listings() -> dict[str, Callable[[], list[str]]]:
+    """`list` label -> names, from the subcommands' `listings` (e.g. reproduce:
+    "experiments")."""
+    return {label: fn for c in all_commands().values() for label, fn in (c.listings or {}).items()}
 
 
 def make_parser() -> argparse.ArgumentParser:
-    _load_plugins()
     p = _Parser(prog="fedjax-appeal", description="JAX-vectorized federated-learning simulator")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name, (configure, handler, help_) in SUBCOMMANDS.items():
+    for name, (configure, handler, help_, _) in all_commands().items():
         sp = sub.add_parser(name, help=help_, description=help_)
         configure(sp)
         sp.add_argument("--plugin", action="append", default=[], metavar="MODULE",

@@ -19,6 +19,7 @@ from ..run.compare import (
     summarise,
     write_figure,
 )
+from .commands import Subcommand
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -70,3 +71,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(markdown_table(rows, args.metric) + f"wrote {out}/compare.{{{','.join(formats)}}}, "
           "compare.md, compare.csv, compare.json")
     return 0
+
+
+def subcommand() -> Subcommand:
+    return Subcommand(configure, cmd_compare,
+                      "put several runs and seeds in one figure (mean and band) and one table")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import ConfigError
-from .commands import SUBCOMMANDS, add_config_flags, add_process_flags, resolve
+from .commands import Subcommand, add_config_flags, add_process_flags, resolve
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -329,5 +329,6 @@ def sweep_title(cfg, grid: dict[str, list]) -> str:
     return f"sweep: {name('algorithm')} on {name('dataset')} ({name('partition')})"
 
 
-SUBCOMMANDS["sweep"] = (configure, cmd_sweep,
-                        "run a grid of hyperparameters x seeds as one vmapped program")
+def subcommand() -> Subcommand:
+    return Subcommand(configure, cmd_sweep,
+                      "run a grid of hyperparameters x seeds as one vmapped program")

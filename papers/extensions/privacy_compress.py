@@ -1,7 +1,7 @@
 """DP-FedAvg and update compression on Fashion-MNIST: the runs behind results/dp-fedavg and
 results/compression.
 
-    python -m fedjax_appeal.experiments.privacy_compress {dp,compress} OUT [--seeds 0 1 2]
+    python -m papers.extensions.privacy_compress {dp,compress} OUT [--seeds 0 1 2]
         [--arms a,b] [--runs RUNS]
 
 Every arm shares one schedule (1,000 clients of Fashion-MNIST, Dirichlet(0.5), MLP [64, 30],
@@ -20,8 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.config import HParams, RunConfig
-from ..run.report import plot_lines, to_jsonable
+from fedjax_appeal import HParams, RunConfig, plot_lines, to_jsonable
 
 BASE = dict(dataset="fmnist", clients=1000, unseen_clients=0, cohort=50, rounds=200,
             local_steps=10, batch_size=16, eval_every=20, aggregation="uniform")
@@ -88,7 +87,7 @@ def config(arm: str, seed: int) -> tuple[RunConfig, HParams]:
 
 def run_arm(arm: str, seed: int, runs: Path) -> dict:
     """The kept result of (arm, seed), running it first if needed."""
-    from ..run.experiment import run_config
+    from fedjax_appeal import run_config
 
     path = runs / f"{arm}-s{seed}.json"
     if path.exists():
@@ -130,7 +129,7 @@ def report(kind: str, out: Path, seeds: list[int], runs: Path, arms: tuple[str, 
              "16 at client lr 0.1, server SGD lr 1, uniform aggregation, expected cohort 50; "
              f"seeds {', '.join(map(str, seeds))} (data and training). Accuracy: mean over the "
              "1,000 clients of their test-split accuracy after round 200 (`test_acc_seen`).",
-             "", "Command: `python -m fedjax_appeal.experiments.privacy_compress "
+             "", "Command: `python -m papers.extensions.privacy_compress "
              f"{kind} results/{'dp-fedavg' if kind == 'dp' else 'compression'} --runs RUNS` "
              "(each arm is a `fedjax-appeal run` configuration, see `ARMS` in that module).", ""]
     if kind == "dp":
@@ -185,7 +184,7 @@ def report(kind: str, out: Path, seeds: list[int], runs: Path, arms: tuple[str, 
             lines.append(f"Paired {x} − {y}: {', '.join(f'{v:+.4f}' for v in d)} "
                          f"(mean {np.mean(d):+.4f}).")
     if kind == "dp":
-        from ..aggregate.privacy import poisson_buffer
+        from fedjax_appeal.extend import poisson_buffer
 
         poisson = [a for a in arms if a != "fedavg" and ARMS[a][0].get("dp_sampling",
                                                                       "poisson") == "poisson"]

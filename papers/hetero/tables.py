@@ -25,25 +25,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...core.config import HParams
-from . import Context, experiment, markdown_table, mean_std
-from .selection import _pair_cell, _verdict, paired
-
-_NOVA = {False: dict(rounds=100, eval_every=10), True: dict(rounds=20, eval_every=10)}
-
-
-NOVA_ALPHAS = (0.3, 0.1)  # Dirichlet concentrations: the default setting, then a harsher one
+from fedjax_appeal import HParams
+from papers.hetero.specs import (
+    BUFF_HP,
+    BUFF_SCHEDULE,
+    BUFF_SETTING,
+    NOVA_ALPHAS,
+    NOVA_ARMS,
+    NOVA_HP,
+    NOVA_SCHEDULE,
+    NOVA_SETTING,
+)
+from papers.pairs import pair_cell, paired, verdict
+from papers.reproduce import Context, experiment, markdown_table, mean_std
 
 
 def _nova_cfg(ctx: Context, alg: str, seed: int, alpha: float):
-    return ctx.base(dataset="fmnist", partition="dirichlet", alpha=alpha, clients=50,
-                    unseen_clients=0, cohort=10, local_steps=60, local_steps_min=1,
-                    local_steps_dist="epochs", local_epochs=1.0, batch_size=32,
-                    algorithm=alg, seed=seed, appeal="off", **_NOVA[ctx.quick])
+    return ctx.base(**NOVA_SETTING, alpha=alpha, algorithm=alg, seed=seed,
+                    **NOVA_SCHEDULE[ctx.quick])
 
 
 def _nova_run(ctx: Context, alg: str, seed: int, alpha: float) -> dict:
-    res, _ = ctx.run(_nova_cfg(ctx, alg, seed, alpha), HParams(client_lr=0.05),
+    res, _ = ctx.run(_nova_cfg(ctx, alg, seed, alpha), HParams(**NOVA_HP),
                      label=f"{alg} alpha {alpha}")
     last = res["history"][-1]
     return {"seed": seed, "train_loss": last["train_loss"], "test_acc": last["test_acc_seen"],
@@ -55,7 +58,7 @@ def _nova_run(ctx: Context, alg: str, seed: int, alpha: float) -> dict:
 
 def _tau_summary(ctx: Context, seed: int, alpha: float) -> dict:
     """tau_k = clip(floor(n_k / B), 1, 60) of the seed's clients (what the runs used)."""
-    from ...data import load_federated
+    from fedjax_appeal import load_federated
 
     cfg = _nova_cfg(ctx, "fedavg", seed, alpha)
     data, _ = load_federated(cfg)
@@ -84,7 +87,7 @@ def _by_tau_third(runs: list[dict], taus: dict, third: int) -> list[dict]:
 
 
 def _nova_block(ctx: Context, alpha: float) -> tuple[str, dict]:
-    runs = {a: [_nova_run(ctx, a, s, alpha) for s in ctx.seeds] for a in ("fedavg", "fednova")}
+    runs = {a: [_nova_run(ctx, a, s, alpha) for s in ctx.seeds] for a in NOVA_ARMS}
     taus = {s: _tau_summary(ctx, s, alpha) for s in ctx.seeds}
     pl = paired(runs["fednova"], runs["fedavg"], "train_loss")
     pa = paired(runs["fednova"], runs["fedavg"], "test_acc", 100)
@@ -93,15 +96,15 @@ def _nova_block(ctx: Context, alpha: float) -> tuple[str, dict]:
         ["global objective sum_k p_k F_k (train loss)", "FedNova lower (Thm 1)",
          mean_std([r["train_loss"] for r in runs["fedavg"]], digits=4),
          mean_std([r["train_loss"] for r in runs["fednova"]], digits=4),
-         f"{pl['mean']:+.4f} ± {pl['std']:.4f} ({pl['signs']})", _verdict(pl, "-")],
+         f"{pl['mean']:+.4f} ± {pl['std']:.4f} ({pl['signs']})", verdict(pl, "-")],
         ["test accuracy, mean over clients (%)", "FedNova higher (Table 1)",
          mean_std([r["test_acc"] for r in runs["fedavg"]], 100),
-         mean_std([r["test_acc"] for r in runs["fednova"]], 100), _pair_cell(pa),
-         _verdict(pa, "+")],
+         mean_std([r["test_acc"] for r in runs["fednova"]], 100), pair_cell(pa),
+         verdict(pa, "+")],
         ["test accuracy, pooled over rows (%)", "FedNova higher (Table 1)",
          mean_std([r["test_acc_pooled"] for r in runs["fedavg"]], 100),
-         mean_std([r["test_acc_pooled"] for r in runs["fednova"]], 100), _pair_cell(pp),
-         _verdict(pp, "+")],
+         mean_std([r["test_acc_pooled"] for r in runs["fednova"]], 100), pair_cell(pp),
+         verdict(pp, "+")],
     ]
     groups = {}
     for third, name in ((0, "least local work (smallest tau_k third)"),
@@ -114,7 +117,7 @@ def _nova_block(ctx: Context, alpha: float) -> tuple[str, dict]:
                      "FedNova higher for small tau_k (FedAvg under-weighs them)"
                      if third == 0 else "(FedAvg over-weighs them)",
                      mean_std([x["v"] for x in a], 100), mean_std([x["v"] for x in b], 100),
-                     _pair_cell(pg), _verdict(pg, "+") if third == 0 else "-"])
+                     pair_cell(pg), verdict(pg, "+") if third == 0 else "-"])
     t0 = taus[ctx.seeds[0]]
     text = (f"## Dirichlet({alpha})\n\n"
             + markdown_table(["metric (final round)", "paper's direction", "FedAvg", "FedNova",
@@ -144,10 +147,8 @@ def toy_fixed_points(lrs: tuple[float, ...] = (0.05, 0.005), rounds: int = 1500)
     """
     import flax.linen as nn
 
-    from ...algorithms import build
-    from ...core.arrays import ClientArrays, FederatedData
-    from ...core.config import RunConfig
-    from ...core.models import Model
+    from fedjax_appeal import RunConfig
+    from fedjax_appeal.extend import ClientArrays, FederatedData, Model, build
 
     class Linear(nn.Module):
         @nn.compact
@@ -230,7 +231,7 @@ def _plot_curves(path: Path, curves: dict[str, list[tuple[np.ndarray, np.ndarray
 def hetero_fednova(ctx: Context) -> None:
     blocks = {alpha: _nova_block(ctx, alpha) for alpha in NOVA_ALPHAS}
     toy = toy_fixed_points()
-    sched = _NOVA[ctx.quick]
+    sched = NOVA_SCHEDULE[ctx.quick]
     table = (
         "# FedNova vs FedAvg under heterogeneous local steps\n\n"
         f"Schedule: FMNIST, Dirichlet(alpha) label split over 50 clients (60% train per "
@@ -280,16 +281,10 @@ def hetero_fednova(ctx: Context) -> None:
                                        f"{NOVA_ALPHAS[0]})")})
 
 
-_BUFF = {False: dict(sync_rounds=40, sync_eval=4, buff_eval=20),
-         True: dict(sync_rounds=8, sync_eval=4, buff_eval=10)}
-
-
 def _buff_runs(ctx: Context, seed: int) -> dict:
-    s = _BUFF[ctx.quick]
-    common = dict(dataset="fmnist", partition="dirichlet", alpha=0.3, clients=100,
-                  unseen_clients=0, cohort=10, local_steps=20, batch_size=32, seed=seed,
-                  appeal="off")
-    hp = HParams(client_lr=0.05, step_time_sigma=1.0)
+    s = BUFF_SCHEDULE[ctx.quick]
+    common = dict(BUFF_SETTING, seed=seed)
+    hp = HParams(**BUFF_HP)
     # synchronous FedAvg; tau_k drawn "uniform" on [20, 20] only to turn on the simulated
     # clock (round_time = the slowest client's 20 x LogNormal(0, 1) seconds)
     sync_cfg = ctx.base(**common, algorithm="fedavg", local_steps_dist="uniform",
@@ -354,7 +349,7 @@ def hetero_fedbuff(ctx: Context) -> None:
         pairs[frac] = p
         rows.append([f"accuracy at {frac} of the horizon ({when:.0f} s)",
                      "FedBuff higher", mean_std([x["v"] for x in a], 100),
-                     mean_std([x["v"] for x in b], 100), _pair_cell(p), _verdict(p, "+")])
+                     mean_std([x["v"] for x in b], 100), pair_cell(p), verdict(p, "+")])
     final_sync = min(r["sync"]["acc"][-1] for r in runs)
     target = np.floor(100 * 0.95 * final_sync) / 100
     ta = [{"seed": r["seed"], "v": _time_to(r["sync"]["t"], r["sync"]["acc"], target)}
@@ -367,8 +362,8 @@ def hetero_fedbuff(ctx: Context) -> None:
     rows.append([f"simulated time to {100 * target:.0f}% accuracy (s)", "FedBuff lower",
                  mean_std([x["v"] for x in ta], digits=0), mean_std([x["v"] for x in tb],
                                                                     digits=0),
-                 f"{pt['mean']:+.0f} ± {pt['std']:.0f} ({pt['signs']})", _verdict(pt, "-")])
-    s = _BUFF[ctx.quick]
+                 f"{pt['mean']:+.0f} ± {pt['std']:.0f} ({pt['signs']})", verdict(pt, "-")])
+    s = BUFF_SCHEDULE[ctx.quick]
     a = [{"seed": r["seed"], "v": r["sync_final_acc"]} for r in runs]
     b = [{"seed": r["seed"], "v": r["buff_acc_equal_updates"]} for r in runs]
     pu = paired(b, a, "v", 100)
@@ -376,7 +371,7 @@ def hetero_fedbuff(ctx: Context) -> None:
     rows.append([f"diagnostic: accuracy after {10 * s['sync_rounds']} client updates "
                  f"({s['sync_rounds']} rounds / server steps)", "— (FedBuff's updates are stale)",
                  mean_std([x["v"] for x in a], 100), mean_std([x["v"] for x in b], 100),
-                 _pair_cell(pu), "-"])
+                 pair_cell(pu), "-"])
     table = (
         "# FedBuff vs synchronous FedAvg in simulated time\n\n"
         "Schedule: FMNIST, Dirichlet(0.3) over 100 clients, default MLP, 20 local SGD steps "

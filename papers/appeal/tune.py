@@ -1,6 +1,6 @@
 """`appeal-tune`: the hyperparameter search behind the MaxFL appeal tables.
 
-For each FMNIST setting of the appeal tables (`appeal.SETTINGS`: Table 2 as in TMLR and
+For each FMNIST setting of the appeal tables (`papers.appeal.specs.SETTINGS`: Table 2 as in TMLR and
 as in IncFL, Table 1's flexible participation; Table 4 uses Table 1's values) and each
 algorithm of its tables, one `fedjax_appeal.run.sweep` runs the client lr grid (vmapped, one
 program) x local steps tau (one compilation each), b = 64, on a held-out seed
@@ -11,8 +11,8 @@ each grid point (`--solo-lr same`, D.1: "the same batch-size and learning rate")
 
 The grid is the paper's lr grid without 0.001, and tau = 10 only (CPU budget; the paper
 also searches b in {32, 64, 128} and tau in {10, 30, 50}). The chosen values are copied
-into `appeal.TUNED` (constants, so the tables do not depend on a results file); table.md
-prints them in that form.
+into `papers.appeal.specs.TUNED` (constants, so the tables do not depend on a results
+file); table.md prints them in that form.
 """
 
 from __future__ import annotations
@@ -24,9 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from ...core.config import HParams
-from . import Context, experiment, markdown_table, run_cache, run_key
-from .appeal import BASE_HP, BASELINES, FMNIST_FULL, FMNIST_QUICK, SETTINGS, TUNE_ALGORITHMS
+from fedjax_appeal import HParams
+from papers.appeal.specs import (
+    BASE_HP,
+    BASELINES,
+    FMNIST_FULL,
+    FMNIST_QUICK,
+    SETTINGS,
+    TUNE_ALGORITHMS,
+)
+from papers.reproduce import Context, experiment, markdown_table, run_cache, run_key
 
 TUNE_SEED = 100
 GRID = {"client_lr": [0.1, 0.05, 0.01, 0.005], "local_steps": [10]}
@@ -52,9 +59,8 @@ def choose(points: list[dict[str, Any]]) -> dict[str, Any]:
 @experiment("appeal-tune", "grid search (lr x tau) of every appeal-table algorithm on the two "
             "FMNIST settings; chosen values for appeal.TUNED")
 def appeal_tune(ctx: Context) -> None:
-    from ...algorithms import ALGORITHMS
-    from ...data import load_federated
-    from ...run.sweep import sweep
+    from fedjax_appeal import load_federated, sweep
+    from fedjax_appeal.extend import ALGORITHMS
 
     grid = GRID_QUICK if ctx.quick else GRID
     base = FMNIST_QUICK if ctx.quick else FMNIST_FULL

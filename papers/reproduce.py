@@ -9,7 +9,6 @@ it runs its configurations through `ctx.run(...)` (progress shown), then writes 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -24,9 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cli.commands import LISTINGS, SUBCOMMANDS
-from ...core.config import ConfigError, HParams, RunConfig
-from ...run.report import to_jsonable, write_outputs
+from fedjax_appeal import ConfigError, HParams, RunConfig, to_jsonable, write_outputs
 
 
 @dataclasses.dataclass
@@ -78,7 +75,7 @@ class Context:
         that share a configuration (e.g. the FedAvg/MaxFL runs of several appeal tables)
         compute it once; a run served from the cache returns None as simulation result.
         """
-        from ...run.experiment import run_config
+        from fedjax_appeal import run_config
 
         what = f"{label or cfg.algorithm} seed {cfg.seed}"
         path = run_cache(self.cache_dir) / f"{run_key(cfg, hp)}.json" if self.reuse else None
@@ -119,12 +116,14 @@ def _plain(obj: Any) -> Any:
 
 @functools.cache
 def source_hash() -> str:
-    """sha256 of the package's Python sources outside `reproduce/` (which only chooses the
-    configurations; a run is fully described by its configuration and the library code): a
-    cached run is reused only by the same library code."""
+    """sha256 of the library's Python sources (`fedjax_appeal/`; the experiments here only
+    choose the configurations: a run is fully described by its configuration and the library
+    code): a cached run is reused only by the same library code."""
+    import fedjax_appeal
+
     h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for f in sorted(p for p in root.rglob("*.py") if "reproduce" not in p.parts):
+    root = Path(fedjax_appeal.__file__).resolve().parent
+    for f in sorted(root.rglob("*.py")):
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
     return h.hexdigest()
@@ -142,7 +141,7 @@ def run_key(cfg: RunConfig, hp: HParams) -> str:
 
 def run_cache(explicit: str = "") -> Path:
     """Folder of finished experiment runs: `<cache>/runs` (see `data.sources.cache_dir`)."""
-    from ...data.sources import cache_dir
+    from fedjax_appeal import cache_dir
 
     return cache_dir(explicit or None) / "runs"
 
@@ -151,12 +150,14 @@ EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 OPTIONS: dict[str, dict[str, str]] = {}  # experiment -> its `--set` options (key -> help)
 # Modules whose import registers experiments.
 MODULES: list[str] = [
-    "fedjax_appeal.experiments.reproduce.appeal",  # MaxFL appeal tables, mean estimation
-    "fedjax_appeal.experiments.reproduce.appeal_tune",  # the hyperparameter search of those tables
+    "papers.appeal.tables",  # MaxFL and IncFL appeal tables
+    "papers.appeal.mean_estimation_figure",  # MaxFL Figure 2 (mean estimation)
+    "papers.appeal.tune",  # the hyperparameter search of those tables
+    "papers.selection.tables",  # client selection tables
+    "papers.expalpha.tables",  # Exp-alpha tables
+    "papers.expalpha.gaps",  # Exp-alpha diagnostic
+    "papers.hetero.tables",  # FedNova, FedBuff tables
 ]
-MODULES.append("fedjax_appeal.experiments.reproduce.selection")  # client selection tables
-MODULES.append("fedjax_appeal.experiments.reproduce.expalpha")  # Exp-alpha tables
-MODULES.append("fedjax_appeal.experiments.reproduce.hetero")  # FedNova, FedBuff tables
 
 
 def experiment(name: str, help: str, options: dict[str, str] | None = None):
@@ -172,7 +173,7 @@ def experiment(name: str, help: str, options: dict[str, str] | None = None):
 
 def parse_options(name: str, items: Sequence[str]) -> dict[str, str]:
     """`--set KEY=VALUE` items of experiment `name`, checked against its declared options."""
-    from ...core.registry import did_you_mean
+    from fedjax_appeal import did_you_mean
 
     declared = OPTIONS.get(name, {})
     out: dict[str, str] = {}
@@ -206,67 +207,8 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _load_modules() -> None:
+def load_modules() -> None:
+    """Import the modules of `MODULES` (they register their experiments)."""
     for mod in MODULES:
         importlib.import_module(mod)
 
-
-def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`)")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
-    p.add_argument("--out", default="", help="output folder (default results/NAME; "
-                   "results/NAME-quick with --quick)")
-    p.add_argument("--quick", action="store_true",
-                   help="a short variant (fewer rounds/clients) that finishes in minutes")
-    p.add_argument("--data-dir", default="", help="npz data directory (default "
-                   "$FEDJAX_APPEAL_DATA)")
-    p.add_argument("--fmnist-dir", default="", help="Fashion-MNIST IDX directory")
-    p.add_argument("--cache-dir", default="", help="cache for decoded arrays and finished runs")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="options",
-                   help="an option the experiment declares (repeatable; `reproduce list` "
-                        "shows them), e.g. --set profile=gpu for the Exp-alpha tables")
-    p.add_argument("--fresh", action="store_true",
-                   help="rerun every configuration (default: reuse runs finished earlier with "
-                        "the same code, kept in <cache>/runs)")
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    _load_modules()
-    if args.name == "list":
-        for n, (_, h) in sorted(EXPERIMENTS.items()):
-            print(f"{n:24s} {h}")
-            for k, oh in OPTIONS.get(n, {}).items():
-                print(f"{'':24s}   --set {k}=...: {oh}")
-        return 0
-    if args.name not in EXPERIMENTS:
-        from ...core.registry import did_you_mean
-
-        names = sorted(EXPERIMENTS)
-        guess = did_you_mean(args.name, names)
-        raise ConfigError(f"unknown experiment '{args.name}'; "
-                          + (f"did you mean '{guess}'? " if guess else "")
-                          + f"choose one of: {', '.join(names) or '(none registered)'}")
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise ConfigError(f"--seeds must be comma-separated integers (got {args.seeds!r})"
-                          ) from None
-    if not seeds:
-        raise ConfigError("--seeds needs at least one seed")
-    fn, _ = EXPERIMENTS[args.name]
-    options = parse_options(args.name, args.options)
-    out = Path(args.out or Path("results") / (args.name + ("-quick" if args.quick else "")))
-    from ...run.validate import check_out
-
-    check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
-    ctx = Context(args.name, seeds, out, args.quick,
-                  args.data_dir, args.fmnist_dir, args.cache_dir,
-                  command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
-                  reuse=not args.fresh, options=options)
-    fn(ctx)
-    print(f"wrote {ctx.out}")
-    return 0
-
-
-LISTINGS["experiments"] = lambda: (_load_modules(), sorted(EXPERIMENTS))[1]
-SUBCOMMANDS["reproduce"] = (_configure, _cmd, "run a named paper experiment and write its report")

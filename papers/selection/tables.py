@@ -32,83 +32,47 @@ per-client test accuracy (range and mean absolute pairwise difference are in the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
-from ...core.config import ConfigError, HParams
-from . import Context, experiment, markdown_table, mean_std
-
-SELECTORS = ("divfl", "subtrunc", "unionfl", "random", "poc")
-LABEL = {"divfl": "DivFL", "subtrunc": "SubTrunc", "unionfl": "UnionFL", "random": "Random",
-         "poc": "Power-of-Choice"}
-# SubTrunc lambda of Table I per dataset (see the module docstring).
-LAMBDA = {"mnist": 0.95, "cifar10": 0.5}
-
-# The paper's tables (mean ± std as printed).
-# Table I: selector -> (training loss, test acc %, client dissimilarity %).
-PAPER_T1 = {
-    "mnist": {"divfl": ("0.16 ± 0.02", "82.16 ± 0.91", "8.89 ± 0.59"),
-              "subtrunc": ("0.21 ± 0.01", "83.72 ± 0.81", "7.96 ± 0.62"),
-              "unionfl": ("0.17 ± 0.01", "83.57 ± 0.34", "8.59 ± 0.34"),
-              "random": ("0.18 ± 0.02", "82.99 ± 0.99", "9.16 ± 0.18"),
-              "poc": ("0.21 ± 0.01", "82.42 ± 1.97", "8.59 ± 0.38")},
-    "cifar10": {"divfl": ("0.88 ± 0.03", "35.40 ± 1.28", "12.62 ± 0.95"),
-                "subtrunc": ("0.89 ± 0.03", "35.53 ± 1.33", "12.46 ± 0.94"),
-                "unionfl": ("0.88 ± 0.03", "35.63 ± 1.09", "12.55 ± 0.79"),
-                "random": ("0.92 ± 0.01", "32.55 ± 0.94", "14.42 ± 0.18"),
-                "poc": ("1.00 ± 0.01", "30.17 ± 0.65", "13.82 ± 0.19")}}
-# Table II: lambda -> (test acc %, dissimilarity %), MNIST and CIFAR-10.
-PAPER_T2 = {
-    "mnist": {0.01: ("82.18 ± 0.99", "8.90 ± 0.63"), 0.1: ("83.13 ± 1.04", "8.38 ± 0.56"),
-              0.25: ("83.60 ± 0.78", "8.18 ± 0.55"), 0.5: ("83.76 ± 0.42", "8.14 ± 0.34"),
-              0.75: ("83.94 ± 0.33", "8.07 ± 0.41"), 0.95: ("83.72 ± 0.81", "7.96 ± 0.62")},
-    "cifar10": {0.01: ("35.40 ± 1.28", "12.62 ± 0.95"), 0.1: ("35.47 ± 1.33", "12.58 ± 0.92"),
-                0.25: ("35.47 ± 1.29", "12.47 ± 0.96"), 0.5: ("35.53 ± 1.33", "12.46 ± 0.94"),
-                0.75: ("35.55 ± 1.32", "12.46 ± 1.08"), 0.95: ("35.50 ± 1.33", "12.45 ± 1.05")}}
-# Table III: window u -> (test acc %, dissimilarity %).
-PAPER_T3 = {"mnist": {2: ("83.27 ± 0.54", "8.77 ± 0.35"), 5: ("83.57 ± 0.34", "8.59 ± 0.34"),
-                      10: ("83.74 ± 0.36", "8.52 ± 0.18")},
-            "cifar10": {2: ("35.62 ± 0.99", "12.51 ± 0.68"), 5: ("35.63 ± 1.09", "12.55 ± 0.79"),
-                        10: ("35.86 ± 1.06", "12.56 ± 0.88")}}
-# Table IV: phi -> (test acc %, dissimilarity %).
-PAPER_T4 = {"mnist": {"identity": ("83.42 ± 0.12", "7.91 ± 0.35"),
-                      "log": ("83.72 ± 0.81", "7.96 ± 0.62")},
-            "cifar10": {"identity": ("35.29 ± 0.98", "11.93 ± 0.70"),
-                        "log": ("35.53 ± 1.33", "12.46 ± 0.94")}}
-
-# (rounds, local steps, batch, eval_every, max_samples): full and --quick schedules.
-# Timed on the shared 2-core CPU (MNIST 10k, LeNet-5): ~8 s per round for the feature-based
-# selectors (of which ~5 s is the all-client gradient refresh), ~3 s for Random.
-_SCHEDULE = {False: dict(rounds=10, local_steps=10, batch_size=32, eval_every=2,
-                         max_samples=10000),
-             True: dict(rounds=3, local_steps=3, batch_size=32, eval_every=1,
-                        max_samples=3000)}
-# The options (`reproduce NAME --set KEY=VALUE`) of the selection tables.
-_CIFAR = {"cifar": "1 adds CIFAR-10, the second half of the paper's table (CPU budget: off)"}
-_REVERSE = {"reverse": "1 runs each seed's variants in reverse order (a second process on "
-                       "the same seeds meets the first halfway through the run cache)"}
-_WINDOWS = {"windows": "a subset of Table III's windows, e.g. 5,10 (default: 2,5,10)"}
-_LAMBDAS = {"lambdas": "a subset of Table II's lambdas, e.g. 0.01,0.5,0.95 (default: all six)"}
+from fedjax_appeal import ConfigError, HParams
+from papers.pairs import pair_cell, paired, sign, verdict
+from papers.reproduce import Context, experiment, markdown_table, mean_std
+from papers.runner import run_table
+from papers.selection.specs import (
+    BASE_HP,
+    DATASETS,
+    LABEL,
+    LAMBDA,
+    OPT_CIFAR,
+    OPT_LAMBDAS,
+    OPT_REVERSE,
+    OPT_WINDOWS,
+    SCHEDULE,
+    SELECTORS,
+    SETTING,
+    TABLE_I,
+    TABLE_II,
+    TABLE_II_LAMBDAS,
+    TABLE_III,
+    TABLE_IV,
+)
+from papers.spec import Table
 
 
 def _setting(ctx: Context, dataset: str, seed: int, **kw):
-    base = dict(dataset=dataset, model="lenet5", partition="classes", classes_per_client=3,
-                clients=100, unseen_clients=0, cohort=10, greedy_candidates=10,
-                subtrunc_phi="log", union_window=5, union_base="divfl",
-                selector_features="grad", feature_refresh=1, selector_objective="raw",
-                aggregation="uniform", seed=seed, appeal="off", **_SCHEDULE[ctx.quick])
-    base.update(kw)
-    return ctx.base(**base)
+    return ctx.base(**{"dataset": dataset, **SETTING, "seed": seed, **SCHEDULE[ctx.quick],
+                       **kw})
 
 
 def _hp(dataset: str = "mnist", **kw) -> HParams:
-    return HParams(**{"client_lr": 0.05, "subtrunc_b": 1.10, "union_mu": 1.0,
-                      "subtrunc_lambda": LAMBDA[dataset], **kw})
+    return HParams(**{**BASE_HP, "subtrunc_lambda": LAMBDA[dataset], **kw})
 
 
 def _seeds(ctx: Context) -> list[int]:
-    return ctx.seeds[:1] if ctx.quick else ctx.seeds
+    return TABLE_I.seeds(ctx.seeds, ctx.quick)  # every table: one seed with --quick
 
 
 def _window_picks(cohorts: np.ndarray, u: int) -> float:
@@ -121,12 +85,12 @@ def _window_picks(cohorts: np.ndarray, u: int) -> float:
     return hits / max(tot, 1)
 
 
-def _one(ctx: Context, label: str, cfg, hp) -> dict:
-    res, _ = ctx.run(cfg, hp, label=label)
+def _record(res: dict, data) -> dict:
+    """What a table keeps of one run (`papers.runner.run_table` adds its seed)."""
     last = res["history"][-1]
     part = np.asarray(res["participation"])
     cohorts = np.asarray(res["round_metrics"]["cohort_idx"])
-    return {"seed": cfg.seed, "test_acc": last["test_acc_seen"],
+    return {"test_acc": last["test_acc_seen"],
             "dissimilarity": last["client_dissimilarity"],
             "dissimilarity_range": last["client_dissimilarity_range"],
             "dissimilarity_mad": last["client_dissimilarity_mad"],
@@ -145,28 +109,6 @@ def _cell(runs: list[dict], key: str, scale: float = 1.0) -> str:
     return mean_std([r[key] for r in runs], scale)
 
 
-def paired(a: list[dict], b: list[dict], key: str, scale: float = 1.0) -> dict:
-    """Per-seed differences a - b of `key` (runs matched by seed)."""
-    bs = {r["seed"]: r[key] for r in b}
-    d = np.array([(r[key] - bs[r["seed"]]) * scale for r in a if r["seed"] in bs])
-    return {"diffs": d.tolist(), "mean": float(d.mean()) if d.size else float("nan"),
-            "std": float(d.std()) if d.size else float("nan"),
-            "signs": "".join(_sign(x) for x in d)}
-
-
-def _sign(x: float) -> str:
-    return "+" if x > 0 else "-" if x < 0 else "0"
-
-
-def _pair_cell(p: dict) -> str:
-    return f"{p['mean']:+.2f} ± {p['std']:.2f} ({p['signs']})"
-
-
-def _verdict(p: dict, want: str) -> str:
-    """'held' when every seed's difference has the paper's sign `want` ('-' or '+')."""
-    return "held" if p["signs"] and set(p["signs"]) == {want} else "not held"
-
-
 def _first_divergence(a: dict, b: dict) -> int:
     """First round whose cohort (as a set) differs between two runs; -1 = never."""
     for t, (x, y) in enumerate(zip(a["cohorts"], b["cohorts"], strict=True)):
@@ -176,7 +118,7 @@ def _first_divergence(a: dict, b: dict) -> int:
 
 
 def _header_note(ctx: Context, datasets: tuple[str, ...] = ("mnist",)) -> str:
-    s = _SCHEDULE[ctx.quick]
+    s = SCHEDULE[ctx.quick]
     dataset = " and ".join(f"{d} (λ = {LAMBDA[d]})" for d in datasets)
     return (f"Command: `{ctx.command}`\n\n"
             f"Setting (paper-literal): {dataset}, 100 clients x 3 classes, cohort κ = 10, "
@@ -245,7 +187,7 @@ def _pairs_by_round(a: list[dict], b: list[dict]) -> list[str]:
     for i in range(len(a[0]["history"])):
         bs = {r["seed"]: r["history"][i]["client_dissimilarity"] for r in b}
         d = [r["history"][i]["client_dissimilarity"] - bs[r["seed"]] for r in a]
-        out.append(f"{np.mean(d):+.2f} ({''.join(_sign(x) for x in d)})")
+        out.append(f"{np.mean(d):+.2f} ({''.join(sign(x) for x in d)})")
     return out
 
 
@@ -262,51 +204,41 @@ def _datasets(ctx: Context) -> tuple[str, ...]:
     return ("mnist", "cifar10") if ctx.flag("cifar") and not ctx.quick else ("mnist",)
 
 
-def _run_all(ctx: Context, dataset: str, variants: dict[str, tuple[dict, dict]]
+def _run_all(ctx: Context, table: Table, dataset: str, arms: list[str] | None = None
              ) -> dict[str, list[dict]]:
-    """Run every variant (cfg overrides, hp overrides) for every seed, seeds outermost (so an
-    interrupted experiment leaves whole seeds in the run cache)."""
-    out: dict[str, list[dict]] = {k: [] for k in variants}
-    order = list(variants.items())
-    if ctx.flag("reverse"):  # a second process on the same seeds meets the first halfway
-        order = order[::-1]  # through the run cache
-    for s in _seeds(ctx):
-        for name, (ckw, hkw) in order:
-            out[name].append(_one(ctx, f"{dataset}/{name}", _setting(ctx, dataset, s, **ckw),
-                                  _hp(dataset, **hkw)))
-    return out
+    """The runs of `table` on `dataset` ({arm label: [run per seed]}), of the arms named
+    (default: all, in the table's order); seeds outermost, a failed run raises."""
+    by_label = {a.label: a for a in table.arms}
+    one = dataclasses.replace(
+        table, settings=(DATASETS[dataset],),
+        arms=tuple(by_label[a] for a in arms) if arms is not None else table.arms)
+    grid = run_table(ctx, one, _record, reverse=ctx.flag("reverse"), keep_going=False)
+    return {k: rec["runs"] for k, rec in grid[dataset].items()}
 
 
-@experiment("selection-compare", "Table I: DivFL/SubTrunc/UnionFL/Random/PoC (paper-literal)",
-            options={**_CIFAR, **_REVERSE})
+@experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE})
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     for ds in _datasets(ctx):
-        runs = _run_all(ctx, ds, {s: ({"selector": s}, {}) for s in SELECTORS})
+        runs = _run_all(ctx, TABLE_I, ds)
         data[ds] = runs
         rows = []
         for sel in SELECTORS:
-            p = PAPER_T1[ds][sel]
-            rows.append([LABEL[sel], _cell(runs[sel], "train_loss"), p[0],
-                         _cell(runs[sel], "test_acc", 100), p[1],
-                         _cell(runs[sel], "dissimilarity"), p[2],
+            p = TABLE_I.paper[(ds, sel)]
+            rows.append([LABEL[sel], _cell(runs[sel], "train_loss"), p["train_loss"],
+                         _cell(runs[sel], "test_acc", 100), p["test_acc"],
+                         _cell(runs[sel], "dissimilarity"), p["dissimilarity"],
                          mean_std([r["clients_never_selected"] for r in runs[sel]], digits=1),
                          mean_std([r["sec_per_round"] for r in runs[sel]])])
-        pairs = [("SubTrunc − DivFL", "subtrunc", "divfl", "-"),
-                 ("DivFL − Random", "divfl", "random", "-"),
-                 ("UnionFL − DivFL", "unionfl", "divfl", "-"),
-                 ("SubTrunc − Random", "subtrunc", "random", "-"),
-                 ("UnionFL − Random", "unionfl", "random", "-"),
-                 ("SubTrunc − Power-of-Choice", "subtrunc", "poc", "-")]
         prow, pdata = [], {}
-        for name, a, b, want in pairs:
+        for name, a, b, want in TABLE_I.report["pairs"]:
             pd = paired(runs[a], runs[b], "dissimilarity")
             pa = paired(runs[a], runs[b], "test_acc", 100)
-            paper_d = (float(PAPER_T1[ds][a][2].split()[0])
-                       - float(PAPER_T1[ds][b][2].split()[0]))
+            paper_d = (float(TABLE_I.paper[(ds, a)]["dissimilarity"].split()[0])
+                       - float(TABLE_I.paper[(ds, b)]["dissimilarity"].split()[0]))
             pdata[name] = {"dissimilarity": pd, "test_acc": pa, "paper_dissimilarity": paper_d}
-            prow.append([name, f"{paper_d:+.2f}", _pair_cell(pd), _verdict(pd, want),
-                         _pair_cell(pa)])
+            prow.append([name, f"{paper_d:+.2f}", pair_cell(pd), verdict(pd, want),
+                         pair_cell(pa)])
         data[ds + "_paired"] = pdata
         div = {s: [_first_divergence(a, b) for a, b in zip(runs[s], runs["divfl"],
                                                            strict=True)]
@@ -335,41 +267,39 @@ def selection_compare(ctx: Context) -> None:
                                       for s in SELECTORS}, f"{ds}: selectors")
     cifar = ("" if "cifar10" in data else
              "CIFAR-10 was not run (CPU budget; `--set cifar=1` adds it, λ = 0.5). ")
-    table = ("# selection-compare (Table I)\n\n" + _header_note(ctx, _datasets(ctx)) + "\n" + cifar
+    table = (f"# {TABLE_I.title}\n\n" + _header_note(ctx, _datasets(ctx)) + "\n" + cifar
              + "Seconds per round include, for DivFL/SubTrunc/UnionFL, the all-client "
                "gradient refresh (Random and Power-of-Choice have none).\n\n"
              + _SATURATION + "\n\n" + "".join(parts))
     _write(ctx, table, data, plots)
 
 
-@experiment("selection-lambda", "Table II: SubTrunc lambda sweep (paper-literal)",
-            options={**_CIFAR, **_REVERSE, **_LAMBDAS})
+@experiment(TABLE_II.name, TABLE_II.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS})
 def selection_lambda(ctx: Context) -> None:
-    lams = (0.01, 0.5, 0.95) if ctx.quick else (0.01, 0.1, 0.25, 0.5, 0.75, 0.95)
+    lams = TABLE_II_LAMBDAS[ctx.quick]
     if ctx.option("lambdas"):  # a subset of the paper's lambdas (CPU budget)
         lams = _numbers(ctx, "lambdas", float)
-        if not set(lams) <= set(PAPER_T2["mnist"]):
+        if not set(lams) <= set(TABLE_II_LAMBDAS[False]):
             raise ConfigError("--set lambdas= must list lambdas of the paper's Table II: "
-                              f"{', '.join(map(str, PAPER_T2['mnist']))}")
-    variants = {str(lam): ({"selector": "subtrunc"}, {"subtrunc_lambda": lam}) for lam in lams}
-    variants["0"] = ({"selector": "divfl"}, {})  # lambda = 0 is DivFL (Table I's DivFL runs)
+                              f"{', '.join(map(str, TABLE_II_LAMBDAS[False]))}")
+    arms = [str(lam) for lam in lams] + ["0"]  # lambda = 0 is DivFL (Table I's DivFL runs)
     hi = str(lams[-1])
     lo = str(lams[0]) if len(lams) > 1 else "0"
     lo_name = f"λ = {lo}" if lo != "0" else "DivFL (λ = 0)"
     data, parts, plots = {}, [], {}
     for ds in _datasets(ctx):
-        runs = _run_all(ctx, ds, variants)
+        runs = _run_all(ctx, TABLE_II, ds, arms)
         rows = [["0 (DivFL)", _cell(runs["0"], "test_acc", 100), "—",
                  _cell(runs["0"], "dissimilarity"), "—"]]
         for lam in lams:
-            p = PAPER_T2[ds][lam]
-            rows.append([lam, _cell(runs[str(lam)], "test_acc", 100), p[0],
-                         _cell(runs[str(lam)], "dissimilarity"), p[1]])
+            p = TABLE_II.paper[(ds, str(lam))]
+            rows.append([lam, _cell(runs[str(lam)], "test_acc", 100), p["test_acc"],
+                         _cell(runs[str(lam)], "dissimilarity"), p["dissimilarity"]])
         pd = paired(runs[hi], runs[lo], "dissimilarity")
         pa = paired(runs[hi], runs[lo], "test_acc", 100)
         same = [a["cohorts"] == b["cohorts"] for a, b in zip(runs[hi], runs["0"], strict=True)]
-        paper_lo = PAPER_T2[ds][0.01][1].split()[0]
-        paper_hi = PAPER_T2[ds][0.95][1].split()[0]
+        paper_lo = TABLE_II.paper[(ds, "0.01")]["dissimilarity"].split()[0]
+        paper_hi = TABLE_II.paper[(ds, "0.95")]["dissimilarity"].split()[0]
         data[ds] = {**runs, "paired_hi_minus_lo": {"dissimilarity": pd, "test_acc": pa},
                     "largest_lambda_equals_divfl_per_seed": same}
         parts.append(
@@ -378,7 +308,7 @@ def selection_lambda(ctx: Context) -> None:
                  "dissimilarity (paper)"], rows)
             + f"\nPaired λ = {hi} − {lo_name} (paper: dissimilarity {paper_hi} − {paper_lo} = "
               f"{float(paper_hi) - float(paper_lo):+.2f} from λ = 0.01 to 0.95): dissimilarity "
-              f"{_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp {_pair_cell(pa)}.\n\n"
+              f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp {pair_cell(pa)}.\n\n"
               f"Diagnostic: per seed {[r['seed'] for r in runs[hi]]}, is the whole cohort "
               f"sequence (every pick, in order) of λ = {hi} DivFL's? {same}.\n\n"
               "Dissimilarity along training:\n\n"
@@ -387,7 +317,7 @@ def selection_lambda(ctx: Context) -> None:
                                       for k, v in runs.items()}, f"{ds}: SubTrunc lambda")
     cifar = ("" if "cifar10" in data else
              "CIFAR-10 was not run (CPU budget; `--set cifar=1` adds it). ")
-    table = ("# selection-lambda (Table II, SubTrunc)\n\n" + _header_note(ctx, _datasets(ctx))
+    table = (f"# {TABLE_II.title}\n\n" + _header_note(ctx, _datasets(ctx))
              + "\n" + cifar
              + "Each SubTrunc pick maximises g_j + λ·h_j over its candidates (g: "
                "facility-location gain, h_j = min(b, Φ + φ_j) − min(b, Φ)), linear in λ: where "
@@ -403,29 +333,27 @@ def selection_lambda(ctx: Context) -> None:
     _write(ctx, table, data, plots)
 
 
-@experiment("selection-window", "Table III: UnionFL window 2/5/10 (paper-literal, MNIST)",
-            options={**_REVERSE, **_WINDOWS})
+@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS})
 def selection_window(ctx: Context) -> None:
-    us = (2, 5, 10)
+    us = tuple(int(a.label) for a in TABLE_III.arms)
     if ctx.option("windows"):  # a subset of the paper's windows (CPU budget)
         us = _numbers(ctx, "windows", int)
         if not set(us) <= {2, 5, 10} or 2 not in us and 10 not in us:
             raise ConfigError("--set windows= must list windows of the paper's Table III "
                               "(2, 5, 10), including 2 or 10")
-    runs = _run_all(ctx, "mnist", {str(u): ({"selector": "unionfl", "union_window": u}, {})
-                                   for u in us})
+    runs = _run_all(ctx, TABLE_III, "mnist", [str(u) for u in us])
     rows = []
     for u in us:
-        p = PAPER_T3["mnist"][u]
-        rows.append([u, u * 10 >= 100, _cell(runs[str(u)], "test_acc", 100), p[0],
-                     _cell(runs[str(u)], "dissimilarity"), p[1],
+        p = TABLE_III.paper[("mnist", str(u))]
+        rows.append([u, u * 10 >= 100, _cell(runs[str(u)], "test_acc", 100), p["test_acc"],
+                     _cell(runs[str(u)], "dissimilarity"), p["dissimilarity"],
                      mean_std([r["window_picks"][str(u)] for r in runs[str(u)]]),
                      mean_std([r["clients_never_selected"] for r in runs[str(u)]], digits=1)])
     hi, lo = str(us[-1]), str(us[0])
     pd = paired(runs[hi], runs[lo], "dissimilarity")
     pa = paired(runs[hi], runs[lo], "test_acc", 100)
     data = {**runs, f"paired_u{hi}_minus_u{lo}": {"dissimilarity": pd, "test_acc": pa}}
-    table = ("# selection-window (Table III, UnionFL on MNIST)\n\n" + _header_note(ctx) + "\n"
+    table = (f"# {TABLE_III.title}\n\n" + _header_note(ctx) + "\n"
              + _SATURATION + "\n\n"
              + markdown_table(["window u", "saturated (u·κ ≥ N)", "test acc % (ours)",
                                "test acc % (paper)", "dissimilarity (ours)",
@@ -433,8 +361,8 @@ def selection_window(ctx: Context) -> None:
                                "clients never selected"], rows)
              + f"\nPaired u = {hi} − u = {lo} (paper: u = 10 − u = 2 dissimilarity 8.52 − 8.77 "
                f"= −0.25, accuracy +0.47; u = 10 − u = 5: −0.07, +0.17): dissimilarity "
-               f"{_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp "
-               f"{_pair_cell(pa)} — {_verdict(pa, '+')}."
+               f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
+               f"{pair_cell(pa)} — {verdict(pa, '+')}."
              + (f" Rows run: u ∈ {list(us)} (`--set windows=`)." if ctx.option("windows")
                 else "")
              + "\n\nDissimilarity along training:\n\n"
@@ -443,18 +371,15 @@ def selection_window(ctx: Context) -> None:
                                               for k, v in runs.items()}, "UnionFL window")})
 
 
-@experiment("selection-phi", "Table IV: SubTrunc phi = ln(1+x) vs identity (paper-literal)",
-            options=_REVERSE)
+@experiment(TABLE_IV.name, TABLE_IV.help, options=OPT_REVERSE)
 def selection_phi(ctx: Context) -> None:
     phis = ("log", "identity")
-    variants = {p: ({"selector": "subtrunc", "subtrunc_phi": p}, {}) for p in phis}
-    variants["divfl"] = ({"selector": "divfl"}, {})  # Table I's DivFL runs (cached)
-    runs = _run_all(ctx, "mnist", variants)
+    runs = _run_all(ctx, TABLE_IV, "mnist")  # and DivFL: Table I's DivFL runs (cached)
     rows = []
     for phi in phis:
-        p = PAPER_T4["mnist"][phi]
-        rows.append(["ln(1+x)" if phi == "log" else "x", _cell(runs[phi], "test_acc", 100), p[0],
-                     _cell(runs[phi], "dissimilarity"), p[1]])
+        p = TABLE_IV.paper[("mnist", phi)]
+        rows.append(["ln(1+x)" if phi == "log" else "x", _cell(runs[phi], "test_acc", 100),
+                     p["test_acc"], _cell(runs[phi], "dissimilarity"), p["dissimilarity"]])
     pd = paired(runs["identity"], runs["log"], "dissimilarity")
     pa = paired(runs["identity"], runs["log"], "test_acc", 100)
     div = {p: [_first_divergence(a, b) for a, b in zip(runs[p], runs["divfl"], strict=True)]
@@ -463,12 +388,12 @@ def selection_phi(ctx: Context) -> None:
             "first_divergence_from_divfl": div}
     rows.append(["DivFL (no SubTrunc term)", _cell(runs["divfl"], "test_acc", 100), "—",
                  _cell(runs["divfl"], "dissimilarity"), "—"])
-    table = ("# selection-phi (Table IV, SubTrunc on MNIST)\n\n" + _header_note(ctx) + "\n"
+    table = (f"# {TABLE_IV.title}\n\n" + _header_note(ctx) + "\n"
              + markdown_table(["phi", "test acc % (ours)", "test acc % (paper)",
                                "dissimilarity (ours)", "dissimilarity (paper)"], rows)
              + f"\nPaired identity − ln(1+x) (paper: dissimilarity 7.91 − 7.96 = −0.05): "
-               f"dissimilarity {_pair_cell(pd)} — {_verdict(pd, '-')}; test acc pp "
-               f"{_pair_cell(pa)}.\n\nDiagnostic: first round whose cohort differs from "
+               f"dissimilarity {pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
+               f"{pair_cell(pa)}.\n\nDiagnostic: first round whose cohort differs from "
                f"DivFL's (same seed and run key; -1 = never): ln(1+x) {div['log']}, identity "
                f"{div['identity']}.\n\nDissimilarity along training:\n\n"
              + _by_round({f"φ={k}": v for k, v in runs.items()}))
@@ -504,7 +429,7 @@ def _greedy_trace(d: np.ndarray, k: int, c0: float, phi: np.ndarray, lam: float,
 @experiment("selection-gains", "Diagnostic: facility-location gains vs the SubTrunc term "
                                "at the final DivFL model (raw and normalized objective)")
 def selection_gains(ctx: Context) -> None:
-    from ...run.experiment import run_config
+    from fedjax_appeal import run_config
 
     seed = ctx.seeds[0]
     cfg = _setting(ctx, "mnist", seed, selector="divfl")

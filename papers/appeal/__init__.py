@@ -1,0 +1,1 @@
+"""MaxFL (Cho et al., TMLR) and IncFL appeal tables and their hyperparameter search."""

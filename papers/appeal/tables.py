@@ -1,0 +1,41 @@
+"""The MaxFL and IncFL appeal tables as `reproduce` experiments: each `Table` of
+`papers.appeal.specs` is run by `papers.runner.run_table` and written by
+`papers.appeal.report`. Every run goes through `run_config`, so it gets the appeal protocol
+whatever the algorithm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from papers.appeal.report import appeal_by_def, cluster_diagnostics, report_table
+from papers.appeal.specs import TABLES
+from papers.reproduce import Context, experiment
+from papers.runner import run_table
+from papers.spec import Table
+
+HISTORY_KEYS = ("round", "test_acc_seen", "test_acc_unseen", "gm_appeal_seen",
+                "gm_appeal_unseen", "preferred_acc_seen", "preferred_acc_unseen",
+                "train_loss_seen_mean", "test_loss_seen_mean")
+
+
+def record(res: dict, data) -> dict[str, Any]:
+    """What a table keeps of one run: final numbers, history, timing, pool sizes, and the
+    per-cluster and per-appeal-definition diagnostics."""
+    run = {"final": res["history"][-1],
+           "history": [{k: h.get(k) for k in HISTORY_KEYS} for h in res["history"]],
+           "timing": res["timing"],
+           "available": res["round_metrics"].get("available"),
+           "appealed": res["round_metrics"].get("appealed")}
+    if "cluster" in data.info:
+        run["clusters"] = cluster_diagnostics(res, data)
+    run["by_def"] = appeal_by_def(res["final_clients"])
+    return run
+
+
+def run_and_report(ctx: Context, table: Table) -> None:
+    report_table(ctx, table, run_table(ctx, table, record))
+
+
+for _table in TABLES:
+    experiment(_table.name, _table.help)(lambda ctx, t=_table: run_and_report(ctx, t))

@@ -1,0 +1,1 @@
+"""Exp-alpha aggregation tables and their metrics."""

@@ -1,0 +1,1 @@
+"""Studies beyond the paper tables: mean estimation, DP and compression."""

@@ -1,0 +1,1 @@
+"""FedNova and FedBuff tables (heterogeneous local work, asynchrony)."""

@@ -1,0 +1,90 @@
+"""Run a `papers.spec.Table`: every (setting, arm, seed) through `Context.run` (the run
+cache, progress), data loaded once per data configuration, with the library's public API
+only. An arm whose algorithm is not registered, or whose hyperparameters are not HParams
+fields, is skipped with a logged note ("not available"); a run that fails is logged and
+marks its arm failed without losing the others.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from fedjax_appeal import HParams, data_fields, field_names
+from papers.reproduce import Context
+from papers.spec import Table
+
+NA = "not available"
+
+
+def hparams(*dicts: dict) -> HParams | None:
+    """HParams from merged dicts; None when a key is not a field (its algorithm missing)."""
+    kw: dict[str, Any] = {}
+    for d in dicts:
+        kw.update(d)
+    if any(k not in field_names(HParams) for k in kw):
+        return None
+    return HParams.make(**kw)
+
+
+def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict], *,
+              reverse: bool = False, keep_going: bool = True) -> dict[str, Any]:
+    """Run every (setting, arm, seed) of `table`, seeds outer and arms inner within a
+    setting (so an interrupted experiment leaves whole seeds in the run cache); returns
+    {setting: {arm: record}} with record {"status", "runs": [{"seed"} + record(results,
+    data) per seed], "config", "hparams"} (None for a setting not run in --quick mode).
+
+    `reverse` runs each seed's arms in reverse order (a second process on the same seeds
+    meets the first halfway through the run cache); without `keep_going` a failed run
+    raises instead of marking its arm failed."""
+    from fedjax_appeal import load_federated
+    from fedjax_appeal.extend import ALGORITHMS
+
+    out: dict[str, Any] = {}
+    for col in table.settings:
+        spec = col.spec(ctx.quick)
+        if spec is None:
+            ctx.log(f"{col.label}: not run in --quick mode")
+            out[col.label] = None
+            continue
+        out[col.label] = recs = {}
+        for v in table.arms:
+            if v.algorithm not in ALGORITHMS:
+                ctx.log(f"{v.label}: algorithm '{v.algorithm}' is not registered; skipped")
+                recs[v.label] = {"status": NA}
+            elif hparams(table.base_hp, col.hp, col.tuned(v.algorithm)[1], v.hp) is None:
+                ctx.log(f"{v.label}: hyperparameters {sorted(v.hp)} are not HParams fields; "
+                        "skipped")
+                recs[v.label] = {"status": NA}
+            else:
+                recs[v.label] = {"status": "ok", "runs": [], "config": None, "hparams": None}
+        cache: dict[tuple, Any] = {}
+        arms = table.arms[::-1] if reverse else table.arms
+        for seed in table.seeds(ctx.seeds, ctx.quick):
+            for v in arms:
+                rec = recs[v.label]
+                if rec["status"] != "ok":
+                    continue
+                t_cfg, t_hp = col.tuned(v.algorithm)
+                cfg = ctx.base(**{**table.base_cfg, **spec, **t_cfg, **v.cfg,
+                                  "algorithm": v.algorithm, "seed": seed})
+                hp = hparams(table.base_hp, col.hp, t_hp, v.hp)
+                dkey = tuple(getattr(cfg, f) for f in data_fields())
+                try:
+                    if dkey not in cache:
+                        cache.clear()
+                        cache[dkey] = load_federated(cfg)
+                    data, ds = cache[dkey]
+                    res, _ = ctx.run(cfg, hp, label=f"{col.label}/{v.label}", data=data,
+                                     dataset=ds)
+                except Exception as e:  # an arm failing must not lose the others
+                    if not keep_going:
+                        raise
+                    ctx.log(f"{v.label} seed {seed} failed: {e!r}")
+                    traceback.print_exc()
+                    rec["status"] = f"failed: {type(e).__name__}"
+                    continue
+                rec["config"], rec["hparams"] = res["config"], res["hparams"]
+                rec["runs"].append({"seed": seed, **record(res, data)})
+    return out

@@ -1,0 +1,1 @@
+"""Client selection tables (SubTrunc / UnionFL paper)."""
