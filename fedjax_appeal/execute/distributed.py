@@ -280,16 +280,17 @@ def constrain_cohort(tree, mesh: Mesh | None):
         return tree
     spec = NamedSharding(mesh, PartitionSpec(AXIS))
 
-    def one(a):
-        if not hasattr(a, "ndim") or a.ndim == 0:
-            return a
-        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
-            return jax.random.wrap_key_data(
-                jax.lax.with_sharding_constraint(jax.random.key_data(a), spec),
-                impl=jax.random.key_impl(a))
-        return jax.lax.with_sharding_constraint(a, spec)
+    return jax.tree.map(lambda a: a if not hasattr(a, "ndim") or a.ndim == 0
+                        else _constrain(a, spec), tree)
 
-    return jax.tree.map(one, tree)
+
+def _constrain(a, spec):
+    """`with_sharding_constraint` that also takes an array of PRNG keys (via its data)."""
+    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(
+            jax.lax.with_sharding_constraint(jax.random.key_data(a), spec),
+            impl=jax.random.key_impl(a))
+    return jax.lax.with_sharding_constraint(a, spec)
 
 
 def spread(rows, axis: int = 1):
@@ -303,15 +304,7 @@ def spread(rows, axis: int = 1):
     if mesh.empty or AXIS not in mesh.axis_names:
         return rows
     spec = PartitionSpec(*([None] * axis), AXIS)
-
-    def one(a):
-        if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
-            return jax.random.wrap_key_data(
-                jax.lax.with_sharding_constraint(jax.random.key_data(a), spec),
-                impl=jax.random.key_impl(a))
-        return jax.lax.with_sharding_constraint(a, spec)
-
-    return jax.tree.map(one, rows)
+    return jax.tree.map(lambda a: _constrain(a, spec), rows)
 
 
 def collect(tree):
