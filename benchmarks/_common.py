@@ -68,8 +68,12 @@ def write_json(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
+HISTORY = "<!-- history: the sections below describe earlier code -->"
+
+
 def append_results(title: str, table_md: str, notes: str = "") -> None:
-    """Append a dated section (machine, command, table) to benchmarks/RESULTS.md."""
+    """Add a dated section (machine, command, table) to benchmarks/RESULTS.md: after the
+    current sections, above the history (`HISTORY` marker) when the file has one."""
     today = _dt.date.today().isoformat()
     head = "" if RESULTS_MD.exists() else "# Benchmark results\n\nEach section is appended by " \
                                           "the script named in its command line.\n"
@@ -79,8 +83,15 @@ def append_results(title: str, table_md: str, notes: str = "") -> None:
                f"{table_md}\n")
     if notes:
         section += f"\n{notes}\n"
-    with open(RESULTS_MD, "a") as f:
-        f.write(head + section)
+    text = RESULTS_MD.read_text() if RESULTS_MD.exists() else head
+    if HISTORY in text:  # current sections stay above the dated history
+        at = text.index(HISTORY)
+        text = text[:at].rstrip("\n") + "\n" + section + "\n" + text[at:]
+    else:
+        text += section
+    tmp = RESULTS_MD.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, RESULTS_MD)
 
 
 def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict[str, float]:

@@ -11,6 +11,10 @@ Cases (batch 10, 28x28x1 inputs, 62 classes, dropout on; ms per client step, min
   * ``batch``: one step of one model on `cohort` x 10 rows (the same FLOPs without a client
     axis).
 
+And the gradient of simple_cnn's 2x2 max pool alone on its [10, 24, 24, 64] activations:
+flax's `max_pool` (XLA's reduce_window, whose gradient is a select-and-scatter) against
+`core.conv.max_pool_2x2` (a reshape and a max, whose gradient is the max mask).
+
     python benchmarks/conv_loop_diagnostic.py --steps 3 --cohort 4 --repeats 3
 """
 
@@ -63,6 +67,28 @@ def cases(steps: int, cohort: int, conv_impl: str):
     }
 
 
+def pool_gradients(repeats: int) -> dict:
+    """ms (stats) of the 2x2 max pool's gradient on [10, 24, 24, 64]: flax vs reshape form."""
+    import flax.linen as nn
+
+    from fedjax_appeal.core.conv import max_pool_2x2
+
+    a = jax.random.normal(jax.random.key(0), (10, 24, 24, 64))
+    out = {}
+    for name, pool in (("flax max_pool (reduce_window)", lambda x: nn.max_pool(x, (2, 2), (2, 2))),
+                       ("max_pool_2x2 (reshape + max)", max_pool_2x2)):
+        g = jax.jit(jax.grad(lambda x, pool=pool: jnp.sum(pool(x) ** 2)))
+        jax.block_until_ready(g(a))
+        secs = []
+        for _ in range(max(repeats, 10)):
+            t = time.perf_counter()
+            jax.block_until_ready(g(a))
+            secs.append((time.perf_counter() - t) * 1e3)
+        out[name] = stats(secs)
+        print(f"pool gradient {name}: {out[name]['min']:.2f} ms", flush=True)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=3)
@@ -109,6 +135,9 @@ def main(argv=None):
                      f"{st['median'] / base:.2f}× | {st['first']:.1f} |")
     lines += ["", "| conv | evaluation forward, 2,048 rows: ms (min / median) |", "|---|---|"]
     lines += [f"| {i} | {st['min']:.0f} / {st['median']:.0f} |" for i, st in evals.items()]
+    pools = pool_gradients(args.repeats)
+    lines += ["", "| 2x2 max pool, gradient on [10, 24, 24, 64] | ms (min / median) |", "|---|---|"]
+    lines += [f"| {n} | {st['min']:.2f} / {st['median']:.2f} |" for n, st in pools.items()]
     table = "\n".join(lines)
     print(table)
     if not args.no_append:

@@ -53,8 +53,10 @@ RESULTS.md header).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -78,6 +80,7 @@ from fedjax_appeal.data.pool import register_partition  # noqa: E402
 from fedjax_appeal.evaluate.evaluation import evaluate_split  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
 from fedjax_appeal.execute.executor import Executor  # noqa: E402
+from fedjax_appeal.execute.layout import auto_split  # noqa: E402
 from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 FLOWER_VENV = HERE / ".flower_venv"
@@ -205,14 +208,17 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
         return jnp.sum(ev.acc * ev.count) / jnp.sum(ev.count)
 
     t = time.perf_counter()
-    if program == "round":
-        one = jax.jit(alg.round).lower(state, data, k_train, hpa).compile()
+    # traced under the run's mesh, as the library's driver does: passes over all clients
+    # (the evaluation) spread their rows over its devices
+    with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+        if program == "round":
+            one = jax.jit(alg.round).lower(state, data, k_train, hpa).compile()
 
-        def chunk(st, d, key, h, r):
-            return one(st, d, jax.random.fold_in(key, r[0]), h)
-    else:
-        chunk = jax.jit(make_chunk(alg)).lower(state, data, k_train, hpa, rr).compile()
-    evaluate = jax.jit(test_eval).lower(state, data).compile()
+            def chunk(st, d, key, h, r):
+                return one(st, d, jax.random.fold_in(key, r[0]), h)
+        else:
+            chunk = jax.jit(make_chunk(alg)).lower(state, data, k_train, hpa, rr).compile()
+        evaluate = jax.jit(test_eval).lower(state, data).compile()
     compile_s = time.perf_counter() - t
     per_round, eval_s, accs = [], [], []
     done = rounds - rounds % every
@@ -559,12 +565,13 @@ def main(argv=None):
                     help="RunConfig.local_unroll of our side (0 = local steps unrolled)")
     ap.add_argument("--conv-impl", default="auto", choices=("auto", "xla", "patches"),
                     help="RunConfig.conv_impl of our side (auto = patches on CPU)")
-    ap.add_argument("--cpu-devices", type=int, default=0,
+    ap.add_argument("--cpu-devices", type=int, default=-1,
                     help="our side: split the CPU into this many devices and shard the cohort "
-                         "over them (0 = one device)")
-    ap.add_argument("--client-lanes", type=int, default=0,
+                         "over them (0 = one device; default -1 = the automatic layout of "
+                         "`fedjax-appeal run`, execute/layout.py, for the workload's cohort)")
+    ap.add_argument("--client-lanes", type=int, default=None,
                     help="our side: RunConfig.client_lanes (with --cpu-devices: each device's "
-                         "clients that many at a time)")
+                         "clients that many at a time; default: 1 on a split CPU, else 0)")
     ap.add_argument("--peer", default="flower", choices=("flower", "none"),
                     help="flower: Flower's simulation in benchmarks/.flower_venv; none: ours only")
     ap.add_argument("--quick", action="store_true",
@@ -581,8 +588,14 @@ def main(argv=None):
                     help="comma list of result JSONs (this script's --out files) to render as "
                          "one RESULTS.md section instead of running")
     args = ap.parse_args(argv)
-    if args.cpu_devices > 1:
-        split_cpu(args.cpu_devices)  # before JAX's first operation
+    if args.cpu_devices < 0:  # the automatic layout: one split that every workload's cohort
+        cohorts = [QUICK[n]["cohort"] if args.quick else WORKLOADS[n].cohort  # divides
+                   for n in args.workloads.split(",") if n in WORKLOADS]
+        args.cpu_devices = auto_split(math.gcd(*cohorts) if cohorts else 1)
+    elif args.cpu_devices > 1:
+        split_cpu(args.cpu_devices)
+    if args.client_lanes is None:
+        args.client_lanes = 1 if args.cpu_devices > 1 else 0  # before JAX's first operation
     if args.combine:
         rows = [r for p in args.combine.split(",") for r in json.loads(Path(p).read_text())["rows"]]
         publish(rows, args.client_cpus, append=not args.no_append)

@@ -71,7 +71,8 @@ def run_command(flags: list[str], out: Path) -> dict:
         sys.exit(f"plain_command: the command failed: {r.stderr.strip().splitlines()[-1]}")
     res = json.loads((out / "results.json").read_text())
     return {"s_round": res["timing"]["sec_per_round"], "wall_s": wall,
-            "compile_s": res["timing"]["compile_s"], "layout": res.get("layout", {}),
+            "compile_s": res["timing"]["compile_s"], "eval_s": res["timing"]["eval_s"],
+            "layout": res.get("layout", {}),
             "acc": res["history"][-1].get("test_acc_seen")}
 
 
@@ -112,6 +113,7 @@ def main():
             data, ds = load_federated(cfg)
             sides: dict[str, list[float]] = {"plain": [], "manual": [], "prototype": []}
             wall: dict[str, list[float]] = {"plain": [], "manual": []}
+            evals: dict[str, list[float]] = {"plain": [], "manual": []}
             info: dict[str, dict] = {}
             proto = prototype_round(data, ds, cfg, float(HP.client_lr))
             proto()  # compile
@@ -133,6 +135,7 @@ def main():
                     got = run_command(flags + extra, tmp / f"{name}_{m}")
                     sides[name].append(got["s_round"])
                     wall[name].append(got["wall_s"])
+                    evals[name].append(got["eval_s"])
                     info[name] = got
                 t = time.perf_counter()
                 proto()
@@ -152,6 +155,7 @@ def main():
             base = float(np.median(sides["plain"]))
             rows.append({"cohort": m, "sides": {k: stats(v) for k, v in sides.items()},
                          "wall": {k: stats(v) for k, v in wall.items()},
+                         "eval": {k: stats(v) for k, v in evals.items()},
                          "ratio": {k: float(np.median(v)) / base for k, v in sides.items()},
                          "layout": info["plain"]["layout"], "info": info})
 
@@ -187,6 +191,9 @@ def render(result: dict) -> str:
             cells.append("—" if s is None else
                          f"{s['min']:.3f} / {s['median']:.3f}; {r['ratio'][n]:.2f}×")
         lines.append(f"| {r['cohort']} | {chosen} | " + " | ".join(cells) + " |")
+    evals = "; ".join(f"cohort {r['cohort']}: plain {r['eval']['plain']['median']:.3f} s, "
+                      f"manual (one device) {r['eval']['manual']['median']:.3f} s"
+                      for r in result["rows"] if "eval" in r)
     walls = "; ".join(f"cohort {r['cohort']}: plain {r['wall']['plain']['median']:.1f} s, "
                       f"manual {r['wall']['manual']['median']:.1f} s" for r in result["rows"])
     return (f"{TOP_BEGIN}\n## The plain command against its peers — "
@@ -198,7 +205,9 @@ def render(result: dict) -> str:
             "interleaved repeats (every side once per repeat). × plain = that side's median "
             "over the plain command's median (above 1: the plain command is faster). The "
             "plain command's s/round is the median of its chunks of rounds, compile and "
-            f"evaluation apart; whole-process wall time (median): {walls}.\n{TOP_END}\n")
+            f"evaluation apart; whole-process wall time (median): {walls}. Evaluation of every "
+            f"client's test rows (median s per evaluation, from results.json): {evals}."
+            f"\n{TOP_END}\n")
 
 
 def write_top(table: str) -> None:

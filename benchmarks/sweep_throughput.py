@@ -61,6 +61,7 @@ from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, split_cpu  # noqa: E402
 from fedjax_appeal.execute.executor import Executor  # noqa: E402
+from fedjax_appeal.execute.layout import auto_split  # noqa: E402
 from fedjax_appeal.run.simulate import simulate  # noqa: E402
 from fedjax_appeal.run.sweep import sweep  # noqa: E402
 
@@ -153,9 +154,11 @@ def main():
                     help="run the whole grid as one sweep call, then the one-by-one runs "
                          "(default: per static group, its sweep then its one-by-one runs, so "
                          "that both sides see the same machine load)")
-    ap.add_argument("--cpu-devices", type=int, default=0,
+    ap.add_argument("--cpu-devices", type=int, default=-1,
                     help="split the CPU into this many JAX devices: the sweep shards its "
-                         "batches, each one-by-one run its cohort, over them (0 = one device)")
+                         "batches, each one-by-one run its cohort, over them (0 = one device; "
+                         "default -1 = the automatic layout of `fedjax-appeal run`, "
+                         "execute/layout.py)")
     ap.add_argument("--client-lanes", type=int, default=None,
                     help="clients a device trains side by side, both sides (default: 1 with "
                          "--cpu-devices, else 0 = the whole cohort in one vmap)")
@@ -165,7 +168,9 @@ def main():
                     help="do not append a section to benchmarks/RESULTS.md (smoke tests)")
     ap.add_argument("--out", default=str(HERE / "results" / "sweep_throughput.json"))
     args = ap.parse_args()
-    if args.cpu_devices > 1:
+    if args.cpu_devices < 0:  # the automatic layout, as `fedjax-appeal run/sweep` decide it
+        args.cpu_devices = auto_split(args.cohort)
+    elif args.cpu_devices > 1:
         split_cpu(args.cpu_devices)  # before JAX's first operation
     mesh = make_mesh(args.cpu_devices) if args.cpu_devices > 1 else None
     client_lanes = (args.client_lanes if args.client_lanes is not None

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.core.config import ConfigError
-from fedjax_appeal.core.conv import CONVS, Conv, conv_for, patches_conv, resolve_conv_impl
+from fedjax_appeal.core.conv import (
+    CONVS,
+    Conv,
+    conv_for,
+    max_pool_2x2,
+    patches_conv,
+    resolve_conv_impl,
+)
 from fedjax_appeal.core.models import MODELS, make_model
 
 CASES = [  # (input [N, H, W, C], kernel (kh, kw, O), strides, padding)
@@ -143,3 +150,18 @@ def test_for_grad_uses_patches_for_patches_train_models_only():
         assert m2.for_grad() is m2
     mlp = make_model("mlp", "x", 10, (28, 28), jnp.uint8)
     assert mlp.for_grad() is mlp
+
+
+@pytest.mark.parametrize("shape", [(3, 24, 24, 5), (2, 7, 9, 4)])
+def test_max_pool_2x2_matches_flax_values_and_gradient(shape):
+    """The reshape form of the 2x2 pool against flax's reduce_window: the same values, and
+    (inputs without ties) the same gradient; odd sizes drop the last row / column."""
+    x = jax.random.normal(jax.random.key(3), shape)
+    w = jax.random.normal(jax.random.key(4), max_pool_2x2(x).shape)
+    ref = nn.max_pool(x, (2, 2), (2, 2))
+    np.testing.assert_array_equal(np.asarray(max_pool_2x2(x)), np.asarray(ref))
+    g = jax.grad(lambda a: jnp.sum(max_pool_2x2(a) * w))(x)
+    g_ref = jax.grad(lambda a: jnp.sum(nn.max_pool(a, (2, 2), (2, 2)) * w))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=0, atol=0)
+    # every window sends its gradient to exactly one element (no ties in normal draws)
+    assert int(jnp.sum(g != 0)) == w.size

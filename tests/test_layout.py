@@ -3,6 +3,7 @@ configuration, and the CPU split the command line makes before JAX runs."""
 
 from __future__ import annotations
 
+import jax
 import pytest
 
 from fedjax_appeal.cli.commands import cpu_devices_for, make_parser
@@ -74,3 +75,22 @@ def test_config_file_layout_counts(tmp_path, monkeypatch):
     (tmp_path / "c.toml").write_text("cohort = 4\n")
     assert cpu_devices_for(_args(["run", "--config", str(tmp_path / "m.toml")])) == 0
     assert cpu_devices_for(_args(["run", "--config", str(tmp_path / "c.toml")])) == 2
+
+
+def test_auto_split_keeps_a_running_jax(monkeypatch):
+    """With JAX already running on one CPU device (the test process), the automatic split
+    cannot change it: one device (0), whatever the cohort; in a fresh process it splits."""
+    import subprocess
+    import sys
+
+    from fedjax_appeal.execute.layout import auto_split
+
+    monkeypatch.setattr("fedjax_appeal.execute.layout.host_cores", lambda: 4)
+    assert jax.device_count() == 1
+    assert auto_split(12) == 0 and auto_split(7) == 0
+    code = ("import jax\nfrom fedjax_appeal.execute import layout\n"
+            "layout.host_cores = lambda: 4\n"
+            "print(layout.auto_split(6), layout.auto_split(6), jax.device_count())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["3", "3", "3"]  # the largest divisor of 6 among 4 cores; asked twice

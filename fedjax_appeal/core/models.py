@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from .config import ConfigError
-from .conv import Conv, resolve_conv_impl
+from .conv import Conv, max_pool_2x2, resolve_conv_impl
 from .registry import Registry
 
 
@@ -75,7 +75,7 @@ class CNN(nn.Module):
         x = _as_image(self.norm(x))
         for ch in (6, 16):
             x = nn.relu(Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x, train))
-            x = nn.max_pool(x, (2, 2), (2, 2))
+            x = max_pool_2x2(x)
         x = x.reshape((x.shape[0], -1))
         for h in self.fc:
             x = nn.relu(nn.Dense(h)(x))
@@ -94,9 +94,9 @@ class LeNet5(nn.Module):
         x = _as_image(self.norm(x))
         pad = "SAME" if x.shape[1] < 32 else "VALID"
         x = nn.relu(Conv(6, (5, 5), padding=pad, impl=self.conv_impl)(x, train))
-        x = nn.max_pool(x, (2, 2), (2, 2))
+        x = max_pool_2x2(x)
         x = nn.relu(Conv(16, (5, 5), padding="VALID", impl=self.conv_impl)(x, train))
-        x = nn.max_pool(x, (2, 2), (2, 2))
+        x = max_pool_2x2(x)
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(120)(x))
         x = nn.relu(nn.Dense(84)(x))
@@ -267,7 +267,7 @@ class CNNBN(nn.Module):
         for ch in (6, 16):
             x = Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x, train)
             x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
-            x = nn.max_pool(x, (2, 2), (2, 2))
+            x = max_pool_2x2(x)
         x = x.reshape((x.shape[0], -1))
         x = nn.Dense(120)(x)
         x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9)(x))
@@ -344,7 +344,7 @@ class SimpleCNN(nn.Module):
                          kernel_init=init)(x, train))
         x = nn.relu(Conv(64, (3, 3), padding="VALID", impl=self.conv_impl,
                          kernel_init=init)(x, train))
-        x = nn.max_pool(x, (2, 2), (2, 2))
+        x = max_pool_2x2(x)
         x = nn.Dropout(0.25, deterministic=not train)(x)
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(128, kernel_init=init)(x))

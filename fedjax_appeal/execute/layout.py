@@ -37,6 +37,8 @@ from typing import NamedTuple
 
 import jax
 
+from ..core.errors import ConfigError
+
 LAYOUTS = ("auto", "manual")
 # RunConfig fields a layout sets; giving any of them (or --cpu-devices) means "manual".
 LAYOUT_FIELDS = ("devices", "client_lanes")
@@ -84,6 +86,25 @@ def cpu_split(cohort: int, cores: int | None = None) -> int:
     Called before JAX runs (the command line), from the configuration alone.
     """
     d = largest_divisor(cohort, host_cores() if cores is None else cores)
+    return d if d > 1 else 0
+
+
+def auto_split(cohort: int) -> int:
+    """Split the CPU for a cohort under the automatic layout, for a program that calls it
+    before its first JAX operation; returns the devices to shard over (0 = one device).
+
+    Where JAX already runs (the split can no longer change), the devices it has are used
+    when two or more of them divide the cohort.
+    """
+    from .distributed import split_cpu
+
+    n = cpu_split(cohort)
+    if n > 1:
+        try:
+            split_cpu(n)  # only CPU devices; an accelerator backend ignores it
+        except ConfigError:
+            pass
+    d = largest_divisor(cohort, jax.device_count())
     return d if d > 1 else 0
 
 

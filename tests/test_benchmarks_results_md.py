@@ -1,0 +1,73 @@
+"""benchmarks/_common.py and plain_command.py: where a section lands in RESULTS.md (above
+the dated history), and the plain-command table (ratios to the plain command, the layout
+chosen) from a hand-made result."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture()
+def bench(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    common = importlib.import_module("_common")
+    plain = importlib.import_module("plain_command")
+    md = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(common, "RESULTS_MD", md)
+    yield common, plain, md
+    for name in ("plain_command",):
+        sys.modules.pop(name, None)
+
+
+def test_section_goes_above_the_history(bench):
+    common, _, md = bench
+    md.write_text("# Benchmark results\n\n## current — 2026-11-26\n\nA\n\n"
+                  f"{common.HISTORY}\n# History\n\n## old — 2026-11-23\n\nB\n")
+    common.append_results("new", "| x |\n|---|\n| 1 |")
+    text = md.read_text()
+    assert text.index("## current") < text.index("## new") < text.index(common.HISTORY)
+    assert text.index(common.HISTORY) < text.index("## old")
+    assert text.count("## new") == 1
+
+
+def test_section_appended_without_history(bench):
+    common, _, md = bench
+    md.write_text("# Benchmark results\n\n## a — 2026-11-20\n\nA\n")
+    common.append_results("b", "T")
+    text = md.read_text()
+    assert text.index("## a") < text.index("## b") and text.rstrip().endswith("T")
+
+
+def _stats(xs):
+    xs = sorted(xs)
+    return {"min": xs[0], "median": xs[len(xs) // 2], "n": len(xs)}
+
+
+def test_plain_table_ratios_and_top_replacement(bench):
+    common, plain, md = bench
+    row = {"cohort": 100,
+           "sides": {"plain": _stats([0.5, 0.6, 0.7]), "manual": _stats([1.0, 1.2, 1.4]),
+                     "fedjax": _stats([2.4, 3.0, 3.3])},
+           "wall": {"plain": _stats([10, 11, 12]), "manual": _stats([20, 21, 22])},
+           "eval": {"plain": _stats([0.1, 0.1, 0.1]), "manual": _stats([0.2, 0.2, 0.2])},
+           "ratio": {"plain": 1.0, "manual": 1.2 / 0.6, "fedjax": 3.0 / 0.6},
+           "layout": {"devices": 2, "client_lanes": 1}}
+    result = {"machine": "test box", "workload": "W", "repeats": 3, "rows": [row],
+              "command": "python benchmarks/plain_command.py"}
+    table = plain.render(result)
+    assert "| 100 | 2 device(s), lanes 1 |" in table
+    assert "0.500 / 0.600; 1.00×" in table and "1.000 / 1.200; 2.00×" in table
+    assert "2.400 / 3.000; 5.00×" in table and "PyTorch" not in table
+    assert "manual (one device) 0.200 s" in table
+    md.write_text("# Benchmark results\n\n## kept — 2026-11-23\n")
+    plain.write_top(table)
+    plain.write_top(table.replace("5.00×", "4.00×"))  # replaced, not added twice
+    text = md.read_text()
+    assert text.count(plain.TOP_BEGIN) == 1 and "4.00×" in text and "5.00×" not in text
+    assert text.index(plain.TOP_END) < text.index("## kept")
