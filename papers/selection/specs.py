@@ -60,6 +60,13 @@ SCHEDULE = {False: dict(rounds=10, local_steps=10, batch_size=32, eval_every=2,
                         max_samples=10000),
             True: dict(rounds=3, local_steps=3, batch_size=32, eval_every=1,
                        max_samples=3000)}
+# The paper's training level (`--set schedule=trained`): its Table I reports training losses
+# of 0.16-0.21; under the full schedule above, DivFL (MNIST, seed 0, 80 rounds measured)
+# reached 0.209 at round 45 and 0.192 at round 50, so 50 rounds. The 10-round schedule
+# matches the paper's accuracy instead (DivFL 81.9% vs 82.2%) at a training loss of ~0.6.
+SCHEDULES = {"early": SCHEDULE[False], "trained": {**SCHEDULE[False], "rounds": 50}}
+OPT_SCHEDULE = {"schedule": "early (default: 10 rounds, the paper's accuracy, training loss "
+                            "~0.6) or trained (50 rounds: the paper's training loss of ~0.2)"}
 # The options (`reproduce NAME --set KEY=VALUE`) of the selection tables.
 OPT_CIFAR = {"cifar": "1 adds CIFAR-10, the second half of the paper's table (CPU budget: off)"}
 OPT_REVERSE = {"reverse": "1 runs each seed's variants in reverse order (a second process "

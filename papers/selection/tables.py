@@ -49,8 +49,10 @@ from papers.selection.specs import (
     OPT_CIFAR,
     OPT_LAMBDAS,
     OPT_REVERSE,
+    OPT_SCHEDULE,
     OPT_WINDOWS,
     SCHEDULE,
+    SCHEDULES,
     SELECTORS,
     SETTING,
     TABLE_I,
@@ -62,9 +64,19 @@ from papers.selection.specs import (
 from papers.spec import Table
 
 
+def _schedule(ctx: Context) -> dict:
+    """The schedule of a run: --quick's, else `--set schedule=` (early or trained)."""
+    if ctx.quick:
+        return SCHEDULE[True]
+    name = ctx.option("schedule") or "early"
+    if name not in SCHEDULES:
+        raise ConfigError(f"--set schedule={name} is not a schedule; choose one of: "
+                          + ", ".join(SCHEDULES))
+    return SCHEDULES[name]
+
+
 def _setting(ctx: Context, dataset: str, seed: int, **kw):
-    return ctx.base(**{"dataset": dataset, **SETTING, "seed": seed, **SCHEDULE[ctx.quick],
-                       **kw})
+    return ctx.base(**{"dataset": dataset, **SETTING, "seed": seed, **_schedule(ctx), **kw})
 
 
 def _hp(dataset: str = "mnist", **kw) -> HParams:
@@ -118,7 +130,7 @@ def _first_divergence(a: dict, b: dict) -> int:
 
 
 def _header_note(ctx: Context, datasets: tuple[str, ...] = ("mnist",)) -> str:
-    s = SCHEDULE[ctx.quick]
+    s = _schedule(ctx)
     dataset = " and ".join(f"{d} (λ = {LAMBDA[d]})" for d in datasets)
     return (f"Command: `{ctx.command}`\n\n"
             f"Setting (paper-literal): {dataset}, 100 clients x 3 classes, cohort κ = 10, "
@@ -209,14 +221,17 @@ def _run_all(ctx: Context, table: Table, dataset: str, arms: list[str] | None = 
     """The runs of `table` on `dataset` ({arm label: [run per seed]}), of the arms named
     (default: all, in the table's order); seeds outermost, a failed run raises."""
     by_label = {a.label: a for a in table.arms}
+    setting = DATASETS[dataset]
+    if not ctx.quick:  # the schedule chosen by --set schedule=
+        setting = dataclasses.replace(setting, cfg={**setting.cfg, **_schedule(ctx)})
     one = dataclasses.replace(
-        table, settings=(DATASETS[dataset],),
+        table, settings=(setting,),
         arms=tuple(by_label[a] for a in arms) if arms is not None else table.arms)
     grid = run_table(ctx, one, _record, reverse=ctx.flag("reverse"), keep_going=False)
     return {k: rec["runs"] for k, rec in grid[dataset].items()}
 
 
-@experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE})
+@experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_SCHEDULE})
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     for ds in _datasets(ctx):
@@ -274,7 +289,8 @@ def selection_compare(ctx: Context) -> None:
     _write(ctx, table, data, plots)
 
 
-@experiment(TABLE_II.name, TABLE_II.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS})
+@experiment(TABLE_II.name, TABLE_II.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS,
+                                                   **OPT_SCHEDULE})
 def selection_lambda(ctx: Context) -> None:
     lams = TABLE_II_LAMBDAS[ctx.quick]
     if ctx.option("lambdas"):  # a subset of the paper's lambdas (CPU budget)
@@ -333,7 +349,7 @@ def selection_lambda(ctx: Context) -> None:
     _write(ctx, table, data, plots)
 
 
-@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS})
+@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS, **OPT_SCHEDULE})
 def selection_window(ctx: Context) -> None:
     us = tuple(int(a.label) for a in TABLE_III.arms)
     if ctx.option("windows"):  # a subset of the paper's windows (CPU budget)
@@ -371,7 +387,7 @@ def selection_window(ctx: Context) -> None:
                                               for k, v in runs.items()}, "UnionFL window")})
 
 
-@experiment(TABLE_IV.name, TABLE_IV.help, options=OPT_REVERSE)
+@experiment(TABLE_IV.name, TABLE_IV.help, options={**OPT_REVERSE, **OPT_SCHEDULE})
 def selection_phi(ctx: Context) -> None:
     phis = ("log", "identity")
     runs = _run_all(ctx, TABLE_IV, "mnist")  # and DivFL: Table I's DivFL runs (cached)
