@@ -16,9 +16,9 @@ layout; the scorecard's counts. `table.md` holds the settings of every arm and t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -254,8 +254,8 @@ def tour(ctx: Context) -> None:
               "by seed."]
     for i, fam in enumerate(fams):
         rec = out[fam.key]
-        screen += family_lines(i + 1, len(fams), fam, rec["setting"], rec["values"], rec["paired"], seeds,
-                               rec["client_lr"], rec["second"],
+        screen += family_lines(i + 1, len(fams), fam, rec["setting"], rec["values"],
+                               rec["paired"], seeds, rec["client_lr"], rec["second"],
                                tuple(rec["held_at"]) if rec["held_at"] else None)
     screen += [*footer,
                f"figure: {ctx.out / 'tour.png'}; every arm's settings and per-seed number: "
