@@ -7,8 +7,8 @@ The public API to run simulations (imported on first use, so `import fedjax_appe
 light): `RunConfig`, `HParams`, `run_config(cfg, hp)` (one run with the CLI's outputs),
 `simulate`, `sweep`, `load_federated`, the error types, the report helpers the CLI and
 experiment scripts share, and `split_cpu` / `make_mesh` (the host CPU as several JAX devices
-and a mesh over them, over which `sweep(..., mesh=...)` shards its grid). Components (registries, algorithm builders, models, data types)
-are in `fedjax_appeal.extend`.
+and a mesh over them, over which `sweep(..., mesh=...)` shards its grid). Components
+(registries, algorithm builders, models, data types) are in `fedjax_appeal.extend`.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def family_lines(n: int, total: int, fam, setting: str, values: dict[str, dict[i
     """The screen block of one family: title, setting, the per-seed table of both arms,
     the per-seed difference with its sign and the verdict."""
     (a_lab, _), (b_lab, _) = fam.arms
-    w = max(len(a_lab), len(b_lab), len("difference")) + 2
+    w = max(len(a_lab), len(b_lab), len("difference"), len(fam.short)) + 2
     nan = float("nan")
 
     def row(label: str, vals: dict[int, float], signed: bool = False) -> str:
@@ -125,15 +125,15 @@ def family_lines(n: int, total: int, fam, setting: str, values: dict[str, dict[i
         return f"    {label:{w}s}" + "".join(f"{c:>9s}" for c in cells)
 
     out = [f"{n}/{total} {fam.title} — {fam.paper}",
-           f"    {setting}; client lr {lr:g} for both",
-           f"    claim: {fam.claim}; {fam.metric_label}",
-           f"    {'':{w}s}" + "".join(f"{'seed ' + str(s):>9s}" for s in seeds),
+           f"    {setting}",
+           f"    claim: {fam.claim}; client lr {lr:g} for both arms",
+           f"    {fam.short:{w}s}" + "".join(f"{'seed ' + str(s):>9s}" for s in seeds),
            row(a_lab, values[a_lab]), row(b_lab, values[b_lab]),
            row("difference", dict(zip(verdict["seeds"], verdict["diffs"], strict=True)),
                signed=True) + f"   → {verdict['verdict']}"]
     if second:
         sv = paired_verdict(second[a_lab], second[b_lab], "+")
-        out.append(f"    {fam.second_label}, {a_lab} − {b_lab}: " + ", ".join(
+        out.append(f"    {fam.second_label} {a_lab} − {b_lab}: " + ", ".join(
             f"{d * fam.second_scale:+.1f}" for d in sv["diffs"]) + f" ({sv['signs']})")
     if grid_held is not None:
         lrs = ", ".join(f"{x:g}" for x in fam.lr_grid)

@@ -46,6 +46,7 @@ class Family:
     arms: tuple[tuple[str, str], tuple[str, str]]
     metric: str  # final-history key of the claim
     metric_label: str
+    short: str  # the metric's name on screen
     want: str  # "+" or "-": the sign of first − second the paper claims
     scale: float = 1.0  # screen scale of the metric (100: percent)
     digits: int = 1
@@ -60,9 +61,9 @@ class Family:
 EXPALPHA = Family(
     key="expalpha", title="Exp-α vs proportional weights",
     paper="Exp-α paper, Table 2 (label flipping), FedAvg backbone",
-    claim="Exp-α ends more accurate",
-    setting="FedAvg, Fashion-MNIST MLP, {clients} clients, {cohort} per round, each sampled "
-            "client flipped with p = 1/3",
+    claim="Exp-α ends more accurate (final test accuracy, clean balanced test set)",
+    setting="FedAvg, FMNIST MLP, {clients} clients, {cohort} per round, sampled clients "
+            "flipped w.p. 1/3",
     cfg=dict(algorithm="fedavg", dataset="fmnist", model="mlp", imbalance_ratios="1.0",
              imbalance_size=200, imbalance_test_per_class=5, global_test_per_class=500,
              clients=60, unseen_clients=0, cohort=6, local_steps=20, batch_size=32,
@@ -72,15 +73,15 @@ EXPALPHA = Family(
     arm_key="aggregation", arms=(("Exp-α (α=0.2)", "exp-alpha"),
                                  ("proportional", "proportional")),
     metric="test_acc_global", metric_label="final test accuracy (%, clean balanced test set)",
-    want="+", scale=100.0, digits=1,
+    short="test acc. (%)", want="+", scale=100.0, digits=1,
     curve="test_acc_global", curve_label="test accuracy (clean balanced test set)")
 
 MAXFL = Family(
     key="maxfl", title="MaxFL vs FedAvg",
     paper="MaxFL (Cho et al., TMLR), Table 1 (flexible participation)",
-    claim="MaxFL's model appeals to more clients",
-    setting="Fashion-MNIST Dir(0.5), {clients} clients (30% flipped), {cohort} per round, "
-            "opt-out from round {opt_out_after} unless the model appeals",
+    claim="MaxFL's model appeals to more clients (GM-Appeal of the seen clients)",
+    setting="FMNIST Dir(0.5), {clients} clients (30% flipped), {cohort} per round, opt-out "
+            "from round {opt_out_after}",
     cfg=dict(algorithm="maxfl", dataset="fmnist", partition="dirichlet", alpha=0.5,
              clients=20, unseen_clients=0, cohort=5, label_flip_fraction=0.3,
              opt_out_after=10, rounds=20, eval_every=5, local_steps=10, batch_size=64,
@@ -89,15 +90,15 @@ MAXFL = Family(
     arm_key="algorithm", arms=(("MaxFL", "maxfl"), ("FedAvg", "fedavg")),
     metric="gm_appeal_seen", metric_label="GM-Appeal (share of clients preferring the "
                                           "global model to their own)",
-    want="+", scale=1.0, digits=2,
-    second="test_acc_seen", second_label="test accuracy (%)",
+    short="GM-Appeal", want="+", scale=1.0, digits=2,
+    second="test_acc_seen", second_label="test acc. (pp)",
     lr_grid=(0.01, 0.05, 0.1))
 
 SELECTION = Family(
     key="selection", title="DivFL vs Random client selection",
     paper="SubTrunc / UnionFL paper (Castillo et al.), Table I",
-    claim="DivFL leaves a lower client dissimilarity",
-    setting="MNIST MLP, {clients} clients x 3 classes, {cohort} per round, DivFL on fresh "
+    claim="DivFL leaves a lower client dissimilarity (std of per-client accuracy, pp)",
+    setting="MNIST MLP, {clients} clients x 3 classes, {cohort} per round, DivFL on "
             "full-data gradients",
     cfg=dict(algorithm="fedavg", dataset="mnist", model="mlp", partition="classes",
              classes_per_client=3, clients=50, unseen_clients=0, cohort=10,
@@ -109,7 +110,7 @@ SELECTION = Family(
     arm_key="selector", arms=(("DivFL", "divfl"), ("Random", "random")),
     metric="client_dissimilarity",
     metric_label="client dissimilarity (std of per-client accuracy, pp; lower is better)",
-    want="-", scale=1.0, digits=2,
+    short="dissimilarity", want="-", scale=1.0, digits=2,
     second="test_acc_seen", second_label="test accuracy (%)")
 
 FAMILIES = (EXPALPHA, MAXFL, SELECTION)

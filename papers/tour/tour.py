@@ -61,8 +61,8 @@ def execution_layout() -> tuple[Any, dict[str, Any]]:
     mesh = make_mesh(0)
     n = int(jax.device_count())
     backend = jax.default_backend()
-    why = (f"the host CPU split into {split} devices, one per core" if split and
-           backend == "cpu" else "JAX was already running: its devices as they were"
+    why = ("host CPU split, one per core" if split and
+           backend == "cpu" else "JAX already running: its devices as they were"
            if backend == "cpu" else f"every {backend} device")
     return mesh, {"mode": "auto", "kind": "sweep grid sharded over the devices",
                   "devices": n, "backend": backend, "cpu_split": split, "why": why}
@@ -243,11 +243,11 @@ def tour(ctx: Context) -> None:
     counts = count_scorecard(SCORECARD.read_text()) if SCORECARD.is_file() else None
     footer = [
         f"throughput: {tp['client_steps_per_s']:,.0f} client-steps/s, "
-        f"{tp['rounds_per_s']:.1f} rounds/s while training ({tp['runs']} runs; training "
-        f"{tp['train_s']:.1f} s, compiling {tp['compile_s']:.1f} s, evaluating "
-        f"{tp['eval_s']:.1f} s; {wall:.0f} s in all)",
-        f"layout: each sweep's runs sharded over {layout['devices']} {layout['backend']} "
-        f"device(s) ({layout['why']}), {layout['lanes']} run(s) at a time per device",
+        f"{tp['rounds_per_s']:.1f} rounds/s while training ({tp['runs']} runs)",
+        f"time: {wall:.0f} s in all; compiling {tp['compile_s']:.1f} s, training "
+        f"{tp['train_s']:.1f} s, evaluating {tp['eval_s']:.1f} s",
+        f"layout: runs sharded over {layout['devices']} {layout['backend']} device(s) "
+        f"({layout['why']}), {layout['lanes']} at a time each",
         scorecard_line(counts, "results/README.md")]
     screen = ["Tour: three claims of the papers, each a paired comparison: same seeds, same "
               "client lr,", "only the method differs; difference = first − second arm, seed "
@@ -258,7 +258,7 @@ def tour(ctx: Context) -> None:
                                rec["paired"], seeds, rec["client_lr"], rec["second"],
                                tuple(rec["held_at"]) if rec["held_at"] else None)
     screen += [*footer,
-               f"figure: {ctx.out / 'tour.png'}; every arm's settings and per-seed number: "
+               f"figure: {ctx.out / 'tour.png'}; settings and every number: "
                f"{ctx.out / 'table.md'}, results.json"]
     data = {"command": ctx.command, "seeds": seeds, "tiny": tiny, "families": out,
             "throughput": tp, "layout": layout, "wall_s": wall, "scorecard": counts}
