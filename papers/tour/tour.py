@@ -184,7 +184,8 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
         diffs = dict(zip(p["seeds"], p["diffs"], strict=True))
         rows = [[lab] + [fmt(rec["values"][lab][s], fam.scale, fam.digits + 1) for s in seeds]
                 for lab in (a, b)]
-        rows.append([f"{a} − {b}"] + [fmt(diffs[s], fam.scale, fam.digits + 1) for s in seeds])
+        rows.append([f"{a} − {b}"] + [("+" if diffs[s] > 0 else "")
+                                      + fmt(diffs[s], fam.scale, fam.digits + 1) for s in seeds])
         parts += [f"## {i + 1}. {fam.title} — {fam.paper}", "",
                   f"Claim: {fam.claim} (sign of {a} − {b}: {fam.want}). Setting: "
                   f"{rec['setting']}. Shared client lr {rec['client_lr']:g}. Metric: "
@@ -205,7 +206,7 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
             parts += [f"Shared client lr grid (both arms at the same lr; solo models at that "
                       f"lr too): the direction held at {k} of {n} lrs.", "",
                       markdown_table(["client lr", f"{a} per seed", f"{b} per seed",
-                                      "signs", "every seed"], grows)]
+                                      "signs", "every seed"], grows), fam.schedule_note, ""]
         parts += ["Settings of each arm (RunConfig and HParams keys):", ""]
         parts += [f"- {arm}: " + ", ".join(f"{k}={v}" for k, v in s.items())
                   for arm, s in rec["settings"].items()]
