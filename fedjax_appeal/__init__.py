@@ -5,9 +5,10 @@ Every client's local SGD of a round runs under one `vmap`, a chunk of rounds und
 
 The public API to run simulations (imported on first use, so `import fedjax_appeal` stays
 light): `RunConfig`, `HParams`, `run_config(cfg, hp)` (one run with the CLI's outputs),
-`simulate`, `sweep`, `load_federated`, the error types, and the report helpers the CLI and
-experiment scripts share. Components (registries, algorithm builders, models, data types)
-are in `fedjax_appeal.extend`.
+`simulate`, `sweep`, `load_federated`, the error types, the report helpers the CLI and
+experiment scripts share, and `split_cpu` / `make_mesh` (the host CPU as several JAX devices
+and a mesh over them, over which `sweep(..., mesh=...)` shards its grid). Components
+(registries, algorithm builders, models, data types) are in `fedjax_appeal.extend`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _EXPORTS: dict[str, str] = {
     "run_config": ".run.experiment", "simulate": ".run.simulate",
     "SimulationResult": ".run.simulate", "sweep": ".run.sweep",
     "NonFiniteError": ".run.checkpoint", "load_federated": ".data",
+    # execution layout of scripts that call `sweep` themselves
+    "split_cpu": ".execute.distributed", "make_mesh": ".execute.distributed",
     # outputs
     "write_outputs": ".run.report", "to_jsonable": ".run.report", "plot_lines": ".run.report",
     "check_out": ".run.validate", "cache_dir": ".data.sources",

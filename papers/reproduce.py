@@ -150,6 +150,7 @@ EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 OPTIONS: dict[str, dict[str, str]] = {}  # experiment -> its `--set` options (key -> help)
 # Modules whose import registers experiments.
 MODULES: list[str] = [
+    "papers.tour.tour",  # the tour: one paired comparison per paper family
     "papers.appeal.tables",  # MaxFL and IncFL appeal tables
     "papers.appeal.mean_estimation_figure",  # MaxFL Figure 2 (mean estimation)
     "papers.appeal.tune",  # the hyperparameter search of those tables

@@ -132,33 +132,71 @@ def table_markdown(grid: dict, columns: list[Setting], variants: list[Arm],
     return markdown_table(header, rows)
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
+LINESTYLES = ("-", "--", "-.", ":")
+
+
+def coincide(means: list[np.ndarray], tol: float = 1e-9) -> list[int]:
+    """For each series, the index of the first earlier series it equals everywhere (to
+    `tol`, NaN equal to NaN), or its own index: lines drawn on top of each other."""
+    out = []
+    for i, m in enumerate(means):
+        same = next((j for j in range(i) if out[j] == j and means[j].shape == m.shape
+                     and np.allclose(means[j], m, atol=tol, rtol=0, equal_nan=True)), i)
+        out.append(same)
+    return out
+
+
 def _plot_bands(path: Path, grid: dict, series, ylabel: str, **line_kw) -> None:
     """One panel per column of `grid`: per ok variant, `series(rec)` -> (xs, ys [seeds, T])
-    or None, drawn as its mean with a ± std band."""
+    or None, drawn as its mean with a ± std band.
+
+    Every variant gets its own marker and line style; variants whose means coincide with
+    an earlier one (e.g. several baselines at GM-Appeal 0) are drawn with a small vertical
+    offset (a multiple of 2.5% of the panel's range) and named in a note under the panel;
+    the legend sits outside the axes, right of the last panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     cols = [c for c, recs in grid.items() if recs]
-    fig, axes = plt.subplots(1, max(1, len(cols)), figsize=(6.5 * max(1, len(cols)), 4.5),
-                             squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(cols)), figsize=(6.5 * max(1, len(cols)) + 1.6,
+                                                           4.8), squeeze=False)
+    handles: dict[str, Any] = {}
     for ax, col in zip(axes[0], cols, strict=False):
-        for var, rec in grid[col].items():
-            got = series(rec) if rec.get("status") == "ok" else None
-            if got is None:
-                continue
-            xs, ys = got
-            m, sd = np.nanmean(ys, 0), np.nanstd(ys, 0)
-            line, = ax.plot(xs, m, label=var, **line_kw)
-            ax.fill_between(xs, m - sd, m + sd, color=line.get_color(), alpha=0.15)
+        got = [(var, series(rec) if rec.get("status") == "ok" else None)
+               for var, rec in grid[col].items()]
+        got = [(i, var, g) for i, (var, g) in enumerate(got) if g is not None]
+        means = [np.nanmean(ys, 0) for _, _, (_, ys) in got]
+        same = coincide(means)
+        lo = min((np.nanmin(m) for m in means if np.isfinite(m).any()), default=0.0)
+        hi = max((np.nanmax(m) for m in means if np.isfinite(m).any()), default=1.0)
+        step = 0.025 * ((hi - lo) or max(abs(hi), 1.0))
+        notes = []
+        for k, ((i, var, (xs, ys)), m) in enumerate(zip(got, means, strict=True)):
+            sd = np.nanstd(ys, 0)
+            rank = sum(1 for j in range(k) if same[j] == same[k])  # earlier equal lines
+            off = rank * step
+            kw = {"marker": MARKERS[i % len(MARKERS)], "ls": LINESTYLES[i % len(LINESTYLES)],
+                  "markevery": max(1, len(xs) // 25), **line_kw}
+            line, = ax.plot(xs, m + off, label=var, **kw)
+            ax.fill_between(xs, m - sd, m + sd, color=line.get_color(), alpha=0.12)
+            handles.setdefault(var, line)
+            if rank:
+                notes.append(f"{var} = {got[same[k]][1]} (drawn +{off:.3g})")
+        if notes:
+            ax.text(0.0, -0.2, "identical curves, offset to stay visible: " + "; ".join(notes),
+                    transform=ax.transAxes, fontsize=6.5, va="top", wrap=True)
         ax.set_title(col, fontsize=9)
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    if handles:
+        axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7, loc="upper left",
+                           bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -174,7 +212,7 @@ def plot_histories(path: Path, grid: dict, key: str, ylabel: str) -> None:
                        for h in hs], np.float64)
         return [hs[0][i]["round"] for i in range(n)], ys
 
-    _plot_bands(path, grid, series, ylabel, marker="o", ms=3)
+    _plot_bands(path, grid, series, ylabel, ms=3.5)
 
 
 def plot_pool(path: Path, grid: dict) -> None:
@@ -285,18 +323,23 @@ def cluster_markdown(grid: dict, columns: list[Setting], tag: str,
 
 
 def plot_clusters(path: Path, grid: dict, tag: str) -> None:
-    """Per-cluster appeal share (top) and test accuracy (bottom; solo as a black mark) of
-    every variant, one panel column per table column."""
+    """Per-cluster appeal share (top) and test accuracy (bottom) of every variant, one
+    panel column per table column. Each bar carries its variant's marker at its top, so a
+    bar of height 0 still shows; the solo models' accuracy is a labelled black mark (its
+    value written beside it); the legend sits outside, right of the last column."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     cols = [c for c, recs in grid.items() if recs and any(
         cluster_summary(r, tag) for r in recs.values() if r.get("status") == "ok")]
     if not cols:
         return
-    fig, axes = plt.subplots(2, len(cols), figsize=(6.5 * len(cols), 6.5), squeeze=False)
+    fig, axes = plt.subplots(2, len(cols), figsize=(6.5 * len(cols) + 1.8, 6.8),
+                             squeeze=False)
+    handles: dict[str, Any] = {}
     for j, col in enumerate(cols):
         sums = {v: cluster_summary(r, tag) for v, r in grid[col].items()
                 if r.get("status") == "ok"}
@@ -305,20 +348,36 @@ def plot_clusters(path: Path, grid: dict, tag: str) -> None:
         w = 0.8 / max(1, len(sums))
         for i, (v, x) in enumerate(sums.items()):
             xs = np.arange(n) + i * w
-            axes[0][j].bar(xs, x["appeal"], w, label=v)
-            axes[1][j].bar(xs, 100 * np.asarray(x["global_test_acc"]), w, label=v)
-        solo = next(iter(sums.values()))["solo_test_acc"]
-        axes[1][j].plot(np.arange(n) + 0.4 - w / 2, 100 * np.asarray(solo), "k_", ms=18,
-                        mew=2, label="solo")
+            mk = MARKERS[i % len(MARKERS)]
+            for r, ys in ((0, np.asarray(x["appeal"], float)),
+                          (1, 100 * np.asarray(x["global_test_acc"], float))):
+                bars = axes[r][j].bar(xs, ys, w)
+                color = bars.patches[0].get_facecolor()
+                axes[r][j].plot(xs, ys, mk, color=color, mec="k", mew=0.5, ms=4, ls="none")
+            handles.setdefault(v, Line2D([], [], color=color, marker=mk, mec="k", mew=0.5,
+                                         lw=6, label=v))
+        solo = 100 * np.asarray(next(iter(sums.values()))["solo_test_acc"], float)
+        centre = np.arange(n) + 0.4 - w / 2
+        axes[1][j].plot(centre, solo, "k_", ms=18, mew=2)
+        for c, y in zip(centre, solo, strict=True):
+            axes[1][j].annotate(f"solo {y:.0f}%", (c, y), xytext=(0, 4),
+                                textcoords="offset points", ha="center", fontsize=6.5)
+        handles.setdefault("solo model (the clients' own, mean)", Line2D(
+            [], [], color="k", marker="_", ms=14, mew=2, ls="none"))
+        top = axes[0][j].get_ylim()[1]
+        axes[0][j].set_ylim(-0.03 * top, top)  # markers of bars at 0 stay whole
+        axes[1][j].set_ylim(0, 110)
         for r, lab in ((0, "appeal share"), (1, "test accuracy (%)")):
-            axes[r][j].set_xticks(np.arange(n) + 0.4 - w / 2)
-            axes[r][j].set_xticklabels([f"c{c}" for c in range(n)])
+            axes[r][j].set_xticks(centre)
+            axes[r][j].set_xticklabels([f"cluster {c}" for c in range(n)])
             axes[r][j].set_ylabel(f"{lab} ({tag})")
             axes[r][j].grid(alpha=0.3, axis="y")
         axes[0][j].set_title(col, fontsize=9)
-        axes[0][j].legend(fontsize=6)
+    axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7, loc="upper left",
+                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                       title="bars: mean over seeds", title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -1,0 +1,1 @@
+"""`fedjax-appeal reproduce tour`: one paired-seed comparison per paper family, short."""

@@ -1,0 +1,268 @@
+"""`fedjax-appeal reproduce tour`: the first thing to run. Three claims of the papers this
+simulator reproduces, each as ONE paired comparison on the same seeds with one shared
+client learning rate (`papers.tour.specs`): Exp-α vs proportional weights (Exp-α paper,
+Table 2), MaxFL vs FedAvg under flexible participation (Cho et al., "Maximizing Global
+Model Appeal in Federated Learning", Table 1) and DivFL vs Random selection (SubTrunc /
+UnionFL paper, Table I).
+
+Each comparison is one `sweep` (its arm key x the seeds, and for MaxFL the grid of shared
+lrs: each arm one compiled program vmapped over its runs), its grid sharded over every
+device (the host CPU split into one device per core when JAX is not running yet). The
+screen gets at most 40 lines: per comparison the per-seed values, the sign of the paired
+difference and whether the paper's direction holds in every seed; the throughput and the
+layout; the scorecard's counts. `table.md` holds the settings of every arm and the lr grid,
+`results.json` every per-seed number and history, `tour.png` the curves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedjax_appeal import ConfigError, HParams
+from papers.reproduce import Context, experiment, markdown_table
+from papers.tour.logic import (
+    count_scorecard,
+    family_lines,
+    fmt,
+    held_at,
+    paired_verdict,
+    scorecard_line,
+    throughput,
+)
+from papers.tour.specs import FAMILIES, TINY, Family
+
+SCORECARD = Path(__file__).resolve().parents[2] / "results" / "README.md"
+OPTIONS = {"tiny": "1 shrinks every schedule to a pipeline check (the numbers mean nothing)"}
+
+
+def execution_layout() -> tuple[Any, dict[str, Any]]:
+    """(mesh or None, layout record): the host CPU split into one JAX device per usable
+    core when JAX does not run yet in this process (`split_cpu`), then a mesh over every
+    device, over which each sweep shards its runs (one run at a time per CPU device)."""
+    from fedjax_appeal import make_mesh, split_cpu
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    split = 0
+    if cores > 1:
+        try:
+            split_cpu(cores)
+            split = cores
+        except ConfigError:  # JAX already runs here (a caller's process): left as it is
+            split = 0
+    import jax
+
+    mesh = make_mesh(0)
+    n = int(jax.device_count())
+    backend = jax.default_backend()
+    why = ("host CPU split, one per core" if split and
+           backend == "cpu" else "JAX already running: its devices as they were"
+           if backend == "cpu" else f"every {backend} device")
+    return mesh, {"mode": "auto", "kind": "sweep grid sharded over the devices",
+                  "devices": n, "backend": backend, "cpu_split": split, "why": why}
+
+
+def _grid(fam: Family) -> dict[str, list]:
+    g: dict[str, list] = {fam.arm_key: [v for _, v in fam.arms]}
+    if fam.lr_grid:
+        g["client_lr"] = list(fam.lr_grid)
+    return g
+
+
+def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
+               ) -> dict[str, Any]:
+    """One family's sweep and what the tour keeps of it: per arm and seed the final
+    metrics and the curve at the shown (shared) lr, the paired verdict, the lr grid's
+    verdicts, the arms' settings and the sweep's timing."""
+    from fedjax_appeal import sweep
+
+    cfg = ctx.base(**{**fam.cfg, **(TINY[fam.key] if tiny else {}), "seed": seeds[0]})
+    lr = fam.hp["client_lr"]
+    res = sweep(cfg, _grid(fam), seeds, hp=HParams(**fam.hp), metric=fam.metric,
+                mode="min" if fam.want == "-" else "max", mesh=mesh)
+    label = {v: lab for lab, v in fam.arms}
+    runs: dict[float, dict[str, dict[int, dict]]] = {}
+    for row in res.rows:
+        arm = label[row["static"][fam.arm_key]]
+        r_lr = float(row["hparams"].get("client_lr", lr))
+        keep = [fam.metric, fam.curve] + ([fam.second] if fam.second else [])
+        runs.setdefault(r_lr, {}).setdefault(arm, {})[int(row["seed"])] = {
+            "final": {k: row["final"].get(k) for k in ["round", *dict.fromkeys(keep)]},
+            "history": [{k: h.get(k) for k in ["round", *dict.fromkeys(keep)]}
+                        for h in row["history"]],
+            "diverged_round": row["diverged_round"]}
+    (a, _), (b, _) = fam.arms
+
+    def values(r_lr: float, key: str) -> dict[str, dict[int, float]]:
+        nan = float("nan")
+        return {arm: {s: (nan if runs[r_lr][arm][s]["final"][key] is None
+                          else float(runs[r_lr][arm][s]["final"][key])) for s in seeds}
+                for arm in (a, b)}
+
+    shown = values(lr, fam.metric)
+    grid = {}
+    for r_lr in sorted(runs):
+        v = values(r_lr, fam.metric)
+        grid[r_lr] = {**paired_verdict(v[a], v[b], fam.want), "values": v}
+    groups = [{**g, "rounds": cfg.rounds, "cohort": cfg.cohort, "local_steps": cfg.local_steps}
+              for g in res.timing["groups"]]
+    settings = {arm: {**{k: getattr(cfg.replace(**{fam.arm_key: v}), k)
+                         for k in [*fam.cfg, "seed"]}, **fam.hp}
+                for arm, v in ((lab, v) for lab, v in fam.arms)}
+    setting = (fam.setting.format(**dataclasses.asdict(cfg))
+               + f", {cfg.rounds} rounds x {cfg.local_steps} local steps"
+               + (" (tiny: a pipeline check)" if tiny else ""))
+    return {"family": fam.key, "title": fam.title, "paper": fam.paper, "claim": fam.claim,
+            "setting": setting,
+            "metric": fam.metric, "want": fam.want, "client_lr": lr, "seeds": seeds,
+            "values": shown, "paired": paired_verdict(shown[a], shown[b], fam.want),
+            "second": values(lr, fam.second) if fam.second else None,
+            "lr_grid": grid if fam.lr_grid else None,
+            "held_at": list(held_at(grid)) if fam.lr_grid else None,
+            "settings": settings, "runs": {str(k): v for k, v in runs.items()},
+            "timing": {"groups": groups, "total_s": res.timing["total_s"]}}
+
+
+def plot_tour(path: Path, fams: list[Family], out: dict[str, dict]) -> None:
+    """One panel per family: the curve metric over rounds at the shared lr, per arm its
+    mean over seeds (line with markers) and the min-max band over seeds; arms get
+    distinct colours, line styles and markers (lines that coincide stay visible), and the
+    legend sits below each panel, outside the data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = (("tab:blue", "-", "o"), ("tab:orange", "--", "s"))
+    fig, axes = plt.subplots(1, len(fams), figsize=(5.2 * len(fams), 4.4), squeeze=False)
+    for ax, fam in zip(axes[0], fams, strict=True):
+        rec = out[fam.key]
+        lr_runs = rec["runs"][str(float(rec["client_lr"]))]
+        for (lab, _), (color, ls, mk) in zip(fam.arms, styles, strict=True):
+            hs = [lr_runs[lab][s]["history"] for s in rec["seeds"]]
+            n = min(len(h) for h in hs)
+            xs = [hs[0][i]["round"] for i in range(n)]
+            ys = np.array([[np.nan if h[i][fam.curve] is None else h[i][fam.curve]
+                            for i in range(n)] for h in hs], np.float64) * 100
+            ax.fill_between(xs, np.nanmin(ys, 0), np.nanmax(ys, 0), color=color, alpha=0.18,
+                            lw=0)
+            ax.plot(xs, np.nanmean(ys, 0), color=color, ls=ls, marker=mk, ms=4, lw=1.6,
+                    label=f"{lab} (mean of {len(hs)} seeds; band: min–max)")
+        ax.set_title(f"{fam.title}\n{fam.paper}", fontsize=8.5)
+        ax.set_xlabel("round")
+        ax.set_ylabel(f"{fam.curve_label} (%)", fontsize=8.5)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1,
+                  frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], footer: list[str],
+                   tiny: bool) -> str:
+    """table.md: per family the claim, the per-seed table, the verdict, the lr grid (MaxFL)
+    and the settings of each arm; then throughput, layout and the scorecard rule."""
+    parts = [f"# Tour: one paired comparison per paper family{' (tiny schedule)' if tiny else ''}",
+             "", f"Command: `{ctx.command}`", "",
+             "Each comparison runs both arms on the same seeds with one shared client lr; a "
+             "seed fixes the model initialisation, the cohorts and the minibatches (the data "
+             "partition is the one of the first seed for all runs of a sweep). A direction "
+             "holds only when the paired difference has the paper's sign in every seed "
+             "(a tie does not hold).", ""]
+    for i, fam in enumerate(fams):
+        rec = out[fam.key]
+        (a, _), (b, _) = fam.arms
+        seeds = rec["seeds"]
+        p = rec["paired"]
+        diffs = dict(zip(p["seeds"], p["diffs"], strict=True))
+        rows = [[lab] + [fmt(rec["values"][lab][s], fam.scale, fam.digits + 1) for s in seeds]
+                for lab in (a, b)]
+        rows.append([f"{a} − {b}"] + [("+" if diffs[s] > 0 else "")
+                                      + fmt(diffs[s], fam.scale, fam.digits + 1) for s in seeds])
+        parts += [f"## {i + 1}. {fam.title} — {fam.paper}", "",
+                  f"Claim: {fam.claim} (sign of {a} − {b}: {fam.want}). Setting: "
+                  f"{rec['setting']}. Shared client lr {rec['client_lr']:g}. Metric: "
+                  f"{fam.metric_label} (`{fam.metric}`, final evaluation).", "",
+                  markdown_table(["arm"] + [f"seed {s}" for s in seeds], rows),
+                  f"Signs: {p['signs']}: {p['verdict']}.", ""]
+        if rec["second"]:
+            sv = paired_verdict(rec["second"][a], rec["second"][b], "+")
+            parts += [f"{fam.second_label} (`{fam.second}`), {a} − {b} per seed: "
+                      + ", ".join(f"{d * fam.second_scale:+.2f}" for d in sv["diffs"])
+                      + f" ({sv['signs']}).", ""]
+        if rec["lr_grid"]:
+            k, n = rec["held_at"]
+            grows = [[f"{lr:g}"] + [", ".join(fmt(v["values"][lab][s], fam.scale, fam.digits)
+                                              for s in seeds) for lab in (a, b)]
+                     + [v["signs"], "held" if v["held"] else "not held"]
+                     for lr, v in rec["lr_grid"].items()]
+            parts += [f"Shared client lr grid (both arms at the same lr; solo models at that "
+                      f"lr too): the direction held at {k} of {n} lrs.", "",
+                      markdown_table(["client lr", f"{a} per seed", f"{b} per seed",
+                                      "signs", "every seed"], grows), fam.schedule_note, ""]
+        parts += ["Settings of each arm (RunConfig and HParams keys):", ""]
+        parts += [f"- {arm}: " + ", ".join(f"{k}={v}" for k, v in s.items())
+                  for arm, s in rec["settings"].items()]
+        parts.append("")
+    parts += ["## Throughput, layout, scorecard", ""] + [f"- {line}" for line in footer]
+    parts += ["", "Scorecard rule: in every table of `results/README.md` whose header has a "
+              "column named \"held...\", a row's verdict is the leftmost of the phrases \"held "
+              "at tuned lrs only\", \"not held\" and \"held\" in that cell (bold and case "
+              "ignored); rows naming none (e.g. \"—\") are not counted.", ""]
+    return "\n".join(parts)
+
+
+@experiment("tour", "a short tour: Exp-α, MaxFL and DivFL each against its baseline on the "
+            "same seeds with one shared lr, per-seed signs and whether each holds",
+            options=OPTIONS)
+def tour(ctx: Context) -> None:
+    t0 = time.perf_counter()
+    mesh, layout = execution_layout()
+    tiny = ctx.quick or ctx.flag("tiny")
+    seeds = list(ctx.seeds)
+    if len(seeds) < 2:
+        raise ConfigError("reproduce tour compares arms seed by seed: give at least two "
+                          "seeds (--seeds 0,1,2)")
+    fams = list(FAMILIES)
+    out: dict[str, dict] = {}
+    for i, fam in enumerate(fams):
+        ctx.log(f"{i + 1}/{len(fams)} {fam.title}: {2 * len(seeds) * max(1, len(fam.lr_grid))}"
+                " runs ...")
+        out[fam.key] = run_family(ctx, fam, seeds, mesh, tiny)
+    groups = [g for rec in out.values() for g in rec["timing"]["groups"]]
+    tp = throughput(groups)
+    wall = time.perf_counter() - t0
+    lanes = sorted({g["lanes"] for g in groups})
+    layout["lanes"] = lanes[0] if len(lanes) == 1 else lanes
+    counts = count_scorecard(SCORECARD.read_text()) if SCORECARD.is_file() else None
+    footer = [
+        f"throughput: {tp['client_steps_per_s']:,.0f} client-steps/s, "
+        f"{tp['rounds_per_s']:.1f} rounds/s while training ({tp['runs']} runs)",
+        f"time: {wall:.0f} s in all; compiling {tp['compile_s']:.1f} s, training "
+        f"{tp['train_s']:.1f} s, evaluating {tp['eval_s']:.1f} s",
+        f"layout: runs sharded over {layout['devices']} {layout['backend']} device(s) "
+        f"({layout['why']}), {layout['lanes']} at a time each",
+        scorecard_line(counts, "results/README.md")]
+    screen = ["Tour: three claims of the papers, each a paired comparison: same seeds, same "
+              "client lr,", "only the method differs; difference = first − second arm, seed "
+              "by seed."]
+    for i, fam in enumerate(fams):
+        rec = out[fam.key]
+        screen += family_lines(i + 1, len(fams), fam, rec["setting"], rec["values"],
+                               rec["paired"], seeds, rec["client_lr"], rec["second"],
+                               tuple(rec["held_at"]) if rec["held_at"] else None)
+    screen += [*footer,
+               f"figure: {ctx.out / 'tour.png'}; settings and every number: "
+               f"{ctx.out / 'table.md'}, results.json"]
+    data = {"command": ctx.command, "seeds": seeds, "tiny": tiny, "families": out,
+            "throughput": tp, "layout": layout, "wall_s": wall, "scorecard": counts}
+    ctx.write({"table.md": table_markdown(ctx, fams, out, footer, tiny), "results.json": data,
+               "tour.png": lambda p: plot_tour(p, fams, out)})
+    print("\n".join(screen), flush=True)
