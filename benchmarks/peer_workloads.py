@@ -70,7 +70,15 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, append_results, machine, stats, write_json  # noqa: E402
+from _common import (  # noqa: E402
+    HERE,
+    append_results,
+    machine,
+    matmul_peak,
+    stats,
+    step_flops,
+    write_json,
+)
 
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import PARTITIONS, HParams, RunConfig  # noqa: E402
@@ -232,6 +240,7 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
             accs.append(float(evaluate(state, data)))
             eval_s.append(time.perf_counter() - t)
     n_params = int(sum(a.size for a in jax.tree.leaves(state.params)))
+    flops, flops_src, _ = step_flops(model, cfg.batch_size)  # one client's local step
     return {"workload": name, "clients": cfg.clients, "cohort": cfg.cohort,
             "batch_size": cfg.batch_size, "local_steps": steps, "eval_every": every,
             "rounds_per_call": rpc, "program": program, "local_unroll": local_unroll,
@@ -242,6 +251,8 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
             "mean_epoch_steps": float(epoch_steps(counts, cfg.batch_size).mean()),
             "client_lr": hp.client_lr, "n_params": n_params, "load_s": load_s,
             "compile_s": compile_s, "sec_per_round": per_round, "eval_s": eval_s,
+            "step_flops": flops, "step_flops_source": flops_src,
+            "round_flops": flops * steps * cfg.cohort,
             "test_acc": accs, "data": host_data, "ds": ds}
 
 
@@ -512,6 +523,13 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
              f"parameters), {o['local_steps']} local steps per client (one epoch: mean "
              f"ceil(n_k/b) = {o['mean_epoch_steps']:.2f}), compile {o['compile_s']:.1f} s, test "
              "accuracy " + ", ".join(f"{a:.3f}" for a in o["test_acc"]) + ".")
+        if o.get("round_flops") and o.get("matmul_peak"):
+            got = o["round_flops"] / min(o["sec_per_round"])
+            s += (f" Training FLOP/s: {o['round_flops'] / 1e9:.1f} GFLOP per round "
+                  f"({o['step_flops'] / 1e6:.1f} MFLOP per client step, "
+                  f"{o['step_flops_source']}) in the best round = {got / 1e9:.1f} GFLOP/s, "
+                  f"{100 * got / o['matmul_peak']:.0f}% of the fp32 matmul peak measured in the "
+                  f"same process ({o['matmul_peak'] / 1e9:.1f} GFLOP/s, 2048x2048 jnp.dot).")
         notes.append(s)
     for row in rows:
         name = row["ours"]["workload"]
@@ -614,6 +632,7 @@ def main(argv=None):
             py = flower_python(Path(args.venv))
         except PeerError as e:
             sys.exit(f"peer_workloads: error: {e}")
+    peak = 0.0 if args.quick else matmul_peak()["best_flops"]
     rows = []
     for name in names:
         res = ours(name, min(rounds, args.ours_rounds or rounds), args.quick, args.data_dir,
@@ -621,6 +640,7 @@ def main(argv=None):
                    conv_impl=args.conv_impl, devices=max(1, args.cpu_devices),
                    client_lanes=args.client_lanes)
         data, ds = res.pop("data"), res.pop("ds")
+        res["matmul_peak"] = peak
         every = QUICK[name]["eval_every"] if args.quick else WORKLOADS[name].eval_every
         res["derived_100_s"] = derived_100(res["sec_per_round"], res["eval_s"], every)
         print(f"{name}: ours {_cell(res['sec_per_round'])} s/round, eval "
