@@ -37,12 +37,23 @@ def test_selection_options_are_declared_per_table():
     from papers.reproduce import OPTIONS, Context, parse_options
     from papers.selection import tables as rs
 
-    assert set(OPTIONS["selection-lambda"]) == {"cifar", "reverse", "lambdas"}
-    assert set(OPTIONS["selection-window"]) == {"reverse", "windows"}
+    assert set(OPTIONS["selection-lambda"]) == {"cifar", "reverse", "lambdas", "schedule"}
+    assert set(OPTIONS["selection-window"]) == {"reverse", "windows", "schedule"}
+    assert set(OPTIONS["selection-compare"]) == {"cifar", "reverse", "schedule", "selectors"}
     opts = parse_options("selection-lambda", ["cifar=1", "lambdas=0.5, 0.95"])
     ctx = Context("selection-lambda", [0], Path("unused"), options=opts)
     assert rs._datasets(ctx) == ("mnist", "cifar10")
     assert rs._numbers(ctx, "lambdas", float) == (0.5, 0.95)
+    # the schedules: early (10 rounds) by default, trained (50 rounds) on request, --quick's
+    assert rs._schedule(ctx)["rounds"] == 10
+    trained = Context("selection-lambda", [0], Path("unused"),
+                      options=parse_options("selection-lambda", ["schedule=trained"]))
+    assert rs._schedule(trained)["rounds"] == 50
+    assert rs._schedule(trained)["local_steps"] == rs._schedule(ctx)["local_steps"]
+    bad = Context("selection-lambda", [0], Path("unused"),
+                  options=parse_options("selection-lambda", ["schedule=long"]))
+    with pytest.raises(ConfigError, match="schedule=long is not a schedule"):
+        rs._schedule(bad)
     assert rs._datasets(Context("x", [0], Path("unused"))) == ("mnist",)
     with pytest.raises(ConfigError, match="give comma-separated float values"):
         rs._numbers(Context("x", [0], Path("u"), options={"lambdas": "a,b"}), "lambdas", float)

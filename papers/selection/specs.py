@@ -68,6 +68,8 @@ SCHEDULES = {"early": SCHEDULE[False], "trained": {**SCHEDULE[False], "rounds": 
 OPT_SCHEDULE = {"schedule": "early (default: 10 rounds, the paper's accuracy, training loss "
                             "~0.6) or trained (50 rounds: the paper's training loss of ~0.2)"}
 # The options (`reproduce NAME --set KEY=VALUE`) of the selection tables.
+OPT_SELECTORS = {"selectors": "a subset of Table I's selectors including divfl, e.g. "
+                              "divfl,subtrunc,random (default: all five)"}
 OPT_CIFAR = {"cifar": "1 adds CIFAR-10, the second half of the paper's table (CPU budget: off)"}
 OPT_REVERSE = {"reverse": "1 runs each seed's variants in reverse order (a second process "
                           "on the same seeds meets the first halfway through the run cache)"}

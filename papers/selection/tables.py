@@ -50,6 +50,7 @@ from papers.selection.specs import (
     OPT_LAMBDAS,
     OPT_REVERSE,
     OPT_SCHEDULE,
+    OPT_SELECTORS,
     OPT_WINDOWS,
     SCHEDULE,
     SCHEDULES,
@@ -231,14 +232,22 @@ def _run_all(ctx: Context, table: Table, dataset: str, arms: list[str] | None = 
     return {k: rec["runs"] for k, rec in grid[dataset].items()}
 
 
-@experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_SCHEDULE})
+@experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_SCHEDULE,
+                                                   **OPT_SELECTORS})
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
+    sels = SELECTORS
+    if ctx.option("selectors"):  # a subset of Table I's rows (CPU budget)
+        sels = tuple(x.strip() for x in ctx.option("selectors").split(",") if x.strip())
+        bad = [x for x in sels if x not in SELECTORS]
+        if bad or "divfl" not in sels:
+            raise ConfigError(f"--set selectors= must list selectors of Table I including "
+                              f"divfl ({', '.join(SELECTORS)}); got {ctx.option('selectors')}")
     for ds in _datasets(ctx):
-        runs = _run_all(ctx, TABLE_I, ds)
+        runs = _run_all(ctx, TABLE_I, ds, list(sels))
         data[ds] = runs
         rows = []
-        for sel in SELECTORS:
+        for sel in sels:
             p = TABLE_I.paper[(ds, sel)]
             rows.append([LABEL[sel], _cell(runs[sel], "train_loss"), p["train_loss"],
                          _cell(runs[sel], "test_acc", 100), p["test_acc"],
@@ -247,6 +256,8 @@ def selection_compare(ctx: Context) -> None:
                          mean_std([r["sec_per_round"] for r in runs[sel]])])
         prow, pdata = [], {}
         for name, a, b, want in TABLE_I.report["pairs"]:
+            if a not in runs or b not in runs:
+                continue
             pd = paired(runs[a], runs[b], "dissimilarity")
             pa = paired(runs[a], runs[b], "test_acc", 100)
             paper_d = (float(TABLE_I.paper[(ds, a)]["dissimilarity"].split()[0])
@@ -257,9 +268,9 @@ def selection_compare(ctx: Context) -> None:
         data[ds + "_paired"] = pdata
         div = {s: [_first_divergence(a, b) for a, b in zip(runs[s], runs["divfl"],
                                                            strict=True)]
-               for s in ("subtrunc", "unionfl")}
+               for s in ("subtrunc", "unionfl") if s in runs}
         data[ds + "_first_divergence_from_divfl"] = div
-        wp = {s: float(np.mean([r["window_picks"]["5"] for r in runs[s]])) for s in SELECTORS}
+        wp = {s: float(np.mean([r["window_picks"]["5"] for r in runs[s]])) for s in sels}
         data[ds + "_window5_picks"] = wp
         parts.append(
             f"## {ds}\n\n" + markdown_table(
@@ -271,21 +282,25 @@ def selection_compare(ctx: Context) -> None:
             + markdown_table(["pair", "paper Δ dissimilarity", "ours Δ dissimilarity (signs)",
                               "sign in every seed", "ours Δ test acc pp (signs)"], prow)
             + "\nDissimilarity along training (mean ± std over seeds):\n\n"
-            + _by_round({LABEL[s]: runs[s] for s in SELECTORS})
-            + "\nSubTrunc − DivFL dissimilarity by round (mean, per-seed signs): "
-            + ", ".join(_pairs_by_round(runs["subtrunc"], runs["divfl"])) + "\n\n"
+            + _by_round({LABEL[s]: runs[s] for s in sels})
+            + ("\nSubTrunc − DivFL dissimilarity by round (mean, per-seed signs): "
+               + ", ".join(_pairs_by_round(runs["subtrunc"], runs["divfl"]))
+               if "subtrunc" in runs else "") + "\n\n"
             + "Diagnostics: first round whose cohort differs from DivFL's (same seed, same "
-              f"run key; -1 = never): SubTrunc {div['subtrunc']}, UnionFL {div['unionfl']}. "
+              "run key; -1 = never): "
+            + ", ".join(f"{LABEL[k]} {v}" for k, v in div.items()) + ". "
               "Share of picks on clients of the last 5 cohorts: "
-            + ", ".join(f"{LABEL[s]} {wp[s]:.2f}" for s in SELECTORS) + ".\n\n")
+            + ", ".join(f"{LABEL[s]} {wp[s]:.2f}" for s in sels) + ".\n\n")
         plots[f"curves_{ds}.png"] = ({LABEL[s]: [r["history"] for r in runs[s]]
-                                      for s in SELECTORS}, f"{ds}: selectors")
+                                      for s in sels}, f"{ds}: selectors")
     cifar = ("" if "cifar10" in data else
              "CIFAR-10 was not run (CPU budget; `--set cifar=1` adds it, λ = 0.5). ")
     table = (f"# {TABLE_I.title}\n\n" + _header_note(ctx, _datasets(ctx)) + "\n" + cifar
              + "Seconds per round include, for DivFL/SubTrunc/UnionFL, the all-client "
                "gradient refresh (Random and Power-of-Choice have none).\n\n"
-             + _SATURATION + "\n\n" + "".join(parts))
+             + _SATURATION + "\n\n"
+             + (f"Rows run: {', '.join(LABEL[x] for x in sels)} (`--set selectors=`).\n\n"
+                if sels != SELECTORS else "") + "".join(parts))
     _write(ctx, table, data, plots)
 
 
