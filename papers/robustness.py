@@ -181,7 +181,7 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                                                               "unseen_clients", "cohort",
                                                               "rounds", "local_steps",
                                                               "batch_size", "rho_steps")}
-                rec["hparams"] = {k: v for k, v in hp.to_dict().items()
+                rec["hparams"] = {k: x for k, x in hp.to_dict().items()
                                   if k != "client_lr"}
                 rec["runs"] += runs
     return out
