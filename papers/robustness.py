@@ -97,7 +97,8 @@ def verdict(held_by_lr: Sequence[bool], tuned_held: bool | None) -> dict[str, An
 
 def tuned_values(ctx: Context) -> dict[str, dict[str, dict[str, dict[int, float]]]]:
     """{setting: {arm: {metric: {seed: value}}}} of the table's own run (the tuned lrs),
-    read from `results.json` in the output folder; {} when the table was not run there."""
+    read from `results.json` in the output folder, with the arm's lr as metric "client_lr"
+    (seed -1); {} when the table was not run there."""
     path = ctx.out / "results.json"
     if not path.is_file():
         return {}
@@ -107,6 +108,9 @@ def tuned_values(ctx: Context) -> dict[str, dict[str, dict[str, dict[int, float]
         for arm, rec in (recs or {}).items():
             if rec.get("status") != "ok":
                 continue
+            lr = (rec.get("hparams") or {}).get("client_lr")
+            if lr is not None:
+                out.setdefault(col, {}).setdefault(arm, {})["client_lr"] = {-1: float(lr)}
             for r in rec["runs"]:
                 for m, x in r["final"].items():
                     if isinstance(x, (int, float)):
@@ -214,6 +218,7 @@ def analyse(grid: dict[str, Any], lrs: Sequence[float], metrics: Sequence[str], 
                 t = compare(tv, target)
                 t["diff"] = [_scale(m) * d for d in t["diff"]]
                 t["means"] = {a: mean_std(list(v.values()), _scale(m)) for a, v in tv.items()}
+                t["client_lr"] = {a: tuned[col][a].get("client_lr", {}).get(-1) for a in tv}
             rows.append({"column": col, "metric": m, "per_lr": per_lr, "tuned": t,
                          **verdict([p["held"] for p in per_lr],
                                    None if t is None else t["held"])})
@@ -239,7 +244,10 @@ def markdown(ctx: Context, table: Table, rows: list[dict[str, Any]], lrs: Sequen
                    p["signs"], "held" if p["held"] else "not held"] for p in r["per_lr"]]
         t = r["tuned"]
         if t is not None:
-            body.append(["tuned (table's run)"] + [t["means"].get(a, "—") for a in arms]
+            lrs_t = ", ".join(f"{a} {x:g}" for a, x in t.get("client_lr", {}).items()
+                              if x is not None)
+            body.append([f"tuned (table's run{': ' + lrs_t if lrs_t else ''})"]
+                        + [t["means"].get(a, "—") for a in arms]
                         + [t["best_other"], ", ".join(f"{d:+.2f}" for d in t["diff"]),
                            t["signs"], "held" if t["held"] else "not held"])
         parts.append(f"\n## {r['column']}: {r['metric']}\n\n" + markdown_table(
