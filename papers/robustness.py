@@ -236,7 +236,9 @@ def markdown(ctx: Context, table: Table, rows: list[dict[str, Any]], lrs: Sequen
              f"and {target} minus the best other arm at that lr (by mean), seed by seed; a "
              "direction counts as held only when every seed is > 0 (a tie is not held). "
              "\"Tuned\": the same arms and seeds in the table's own run at each arm's tuned "
-             "lr (`results.json` of this folder).\n"]
+             "lr (`results.json` of this folder, as written by its last run); a shared-lr "
+             "row at an arm's tuned lr is a separate run of the current code (a sweep) and "
+             "need not equal that run to the last digit.\n"]
     for r in rows:
         arms = list(r["per_lr"][0]["means"])
         body = [[f"{p['client_lr']:g}"] + [p["means"][a] for a in arms]
