@@ -9,12 +9,18 @@ arms, for every lr of the grid the table was tuned over (`Table.robustness["lrs"
 the same seeds, and otherwise the table's configuration (per-algorithm local steps, the
 appeal protocol, the solo models trained with the run's client lr).
 
-Each (arm, seed) is one `fedjax_appeal.sweep` over the lrs: the lrs are HParams, so they run
-as one vmapped program. Seeds are separate sweeps because each seed of a table has its own
-data partition, while a sweep fixes one partition per static group (`--data-seed` as a grid
-key would run every seed on every partition). Fine-tuning personalization is not evaluated
-by sweeps; the headline metrics do not use it (`finetune_steps` 0 here). A finished sweep
-is kept in `<cache>/runs` keyed by configuration, hyperparameters, lr grid and code.
+Each (arm, seed) is one `fedjax_appeal.sweep` over the lrs: the lrs are HParams, so they
+share one compiled program. Each lr runs as a batch of one (`max_parallel=1`): such a row is
+the run's own program, equal bit for bit to the table's run of that configuration, while in
+a batch of several lrs MaxFL's rows differed from its single runs (TMLR Table 2 setting,
+seed 2, lr 0.1: GM-Appeal unseen 0.01 in a batch with lr 0.05, 0.05 alone and in the
+table's run; FedAvg and MW-Fed rows equalled their runs). On CPU a batch runs its
+combinations one after another anyway, so this costs no time. Seeds are separate sweeps
+because each seed of a table has its own data partition, while a sweep fixes one partition
+per static group (`--data-seed` as a grid key would run every seed on every partition).
+Fine-tuning personalization is not evaluated by sweeps; the headline metrics do not use it
+(`finetune_steps` 0 here). A finished sweep is kept in `<cache>/runs` keyed by
+configuration, hyperparameters, lr grid and code.
 
 Per lr and headline metric the claimed-better arm (`Table.report["target"]`, default
 MaxFL) is compared with the best other arm at that lr (by mean over seeds), seed by seed
@@ -159,7 +165,7 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                 hp = hparams(table.base_hp, col.hp, t_hp, v.hp)
                 rec = recs.setdefault(v.label, {"config": None, "hparams": None, "runs": []})
                 path = run_cache(ctx.cache_dir) / (f"shared-lr-{run_key(cfg, hp)}-"
-                                                   f"{_grid_key(lrs)}.json")
+                                                   f"{_grid_key(lrs)}-single.json")
                 what = f"{col.label}/{v.label} seed {seed}"
                 if ctx.reuse and path.is_file():
                     ctx.log(f"{what}: lrs {list(lrs)} finished earlier (cached in "
@@ -173,7 +179,8 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                     data, ds = cache[dkey]
                     ctx.log(f"{what}: sweeping client lr {list(lrs)}, {cfg.rounds} rounds")
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp,
-                                metric=metrics[0], data=data, dataset=ds, progress=ctx.log)
+                                metric=metrics[0], max_parallel=1, data=data, dataset=ds,
+                                progress=ctx.log)
                     runs = [{"seed": seed, "client_lr": float(r["hparams"]["client_lr"]),
                              "final": {k: float(r["final"].get(k, math.nan)) for k in metrics},
                              "diverged_round": r.get("diverged_round")} for r in res.rows]
