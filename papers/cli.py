@@ -1,9 +1,10 @@
 """The `reproduce` subcommand of `fedjax-appeal`, added through the entry-point group
 `fedjax_appeal.commands` (pyproject.toml: `reproduce = "papers.cli:register"`).
 
-`fedjax-appeal reproduce NAME [--quick] [--seeds 0,1,2] [--set KEY=VALUE]` runs a named
-experiment of `papers.reproduce.EXPERIMENTS`; `reproduce list` lists them, and
-`fedjax-appeal list` shows their names under "experiments".
+`fedjax-appeal reproduce NAME [--quick] [--seeds 0,1,2] [--set KEY=VALUE] [--robustness]`
+runs a named experiment of `papers.reproduce.EXPERIMENTS`; `reproduce list` lists them
+(marking those with a `--robustness` mode), and `fedjax-appeal list` shows their names
+under "experiments".
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="options",
                    help="an option the experiment declares (repeatable; `reproduce list` "
                         "shows them), e.g. --set profile=gpu for the Exp-alpha tables")
+    p.add_argument("--robustness", action="store_true",
+                   help="instead of the table: rerun each setting with ONE client lr shared "
+                        "by all arms, for every lr of the grid the arms' lrs were tuned over, "
+                        "same seeds; writes robustness.md / robustness.json into the table's "
+                        "folder (tables marked [--robustness] in `reproduce list`)")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every configuration (default: reuse runs finished earlier with "
                         "the same code, kept in <cache>/runs)")
@@ -37,12 +43,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 def cmd(args: argparse.Namespace) -> int:
     from fedjax_appeal import ConfigError, check_out, did_you_mean
 
-    from .reproduce import EXPERIMENTS, OPTIONS, Context, load_modules, parse_options
+    from .reproduce import EXPERIMENTS, OPTIONS, ROBUST, Context, load_modules, parse_options
 
     load_modules()
     if args.name == "list":
         for n, (_, h) in sorted(EXPERIMENTS.items()):
-            print(f"{n:24s} {h}")
+            print(f"{n:24s} {h}" + (" [--robustness]" if n in ROBUST else ""))
             for k, oh in OPTIONS.get(n, {}).items():
                 print(f"{'':24s}   --set {k}=...: {oh}")
         return 0
@@ -60,13 +66,16 @@ def cmd(args: argparse.Namespace) -> int:
     if not seeds:
         raise ConfigError("--seeds needs at least one seed")
     fn, _ = EXPERIMENTS[args.name]
+    if args.robustness and args.name not in ROBUST:
+        raise ConfigError(f"reproduce {args.name} has no --robustness mode; tables with one: "
+                          f"{', '.join(sorted(ROBUST)) or '(none)'}")
     options = parse_options(args.name, args.options)
     out = Path(args.out or Path("results") / (args.name + ("-quick" if args.quick else "")))
     check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
     ctx = Context(args.name, seeds, out, args.quick,
                   args.data_dir, args.fmnist_dir, args.cache_dir,
                   command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
-                  reuse=not args.fresh, options=options)
+                  reuse=not args.fresh, options=options, robustness=args.robustness)
     fn(ctx)
     print(f"wrote {ctx.out}")
     return 0

@@ -40,6 +40,7 @@ class Context:
     command: str = ""
     reuse: bool = True  # serve runs finished earlier with the same code from the run cache
     options: dict[str, str] = dataclasses.field(default_factory=dict)  # `--set KEY=VALUE`
+    robustness: bool = False  # `--robustness`: the shared-lr check instead of the table
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
     def base(self, **kw) -> RunConfig:
@@ -148,6 +149,7 @@ def run_cache(explicit: str = "") -> Path:
 
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 OPTIONS: dict[str, dict[str, str]] = {}  # experiment -> its `--set` options (key -> help)
+ROBUST: set[str] = set()  # experiments with a `--robustness` mode (`papers.robustness`)
 # Modules whose import registers experiments.
 MODULES: list[str] = [
     "papers.tour.tour",  # the tour: one paired comparison per paper family
@@ -161,12 +163,16 @@ MODULES: list[str] = [
 ]
 
 
-def experiment(name: str, help: str, options: dict[str, str] | None = None):
+def experiment(name: str, help: str, options: dict[str, str] | None = None,
+               robustness: bool = False):
     """Register experiment `name`; `options` declares what `--set KEY=VALUE` may set for it
-    (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`."""
+    (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`; `robustness`: it reads
+    `ctx.robustness` (`reproduce NAME --robustness`)."""
     def deco(fn: Callable[[Context], None]):
         EXPERIMENTS[name] = (fn, help)
         OPTIONS[name] = dict(options or {})
+        if robustness:
+            ROBUST.add(name)
         return fn
 
     return deco

@@ -64,6 +64,12 @@ class Table:
     base_hp: dict = dataclasses.field(default_factory=dict)
     report: dict[str, Any] = dataclasses.field(default_factory=dict)  # report options
     quick_seeds: int | None = None  # --quick runs only the first N seeds (None: all)
+    # `reproduce NAME --robustness` (`papers.robustness`): "lrs", the client lrs the arms'
+    # lrs were tuned over, each rerun shared by all arms; "metrics", the headline metrics
+    # (default: the first of `metrics`); "settings", the setting labels, "arms", the arm
+    # labels (default: all).
+    # Empty: the table has no robustness mode.
+    robustness: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def seeds(self, seeds: list[int], quick: bool) -> list[int]:
         """The seeds a run of this table uses, of the command's `--seeds`."""

@@ -48,6 +48,9 @@ TUNED: dict[str, dict[str, tuple[float, int]]] = {
              "mwfed": (0.05, 10), "maxfl": (0.1, 10)}}
 
 
+# The client lr grid of that search (`papers.appeal.tune.GRID`): `--robustness` reruns a
+# table with each of these lrs shared by all arms.
+LR_GRID = (0.1, 0.05, 0.01, 0.005)
 # Settings without their own search use the values chosen on another one.
 TUNED_FROM = {"incfl": "tmlr", "flexible": "tmlr"}
 
@@ -135,7 +138,10 @@ APPEAL_FLEXIBLE = Table(
         "and its pool grows (`pool.png`).\n"
         "- Not run (CPU budget: a 2-core machine shared with other jobs): the paper's EMNIST "
         "column and the FedProx, PerFedAvg, pFedMe and q-FFL rows.\n"),
-    report={"pool_plot": True}, **BASE)
+    report={"pool_plot": True},
+    # FedAvg and MaxFL: the pair whose ranking the per-arm lrs may decide (CPU budget)
+    robustness={"lrs": LR_GRID, "metrics": ("gm_appeal_seen", "test_acc_seen"),
+                "arms": ("FedAvg", "MaxFL")}, **BASE)
 
 TABLE2_VARIANTS = ("FedAvg", "FedProx", "SCAFFOLD", "MW-Fed", "MaxFL")
 TMLR_LABEL = "TMLR (cohort 5, 30% flipped)"
@@ -167,7 +173,11 @@ APPEAL_UNSEEN = Table(
         "10-class global model appealing when its loss on the client's two labels beats a "
         "2-label solo model's (solo accuracy ~97-99%).\n"
         "- The Sent140 column of the paper is not run (CPU budget).\n"),
-    report={"plot_tag": "unseen", "summary": "table2"}, **BASE)
+    report={"plot_tag": "unseen", "summary": "table2"},
+    # the TMLR reading, MaxFL against FedAvg and MW-Fed (CPU budget: the IncFL column and
+    # the FedProx, SCAFFOLD rows would more than double the runs)
+    robustness={"lrs": LR_GRID, "metrics": ("gm_appeal_unseen",),
+                "settings": (TMLR_LABEL,), "arms": ("FedAvg", "MW-Fed", "MaxFL")}, **BASE)
 
 APPEAL_CURVES = Table(
     "appeal-curves", "MaxFL Figure 4: GM-Appeal and preferred accuracy (seen) over "

@@ -11,6 +11,7 @@ from typing import Any
 from papers.appeal.report import appeal_by_def, cluster_diagnostics, report_table
 from papers.appeal.specs import TABLES
 from papers.reproduce import Context, experiment
+from papers.robustness import run_robustness
 from papers.runner import run_table
 from papers.spec import Table
 
@@ -34,8 +35,14 @@ def record(res: dict, data) -> dict[str, Any]:
 
 
 def run_and_report(ctx: Context, table: Table) -> None:
+    """The table (`report_table`), or with `--robustness` its shared-lr check
+    (`papers.robustness.run_robustness`)."""
+    if ctx.robustness:
+        run_robustness(ctx, table)
+        return
     report_table(ctx, table, run_table(ctx, table, record))
 
 
 for _table in TABLES:
-    experiment(_table.name, _table.help)(lambda ctx, t=_table: run_and_report(ctx, t))
+    experiment(_table.name, _table.help, robustness=bool(_table.robustness))(
+        lambda ctx, t=_table: run_and_report(ctx, t))

@@ -30,13 +30,14 @@ from papers.appeal.specs import (
     BASELINES,
     FMNIST_FULL,
     FMNIST_QUICK,
+    LR_GRID,
     SETTINGS,
     TUNE_ALGORITHMS,
 )
 from papers.reproduce import Context, experiment, markdown_table, run_cache, run_key
 
 TUNE_SEED = 100
-GRID = {"client_lr": [0.1, 0.05, 0.01, 0.005], "local_steps": [10]}
+GRID = {"client_lr": list(LR_GRID), "local_steps": [10]}
 GRID_QUICK = {"client_lr": [0.05, 0.01], "local_steps": [10]}
 KEYS = ("gm_appeal_seen", "test_acc_seen", "preferred_acc_seen")
 

@@ -1,0 +1,124 @@
+"""Tests of `papers/robustness.py` (`reproduce NAME --robustness`, the shared-client-lr check of
+the MaxFL appeal tables): the per-seed comparison and the verdict on hand-made numbers, and
+one end-to-end run through the command line on a tiny synthetic table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from papers.robustness import analyse, compare, verdict
+
+
+def test_compare_best_other_by_mean_and_per_seed_signs():
+    vals = {"FedAvg": {0: 0.1, 1: 0.2, 2: 0.3}, "MW-Fed": {0: 0.3, 1: 0.0, 2: 0.0},
+            "MaxFL": {0: 0.5, 1: 0.6, 2: 0.7}}
+    c = compare(vals, "MaxFL")
+    assert c["best_other"] == "FedAvg" and c["seeds"] == [0, 1, 2]
+    np.testing.assert_allclose(c["diff"], [0.4, 0.4, 0.4])
+    assert c["signs"] == "+ + +" and c["held"]
+
+
+def test_one_flipped_seed_is_not_held():
+    c = compare({"FedAvg": {0: 0.1, 1: 0.2, 2: 0.3}, "MaxFL": {0: 0.5, 1: 0.1, 2: 0.7}},
+                "MaxFL")
+    assert c["signs"] == "+ − +" and not c["held"]
+
+
+def test_ties_and_nan_are_not_held():
+    tie = compare({"FedAvg": {0: 0.0, 1: 0.0}, "MaxFL": {0: 0.0, 1: 0.2}}, "MaxFL")
+    assert tie["signs"] == "0 +" and not tie["held"]
+    nan = compare({"FedAvg": {0: 0.1, 1: 0.1}, "MaxFL": {0: float("nan"), 1: 0.2}}, "MaxFL")
+    assert nan["signs"] == "? +" and not nan["held"]
+    # an arm with a NaN ranks last as "best other"
+    c = compare({"A": {0: float("nan")}, "B": {0: 0.1}, "MaxFL": {0: 0.2}}, "MaxFL")
+    assert c["best_other"] == "B" and c["held"]
+
+
+def test_verdict_strings():
+    v = verdict([True, False, True, True], True)
+    assert (v["k"], v["n"]) == (3, 4)
+    assert v["text"] == "held at 3 of 4 shared lrs (and at the tuned lrs)" == v["phrase"]
+    v = verdict([False] * 4, True)
+    assert v["text"] == "held at 0 of 4 shared lrs (and at the tuned lrs)"
+    assert v["phrase"] == "held at tuned lrs only"
+    v = verdict([True, False], False)
+    assert v["text"] == "held at 1 of 2 shared lrs (not at the tuned lrs)" == v["phrase"]
+    assert verdict([False], None)["text"] == "held at 0 of 1 shared lrs (tuned lrs not run)"
+    assert verdict([False], None)["phrase"] == "held at 0 of 1 shared lrs (tuned lrs not run)"
+
+
+def test_analyse_flips_one_seed_at_one_lr():
+    lrs = [0.1, 0.01]
+
+    def runs(by_lr):
+        return [{"seed": s, "client_lr": lr, "final": {"gm": x}}
+                for lr, xs in by_lr.items() for s, x in enumerate(xs)]
+
+    grid = {"col": {"FedAvg": {"runs": runs({0.1: [0.1, 0.1, 0.1], 0.01: [0.0, 0.3, 0.0]})},
+                    "MaxFL": {"runs": runs({0.1: [0.3, 0.2, 0.4], 0.01: [0.2, 0.2, 0.2]})}}}
+    tuned = {"col": {"FedAvg": {"gm": {0: 0.0, 1: 0.0, 2: 0.0}},
+                     "MaxFL": {"gm": {0: 0.5, 1: 0.4, 2: 0.6}}}}
+    (row,) = analyse(grid, lrs, ["gm"], "MaxFL", tuned)
+    assert [p["signs"] for p in row["per_lr"]] == ["+ + +", "+ − +"]
+    assert [p["held"] for p in row["per_lr"]] == [True, False]
+    assert row["tuned"]["held"] and row["tuned"]["signs"] == "+ + +"
+    assert row["text"] == "held at 1 of 2 shared lrs (and at the tuned lrs)"
+    (row,) = analyse(grid, lrs, ["gm"], "MaxFL", {})
+    assert row["tuned"] is None and row["text"].endswith("(tuned lrs not run)")
+
+
+@pytest.mark.slow
+def test_robustness_end_to_end(tmp_path, monkeypatch):
+    """`reproduce NAME --robustness` on a tiny synthetic table: both files, the lr grid,
+    every per-seed number, and the tuned verdict read from the table's results.json."""
+    import argparse
+
+    from papers import cli, reproduce
+    from papers.appeal.tables import run_and_report
+    from papers.spec import Arm, Setting, Table
+
+    tiny = dict(dataset="synthetic", partition="natural", clients=6, unseen_clients=0,
+                cohort=2, rounds=2, local_steps=1, batch_size=4, eval_every=1, min_samples=4,
+                rho_steps=2, opt_out_after=0, finetune_steps=0)
+    table = Table("tiny-robust", "tiny", "Tiny", settings=(Setting("s", tiny, tiny),),
+                  arms=(Arm("FedAvg", "fedavg"), Arm("MaxFL", "maxfl")),
+                  metrics=("gm_appeal_seen", "test_acc_seen"), base_cfg={"appeal": "on"},
+                  base_hp={"client_lr": 0.05, "solo_lr": 0.0},
+                  robustness={"lrs": (0.1, 0.05, 0.01), "metrics": ("test_acc_seen",)})
+    monkeypatch.setattr(reproduce, "load_modules", lambda: None)
+    monkeypatch.setitem(reproduce.EXPERIMENTS, "tiny-robust",
+                        (lambda ctx: run_and_report(ctx, table), "tiny"))
+    monkeypatch.setattr(reproduce, "ROBUST", {"tiny-robust"})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"grid": {"s": {
+        arm: {"status": "ok", "runs": [{"seed": s, "final": {"test_acc_seen": x}}
+                                       for s, x in ((0, a), (1, b))]}
+        for arm, a, b in (("FedAvg", 0.5, 0.6), ("MaxFL", 0.7, 0.8))}}}))
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    args = p.parse_args(["tiny-robust", "--robustness", "--seeds", "0,1", "--out", str(out),
+                         "--cache-dir", str(tmp_path / "cache")])
+    assert cli.cmd(args) == 0
+    res = json.loads((out / "robustness.json").read_text())
+    assert res["lrs"] == [0.1, 0.05, 0.01] and res["seeds"] == [0, 1]
+    for arm in ("FedAvg", "MaxFL"):
+        got = sorted((r["client_lr"], r["seed"]) for r in res["grid"]["s"][arm]["runs"])
+        assert got == sorted((lr, s) for lr in (0.1, 0.05, 0.01) for s in (0, 1))
+    (row,) = res["verdicts"]
+    assert [p["client_lr"] for p in row["per_lr"]] == [0.1, 0.05, 0.01]
+    assert row["tuned"]["held"] and row["n"] == 3
+    assert row["text"].startswith(f"held at {row['k']} of 3 shared lrs")
+    text = (out / "robustness.md").read_text()
+    assert "Verdict" in text and "0.005" not in text and row["text"] in text
+    # a second run is served from the run cache (same numbers)
+    assert cli.cmd(args) == 0
+    assert json.loads((out / "robustness.json").read_text())["grid"] == res["grid"]
+    # a table without the mode refuses the flag
+    args.name = "no-such-mode"
+    monkeypatch.setitem(reproduce.EXPERIMENTS, "no-such-mode", (lambda ctx: None, "x"))
+    with pytest.raises(Exception, match="no --robustness mode"):
+        cli.cmd(args)
