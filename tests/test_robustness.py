@@ -122,3 +122,30 @@ def test_robustness_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setitem(reproduce.EXPERIMENTS, "no-such-mode", (lambda ctx: None, "x"))
     with pytest.raises(Exception, match="no --robustness mode"):
         cli.cmd(args)
+
+
+def test_expalpha_robustness_verdicts_by_hand():
+    """Exp-α vs proportional at three shared lrs: held where every seed is above, not held
+    where one seed is below or ties; the table's lr (0.05) is the "tuned" one."""
+    from papers.expalpha.robust import analyse
+
+    ea = {0.01: {0: 0.80, 1: 0.81}, 0.05: {0: 0.85, 1: 0.84}, 0.1: {0: 0.86, 1: 0.80}}
+    pr = {0.01: {0: 0.79, 1: 0.80}, 0.05: {0: 0.83, 1: 0.83}, 0.1: {0: 0.85, 1: 0.80}}
+    out = analyse({"FedAvg": {"exp-alpha": ea, "proportional": pr}}, (0.01, 0.05, 0.1), 0.05)
+    r = out["FedAvg"]
+    assert [r["per_lr"][lr]["held"] for lr in (0.01, 0.05, 0.1)] == [True, True, False]
+    assert r["per_lr"][0.1]["signs"] == "+ 0"
+    assert r["verdict"]["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
+    ea[0.05] = {0: 0.82, 1: 0.84}  # below at the table's lr: "not at the tuned lrs"
+    r = analyse({"FedAvg": {"exp-alpha": ea, "proportional": pr}}, (0.01, 0.05, 0.1),
+                0.05)["FedAvg"]
+    assert r["verdict"]["text"] == "held at 1 of 3 shared lrs (not at the tuned lrs)"
+
+
+def test_expalpha_shared_lrs_around_the_tables_lr():
+    from pathlib import Path
+
+    from papers.expalpha.robust import lrs_of
+    from papers.reproduce import Context
+
+    assert lrs_of(Context("expalpha-flip", [0], Path("unused"))) == (0.01, 0.05, 0.1)

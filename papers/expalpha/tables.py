@@ -69,6 +69,7 @@ from papers.expalpha.report import (
     setting_text,
     summary_json,
 )
+from papers.expalpha.robust import run_expalpha_robustness
 from papers.expalpha.runs import (
     effective_cohort,
     grid_rows,
@@ -177,8 +178,11 @@ def expalpha_imbalance(ctx: Context) -> None:
 
 @experiment("expalpha-flip", "Exp-alpha Table 2: 5 backbones x {prop, Exp-alpha}, each "
                              "sampled client flipped with probability 1/3",
-            options=OPTIONS)
+            options=OPTIONS, robustness=True)
 def expalpha_flip(ctx: Context) -> None:
+    if ctx.robustness:  # the shared-lr check (papers.expalpha.robust)
+        run_expalpha_robustness(ctx, "flip", "Exp-α Table 2 (label flipping)")
+        return
     bbs = backbones(ctx, "flip")
     runs, rounds = run_grid(ctx, "flip", "flipped")
     rows = grid_rows(ctx, runs, rounds, "flip")
