@@ -108,9 +108,10 @@ SELECTION = Family(
     key="selection", title="DivFL vs Random client selection",
     paper="SubTrunc / UnionFL paper (Castillo et al.), Table I",
     claim="DivFL leaves a lower client dissimilarity (std of per-client accuracy, pp)",
-    setting="MNIST MLP, {clients} clients x 3 classes, {cohort} per round, DivFL on "
+    setting="Fashion-MNIST MLP (the paper: MNIST, LeNet-5; Fashion-MNIST is the data every "
+            "install has), {clients} clients x 3 classes, {cohort} per round, DivFL on "
             "full-data gradients",
-    cfg=dict(algorithm="fedavg", dataset="mnist", model="mlp", partition="classes",
+    cfg=dict(algorithm="fedavg", dataset="fmnist", model="mlp", partition="classes",
              classes_per_client=3, clients=50, unseen_clients=0, cohort=10,
              greedy_candidates=10, selector_features="grad", feature_refresh=1,
              selector_objective="raw", aggregation="uniform", appeal="off", rounds=20,
