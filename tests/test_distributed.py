@@ -270,6 +270,18 @@ def test_stderr_filter_reduces_a_runtime_abort_to_one_line():
     filter_stderr(io.StringIO("fedjax-appeal: error: process 0 of 2: another process ...\n"
                               + FATAL), out)
     assert out.getvalue().count("fedjax-appeal: error:") == 1
+    # a runtime warning written into the middle of our error line (another thread, same
+    # fd): split off and dropped, the error line stays whole
+    out = io.StringIO()
+    filter_stderr(io.StringIO(
+        "fedjax-appeal: error: process 1 of 2: another process of this job stopped (x); "
+        "no results written; start again with --resume D/kW1126 04:36:08.854254   14972 "
+        "preemption_sync_manager.cc:147] Failed to retrieve preemption notice from "
+        "coordination service: UNAVAILABLE: Socket closed\n" + FATAL), out)
+    assert out.getvalue().splitlines() == [
+        "fedjax-appeal: error: process 1 of 2: another process of this job stopped (x); "
+        "no results written; start again with --resume D/k",
+        "[fedavg] round    4/30  train_loss 0.4703"]
     # a normal run: everything passes unchanged
     text = "fedjax-appeal: fedavg on synthetic\n[fedavg] round 2/2\nTraceback (most recent)\n"
     out = io.StringIO()

@@ -133,9 +133,13 @@ def stop_for_peer(detail: str) -> None:
 
     if _stopping.acquire(blocking=False):
         advice = _advice[0] if _advice else ""
-        print(f"fedjax-appeal: error: process {jax.process_index()} of {jax.process_count()}: "
-              f"another process of this job stopped ({detail[:160]}); no results written"
-              + (f"; {advice}" if advice else ""), file=sys.stderr, flush=True)
+        line = (f"fedjax-appeal: error: process {jax.process_index()} of "
+                f"{jax.process_count()}: another process of this job stopped "
+                f"({detail[:160]}); no results written" + (f"; {advice}" if advice else ""))
+        sys.stderr.flush()
+        # one write() of the whole line: the runtime's C++ threads log to the same fd, and
+        # print() would write the text and its newline separately
+        os.write(2, (line + "\n").encode())
         sys.stdout.flush()
     os._exit(EXIT_PEER)
 

@@ -26,6 +26,13 @@ RUNTIME_ERROR = re.compile(r"^(?:([EFW])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\
                            r"terminate called.*)$")
 # A warning starts the quiet mode only when it is about the runtime losing a process.
 LOST = ("coordination service", "UNAVAILABLE", "heartbeat")
+# A runtime log line that another thread wrote into the middle of a line of this program.
+EMBEDDED = re.compile(r"(?<=\S)(?=[EFWI]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\])")
+
+
+def split_lines(raw: str) -> list[str]:
+    """`raw` without its newline, split where a runtime log line starts inside it."""
+    return EMBEDDED.split(raw.rstrip("\n"))
 
 
 def summarize(detail: str) -> str:
@@ -37,8 +44,7 @@ def summarize(detail: str) -> str:
 def run(inp, out) -> None:
     """Copy `inp` to `out` line by line with the filtering described above."""
     advice, reason, fatal_reason, quiet, said = "", "", "", False, False
-    for raw in inp:
-        line = raw.rstrip("\n")
+    for line in (part for raw in inp for part in split_lines(raw)):
         if line.startswith(ADVICE_TAG):
             advice = line[len(ADVICE_TAG):]
             continue
