@@ -221,7 +221,8 @@ APPEAL_BYZANTINE = Table(
         "row (FMNIST: 69.75% / 0.39 seen, 71.11% / 0.46 unseen; its second pair of columns, "
         "53.82% / 0.26 and 55.10% / 0.28, is not labelled in the text) and the claim that "
         "MaxFL loses only 1-5% accuracy against Table 1.\n"),
-    report={"pool_plot": True}, **BASE)
+    report={"pool_plot": True},
+    robustness={"lrs": LR_GRID, "metrics": ("test_acc_seen", "gm_appeal_seen")}, **BASE)
 
 RHO_STEPS = (50, 100, 150)
 APPEAL_RHO_STEPS = Table(
@@ -235,7 +236,8 @@ APPEAL_RHO_STEPS = Table(
            for k, g in (("FedAvg", 0.01), ("MaxFL", 0.55))},
     notes=COMMON_NOTES + ("- TMLR Table 2 setting; only tau_l varies (tau_l = 100 is "
                             "Table 2's runs). FedProx (paper: as FedAvg) left out: CPU "
-                            "budget. --quick halves tau_l.\n"), **BASE)
+                            "budget. --quick halves tau_l.\n"),
+    robustness={"lrs": LR_GRID, "metrics": ("gm_appeal_seen",)}, **BASE)
 
 APPEAL_FAIRNESS = Table(
     "appeal-fairness", "MaxFL Table 7: q-FFL (q=1, q=10 as AFL stand-in) vs MaxFL",
@@ -249,7 +251,10 @@ APPEAL_FAIRNESS = Table(
            [("q-FFL q=1", 0.03, 99.24), ("q-FFL q=10 (AFL stand-in)", 0.0, 98.90),
             ("MaxFL", 0.55, 99.29)]},
     notes=COMMON_NOTES + ("- AFL is replaced by q-FFL with q = 10 (as the paper says it "
-                            "emulates AFL); both q use q-FFL's tuned lr.\n"), **BASE)
+                            "emulates AFL); both q use q-FFL's tuned lr.\n"),
+    # MaxFL against the fairness baselines the claim is about
+    robustness={"lrs": LR_GRID, "metrics": ("gm_appeal_seen",),
+                "arms": ("q-FFL q=1", "q-FFL q=10 (AFL stand-in)", "MaxFL")}, **BASE)
 
 SYNTHETIC = dict(dataset="synthetic", synthetic_alpha=1.0, synthetic_beta=1.0,
                  partition="natural", clients=100, unseen_clients=0, cohort=10, rounds=200,

@@ -1,10 +1,11 @@
-"""`reproduce expalpha-flip --robustness` / `expalpha-adapt --robustness`: does Exp-α's
+"""`reproduce expalpha-flip|expalpha-adapt|expalpha-imbalance --robustness`: does Exp-α's
 gain over proportional weights survive a change of the shared client learning rate?
 
-Exp-α (Exp-α paper, Tables 2 and Fig. 2b) changes only the aggregation weights, so in the
-tables both arms of a backbone already run at one shared client lr (`CLIENT_LR`, 0.05 in the
-cpu profile). This mode reruns every backbone x {proportional, Exp-α} x seed of the table at
-each lr of `LRS` (the table's lr, a fifth of it and twice it), with everything else as in
+Exp-α (Exp-α paper, Table 2, Fig. 2b and Table 1 with random majors) changes only the
+aggregation weights, so in the tables both arms of a backbone already run at one shared
+client lr (`CLIENT_LR`, 0.05 in the cpu profile). This mode reruns every backbone (of
+Fig. 2b: FedAvg; of Table 1: the three whose row held) x {proportional, Exp-α} x seed of
+the table at each lr of `LRS` (the table's lr, a fifth of it and twice it), with everything else as in
 the table, and compares Exp-α with proportional seed by seed on the final clean test
 accuracy (`test_acc_global`). Each (backbone, aggregation, seed) is one
 `fedjax_appeal.sweep` over the lrs, each lr a batch of one (`max_parallel=1`, the run's own
@@ -36,8 +37,10 @@ def lrs_of(ctx: Context) -> tuple[float, ...]:
     return (round(lr / 5, 6), lr, round(2 * lr, 6))
 
 
-def shared_lr_runs(ctx: Context, setting: str) -> dict[str, dict[str, dict[float, dict]]]:
-    """{backbone: {aggregation: {lr: {seed: final metric}}}} at every lr of `lrs_of`."""
+def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
+                   ) -> dict[str, dict[str, dict[float, dict]]]:
+    """{backbone: {aggregation: {lr: {seed: final metric}}}} at every lr of `lrs_of`, for
+    the setting's backbones (only those named in `labels` when given)."""
     from fedjax_appeal import load_federated, sweep
 
     lrs = lrs_of(ctx)
@@ -46,6 +49,8 @@ def shared_lr_runs(ctx: Context, setting: str) -> dict[str, dict[str, dict[float
     for seed in seeds_of(ctx):
         data = ds = None
         for b in backbones(ctx, setting):
+            if labels and b.label not in labels:
+                continue
             for agg in AGGREGATIONS:
                 cfg = make_cfg(ctx, setting, seed, b, agg)
                 hp = make_hp(ctx, b)
@@ -84,11 +89,13 @@ def analyse(runs: dict[str, dict[str, dict[float, dict]]], lrs, table_lr: float
     return out
 
 
-def run_expalpha_robustness(ctx: Context, setting: str, title: str) -> None:
-    """Run the shared-lr check of an Exp-α table setting and write its report."""
+def run_expalpha_robustness(ctx: Context, setting: str, title: str,
+                            labels: tuple[str, ...] = ()) -> None:
+    """Run the shared-lr check of an Exp-α table setting (its backbones, or those named in
+    `labels`) and write its report."""
     lrs = lrs_of(ctx)
     table_lr = CLIENT_LR[profile(ctx)]
-    runs = shared_lr_runs(ctx, setting)
+    runs = shared_lr_runs(ctx, setting, labels)
     res = analyse(runs, lrs, table_lr)
     rows = []
     for bb, r in res.items():
@@ -105,7 +112,8 @@ def run_expalpha_robustness(ctx: Context, setting: str, title: str) -> None:
     md = (f"# Robustness to the shared client lr: {title}\n\n"
           f"Command: `{ctx.command}`\n\n"
           f"Both arms of a backbone share one client lr in the table ({table_lr:g}); here "
-          f"every backbone x {{proportional, Exp-α (α = 0.2)}} x seed {seeds_of(ctx)} reruns "
+          f"each backbone ({', '.join(runs)}) x {{proportional, Exp-α (α = 0.2)}} x seed "
+          f"{seeds_of(ctx)} reruns "
           f"at each shared lr {list(lrs)}, everything else as in the table. Metric: final "
           f"clean test accuracy (`{METRIC}`, %). Exp-α − proportional per seed; held at an lr "
           "only when every seed is > 0 (a tie is not held).\n\n"

@@ -114,8 +114,13 @@ def _ratio_key_names(runs) -> dict[str, str]:
 @experiment("expalpha-imbalance", "Exp-alpha Table 1: 5 backbones x {prop, Exp-alpha}, "
                                   "equal-size class-imbalanced clients (shared and random "
                                   "majors) + FedAvg on the (E, t) grid",
-            options=OPTIONS)
+            options=OPTIONS, robustness=True)
 def expalpha_imbalance(ctx: Context) -> None:
+    if ctx.robustness:  # the backbones whose random-majors row held (papers.expalpha.robust)
+        run_expalpha_robustness(ctx, "imbalance-random",
+                                "Exp-α Table 1 (class imbalance, random majors)",
+                                ("FedAvg", "FedProx", "FedFor"))
+        return
     bbs = backbones(ctx, "imbalance")
     shared, rounds = run_grid(ctx, "imbalance", "imbalanced")
     rand, _ = run_grid(ctx, "imbalance-random", "imbalanced")
@@ -226,8 +231,12 @@ def adapt_rows(results: dict[str, dict[str, list[dict]]], cohorts: dict[str, int
 
 @experiment("expalpha-adapt", "Exp-alpha Fig. 2: per-group aggregation weights over training "
                               "(imbalanced / flipped clients)",
-            options=OPTIONS)
+            options=OPTIONS, robustness=True)
 def expalpha_adapt(ctx: Context) -> None:
+    if ctx.robustness:  # Fig. 2b's accuracy claim (papers.expalpha.robust)
+        run_expalpha_robustness(ctx, "adapt-flip",
+                                "Exp-α Fig. 2b (2 of 6 flipped in every cohort)", ("FedAvg",))
+        return
     fedavg = BY_LABEL["FedAvg"]
     results: dict[str, dict[str, list[dict]]] = {}
     traces: dict[str, dict[str, list[float]]] = {}
