@@ -5,8 +5,8 @@ Exp-α (Exp-α paper, Table 2, Fig. 2b and Table 1 with random majors) changes o
 aggregation weights, so in the tables both arms of a backbone already run at one shared
 client lr (`CLIENT_LR`, 0.05 in the cpu profile). This mode reruns every backbone (of
 Fig. 2b: FedAvg; of Table 1: the three whose row held) x {proportional, Exp-α} x seed of
-the table at each lr of `LRS` (the table's lr, a fifth of it and twice it), with everything else as in
-the table, and compares Exp-α with proportional seed by seed on the final clean test
+the table at each lr of `LRS` (the table's lr, a fifth of it and twice it), with everything
+else as in the table, and compares Exp-α with proportional seed by seed on the final clean test
 accuracy (`test_acc_global`). Each (backbone, aggregation, seed) is one
 `fedjax_appeal.sweep` over the lrs, each lr a batch of one (`max_parallel=1`, the run's own
 program; see `papers.robustness`). Verdicts come from `papers.robustness.compare` and
