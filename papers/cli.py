@@ -32,9 +32,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "shows them), e.g. --set profile=gpu for the Exp-alpha tables")
     p.add_argument("--robustness", action="store_true",
                    help="instead of the table: rerun each setting with ONE client lr shared "
-                        "by all arms, for every lr of the grid the arms' lrs were tuned over, "
-                        "same seeds; writes robustness.md / robustness.json into the table's "
-                        "folder (tables marked [--robustness] in `reproduce list`)")
+                        "by all arms, for every lr of the grid the arms' lrs were tuned over "
+                        "(tables whose arms already share one lr: that lr, a fifth of it and "
+                        "twice it), same seeds; writes robustness.md / robustness.json into "
+                        "the table's folder (tables marked [--robustness] in `reproduce "
+                        "list`)")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every configuration (default: reuse runs finished earlier with "
                         "the same code, kept in <cache>/runs)")

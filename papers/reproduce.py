@@ -41,6 +41,7 @@ class Context:
     reuse: bool = True  # serve runs finished earlier with the same code from the run cache
     options: dict[str, str] = dataclasses.field(default_factory=dict)  # `--set KEY=VALUE`
     robustness: bool = False  # `--robustness`: the shared-lr check instead of the table
+    client_lr: float | None = None  # set: every run's client lr (`papers.shared_lr`)
     t0: float = dataclasses.field(default_factory=time.perf_counter)
 
     def base(self, **kw) -> RunConfig:
@@ -78,6 +79,8 @@ class Context:
         """
         from fedjax_appeal import run_config
 
+        if self.client_lr is not None:
+            hp = hp.replace(client_lr=self.client_lr)
         what = f"{label or cfg.algorithm} seed {cfg.seed}"
         path = run_cache(self.cache_dir) / f"{run_key(cfg, hp)}.json" if self.reuse else None
         if path is not None and path.is_file():
@@ -164,14 +167,24 @@ MODULES: list[str] = [
 
 
 def experiment(name: str, help: str, options: dict[str, str] | None = None,
-               robustness: bool = False):
+               robustness: bool = False, shared_lr: Any = None):
     """Register experiment `name`; `options` declares what `--set KEY=VALUE` may set for it
     (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`; `robustness`: it reads
-    `ctx.robustness` (`reproduce NAME --robustness`)."""
+    `ctx.robustness` (`reproduce NAME --robustness`); `shared_lr` (a
+    `papers.shared_lr.SharedLr`): `--robustness` reruns the whole experiment at each of its
+    lrs (`papers.shared_lr.run_shared_lr`)."""
     def deco(fn: Callable[[Context], None]):
-        EXPERIMENTS[name] = (fn, help)
+        def run(ctx: Context) -> None:
+            if ctx.robustness and shared_lr is not None:
+                from papers.shared_lr import run_shared_lr
+
+                run_shared_lr(ctx, fn, shared_lr)
+            else:
+                fn(ctx)
+
+        EXPERIMENTS[name] = (run if shared_lr is not None else fn, help)
         OPTIONS[name] = dict(options or {})
-        if robustness:
+        if robustness or shared_lr is not None:
             ROBUST.add(name)
         return fn
 

@@ -149,3 +149,67 @@ def test_expalpha_shared_lrs_around_the_tables_lr():
     from papers.reproduce import Context
 
     assert lrs_of(Context("expalpha-flip", [0], Path("unused"))) == (0.01, 0.05, 0.1)
+
+
+def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeypatch):
+    """`papers.shared_lr`: the experiment reruns at every lr but the table's (read from the
+    table's results.json), each run's client lr is replaced, forced options reach the
+    rerun, and each claim is judged against the paper's sign seed by seed."""
+    import argparse
+
+    from fedjax_appeal import HParams, RunConfig
+    from papers import cli, reproduce
+    from papers.shared_lr import Claim, SharedLr, judge, lookup
+
+    seen = []
+
+    def fake_run_config(cfg, hp, **kw):
+        seen.append(float(hp.client_lr))
+        return {"history": [{"round": 1, "test_acc_seen": 0.5}]}, None
+
+    monkeypatch.setattr("fedjax_appeal.run_config", fake_run_config)
+
+    def table(ctx):  # "B − A" per seed = 10·lr − 0.5 + seed/10: positive for lr ≥ 0.05
+        ctx.run(RunConfig(dataset="synthetic"), HParams(client_lr=0.05))
+        lr = ctx.client_lr
+        diffs = [10 * lr - 0.5 + s / 10 for s in ctx.seeds]
+        ctx.write({"results.json": {"opt": ctx.option("k"), "paired": {"B − A": {
+            "diffs": diffs, "signs": "".join("+" if d > 0 else "-" if d < 0 else "0"
+                                             for d in diffs)}}}})
+
+    spec = SharedLr(0.05, (0.01, 0.05, 0.1), (Claim("paired/B − A", "+", "B above A"),
+                                              Claim("paired/missing", "-", "absent")),
+                    options={"k": "forced"})
+    reproduce.experiment("tiny-shared", "tiny", options={"k": "x"}, shared_lr=spec)(table)
+    monkeypatch.setattr(reproduce, "load_modules", lambda: None)
+    out = tmp_path / "out"
+    out.mkdir()  # the table's own run at 0.05: held in both seeds
+    (out / "results.json").write_text(json.dumps({"paired": {"B − A": {
+        "diffs": [0.3, 0.2], "signs": "++"}}}))
+    p = argparse.ArgumentParser()
+    cli.configure(p)
+    args = p.parse_args(["tiny-shared", "--robustness", "--seeds", "0,1", "--out", str(out),
+                         "--cache-dir", str(tmp_path / "cache"), "--fresh"])
+    try:
+        assert cli.cmd(args) == 0
+    finally:
+        for reg in (reproduce.EXPERIMENTS, reproduce.OPTIONS):
+            reg.pop("tiny-shared", None)
+        reproduce.ROBUST.discard("tiny-shared")
+    assert seen == [0.01, 0.1]  # the table's lr is not rerun; every run's lr replaced
+    res = json.loads((out / "robustness.json").read_text())
+    assert res["sources"] == {"0.01": "rerun", "0.05": "the table's own run", "0.1": "rerun"}
+    v = {x["claim"]: x for x in res["verdicts"]}
+    b = v["B above A"]
+    assert b["per_lr"]["0.01"]["diffs"] == pytest.approx([-0.4, -0.3])
+    assert [b["per_lr"][k]["held"] for k in ("0.01", "0.05", "0.1")] == [False, True, True]
+    assert b["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
+    assert v["absent"]["k"] == 0 and "not in the run" in (out / "robustness.md").read_text()
+    rerun = tmp_path / "cache" / "shared-lr" / "tiny-shared" / "lr-0.1" / "results.json"
+    assert json.loads(rerun.read_text())["opt"] == "forced"
+    # the pieces by hand
+    assert lookup({"a": {"b": {"diffs": [1.0]}}}, "a/b") == {"diffs": [1.0]}
+    assert lookup({"a": {"b": 1}}, "a/b") is None and lookup({}, "a") is None
+    assert judge({"diffs": [-1.0, 0.0]}, "-") == {"diffs": [-1.0, 0.0], "signs": "-0",
+                                                  "held": False}
+    assert judge(None, "+")["held"] is False

@@ -25,16 +25,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_appeal import HParams
+from fedjax_appeal import ConfigError, HParams
 from papers.hetero.specs import (
     BUFF_HP,
     BUFF_SCHEDULE,
     BUFF_SETTING,
+    BUFF_SHARED_LR,
     NOVA_ALPHAS,
     NOVA_ARMS,
     NOVA_HP,
     NOVA_SCHEDULE,
     NOVA_SETTING,
+    NOVA_SHARED_LR,
 )
 from papers.pairs import pair_cell, paired, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
@@ -227,9 +229,13 @@ def _plot_curves(path: Path, curves: dict[str, list[tuple[np.ndarray, np.ndarray
 
 
 @experiment("hetero-fednova", "FedNova vs FedAvg with tau_k = one local epoch (FMNIST, "
-                              "Dirichlet 0.3) + the least-squares fixed-point diagnostic")
+                              "Dirichlet 0.3) + the least-squares fixed-point diagnostic",
+            options={"alphas": "a subset of the Dirichlet concentrations, e.g. 0.1 "
+                               "(default: 0.3,0.1)"},
+            shared_lr=NOVA_SHARED_LR)
 def hetero_fednova(ctx: Context) -> None:
-    blocks = {alpha: _nova_block(ctx, alpha) for alpha in NOVA_ALPHAS}
+    alphas = _alphas(ctx)
+    blocks = {alpha: _nova_block(ctx, alpha) for alpha in alphas}
     toy = toy_fixed_points()
     sched = NOVA_SCHEDULE[ctx.quick]
     table = (
@@ -238,7 +244,7 @@ def hetero_fednova(ctx: Context) -> None:
         f"client), cohort 10 uniform, {sched['rounds']} rounds, default MLP, client lr 0.05, "
         "batch 32, tau_k = floor(1 epoch x n_k / 32) clipped to [1, 60] (`--local-steps-dist "
         "epochs`), proportional p_k = n_k / n, server SGD lr 1; alpha = "
-        f"{' and '.join(map(str, NOVA_ALPHAS))}. Seeds {', '.join(map(str, ctx.seeds))} (data "
+        f"{' and '.join(map(str, alphas))}. Seeds {', '.join(map(str, ctx.seeds))} (data "
         "and training). Paired difference = FedNova − FedAvg per seed; 'held' needs the "
         "paper's sign in every seed.\n\n"
         "Paper (Wang et al. 2020): FedAvg with heterogeneous tau_k converges to a stationary "
@@ -269,7 +275,7 @@ def hetero_fednova(ctx: Context) -> None:
             [[lr, a, f"{row[a]['dist_true']:.4f}", f"{row[a]['dist_predicted']:.1e}",
               f"{row[a]['objective_gap']:.2e}"]
              for lr, row in toy["by_lr"].items() for a in ("fedavg", "fednova")]))
-    first = blocks[NOVA_ALPHAS[0]][1]["runs"]
+    first = blocks[alphas[0]][1]["runs"]
     curves = {a: [(np.array([h["round"] for h in r["history"]]),
                    np.array([h["test_acc_seen"] for h in r["history"]])) for r in first[a]]
               for a in first}
@@ -278,7 +284,22 @@ def hetero_fednova(ctx: Context) -> None:
                                 "toy": toy, "schedule": sched},
                "accuracy.png": lambda p: _plot_curves(
                    p, curves, "round", f"FedAvg vs FedNova, tau_k = 1 epoch, Dirichlet("
-                                       f"{NOVA_ALPHAS[0]})")})
+                                       f"{alphas[0]})")})
+
+
+def _alphas(ctx: Context) -> tuple[float, ...]:
+    """The Dirichlet concentrations to run (`--set alphas=`; default `NOVA_ALPHAS`)."""
+    text = ctx.option("alphas")
+    if not text:
+        return NOVA_ALPHAS
+    try:
+        got = tuple(float(a) for a in text.split(","))
+    except ValueError:
+        got = ()
+    if not got or any(a not in NOVA_ALPHAS for a in got):
+        raise ConfigError(f"--set alphas={text}: give a comma-separated subset of "
+                          f"{','.join(map(str, NOVA_ALPHAS))}")
+    return got
 
 
 def _buff_runs(ctx: Context, seed: int) -> dict:
@@ -334,7 +355,8 @@ def _time_to(t: list[float], acc: list[float], target: float) -> float:
 
 
 @experiment("hetero-fedbuff", "FedBuff vs synchronous FedAvg at equal simulated time "
-                              "(FMNIST, LogNormal(0, 1) step times)")
+                              "(FMNIST, LogNormal(0, 1) step times)",
+            shared_lr=BUFF_SHARED_LR)
 def hetero_fedbuff(ctx: Context) -> None:
     runs = [_buff_runs(ctx, s) for s in ctx.seeds]
     horizon = min(r["horizon"] for r in runs)
