@@ -89,8 +89,11 @@ def results_at(ctx: Context, fn: Callable[[Context], None], spec: SharedLr,
 def run_shared_lr(ctx: Context, fn: Callable[[Context], None], spec: SharedLr) -> None:
     """Rerun `fn` at every lr of `spec`, judge its claims and write the report."""
     got = {lr: results_at(ctx, fn, spec, lr) for lr in spec.lrs}
-    rows, verdicts = [], []
+    rows, verdicts, absent = [], [], []
     for c in spec.claims:
+        if all(lookup(data, c.path) is None for data, _ in got.values()):
+            absent.append(c.label)  # e.g. a dataset this invocation did not run
+            continue
         per_lr = {lr: judge(lookup(data, c.path), c.want) for lr, (data, _) in got.items()}
         v = verdict([per_lr[lr]["held"] for lr in spec.lrs], per_lr[spec.table_lr]["held"])
         verdicts.append({"claim": c.label, "path": c.path, "want": c.want,
@@ -115,10 +118,11 @@ def run_shared_lr(ctx: Context, fn: Callable[[Context], None], spec: SharedLr) -
           + ".\n\n"
           + markdown_table(["claim", "client lr", "mean ± std", "per seed", "signs", "held"],
                            rows)
-          + f"\n**Verdicts** (\"tuned\" = the table's lr {spec.table_lr:g}):\n\n{lines}\n")
+          + f"\n**Verdicts** (\"tuned\" = the table's lr {spec.table_lr:g}):\n\n{lines}\n"
+          + (f"\nNot in these runs: {'; '.join(absent)}.\n" if absent else ""))
     print(md)
     ctx.write({"robustness.md": md,
                "robustness.json": {"command": ctx.command, "table_lr": spec.table_lr,
                                    "lrs": list(spec.lrs), "seeds": list(ctx.seeds),
                                    "sources": {str(lr): s for lr, (_, s) in got.items()},
-                                   "verdicts": verdicts}})
+                                   "verdicts": verdicts, "absent": absent}})

@@ -204,7 +204,8 @@ def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeyp
     assert b["per_lr"]["0.01"]["diffs"] == pytest.approx([-0.4, -0.3])
     assert [b["per_lr"][k]["held"] for k in ("0.01", "0.05", "0.1")] == [False, True, True]
     assert b["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
-    assert v["absent"]["k"] == 0 and "not in the run" in (out / "robustness.md").read_text()
+    assert "absent" not in v and res["absent"] == ["absent"]
+    assert "Not in these runs: absent." in (out / "robustness.md").read_text()
     rerun = tmp_path / "cache" / "shared-lr" / "tiny-shared" / "lr-0.1" / "results.json"
     assert json.loads(rerun.read_text())["opt"] == "forced"
     # the pieces by hand

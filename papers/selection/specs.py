@@ -4,6 +4,7 @@ numbers."""
 
 from __future__ import annotations
 
+from papers.shared_lr import Claim, SharedLr
 from papers.spec import Arm, Setting, Table
 
 SELECTORS = ("divfl", "subtrunc", "unionfl", "random", "poc")
@@ -136,3 +137,13 @@ TABLE_IV = Table(
                for p in ("log", "identity")) + (Arm("divfl", "fedavg",
                                                     cfg={"selector": "divfl"}),),
     metrics=METRICS, paper=_paper(PAPER_T4, METRICS), **COMMON)
+
+# `--robustness` of Table I: DivFL and Random (the rows whose direction held) at client lr
+# 0.01, 0.05 (the table's) and 0.1; CIFAR-10 too with `--set cifar=1`
+TABLE_I_SHARED_LR = SharedLr(
+    BASE_HP["client_lr"], (0.01, 0.05, 0.1),
+    tuple(Claim(f"{ds}_paired/DivFL − Random/dissimilarity", "-",
+                f"DivFL − Random, dissimilarity ({name})")
+          for ds, name in (("mnist", "MNIST"), ("cifar10", "CIFAR-10"))),
+    options={"selectors": "divfl,random"},
+    note="Selectors DivFL and Random only (`--set selectors=divfl,random`). ")

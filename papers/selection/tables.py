@@ -57,6 +57,7 @@ from papers.selection.specs import (
     SELECTORS,
     SETTING,
     TABLE_I,
+    TABLE_I_SHARED_LR,
     TABLE_II,
     TABLE_II_LAMBDAS,
     TABLE_III,
@@ -233,7 +234,8 @@ def _run_all(ctx: Context, table: Table, dataset: str, arms: list[str] | None = 
 
 
 @experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_SCHEDULE,
-                                                   **OPT_SELECTORS})
+                                                   **OPT_SELECTORS},
+            shared_lr=TABLE_I_SHARED_LR)
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     sels = SELECTORS
