@@ -207,6 +207,8 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
                       f"lr too): the direction held at {k} of {n} lrs.", "",
                       markdown_table(["client lr", f"{a} per seed", f"{b} per seed",
                                       "signs", "every seed"], grows), fam.schedule_note, ""]
+        elif fam.schedule_note:
+            parts += [fam.schedule_note, ""]
         parts += ["Settings of each arm (RunConfig and HParams keys):", ""]
         parts += [f"- {arm}: " + ", ".join(f"{k}={v}" for k, v in s.items())
                   for arm, s in rec["settings"].items()]
