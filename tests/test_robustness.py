@@ -214,3 +214,41 @@ def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeyp
     assert judge({"diffs": [-1.0, 0.0]}, "-") == {"diffs": [-1.0, 0.0], "signs": "-0",
                                                   "held": False}
     assert judge(None, "+")["held"] is False
+
+
+def test_privacy_compress_robustness_pairs_each_lr(tmp_path, monkeypatch):
+    """`privacy_compress compress OUT --robustness`: the claims' arms at each lr (run files
+    named by lr; the table's lr taken from the table's results.json, not rerun) and the
+    per-seed verdicts."""
+    from papers.extensions import privacy_compress as pc
+
+    calls = []
+
+    def fake(cfg, hp, **kw):  # accuracy = 0.5 + lr + arm bonus (qsgd below FedAvg at 0.2)
+        lr = float(hp.client_lr)
+        calls.append((cfg.compress, cfg.seed, lr))
+        bonus = {"none": 0.0, "qsgd": 0.01 if lr < 0.15 else -0.01}.get(cfg.compress, 0.0)
+        if cfg.compress == "topk":
+            bonus = 0.02 if cfg.compress_feedback == "on" else 0.0
+        return ({"config": {}, "hparams": {}, "timing": {}, "round_metrics": {},
+                 "history": [{"round": 1, "test_acc_seen": 0.5 + lr + bonus + cfg.seed / 100}]},
+                type("S", (), {"final_state": type("F", (), {"params": {}})()})())
+
+    monkeypatch.setattr("fedjax_appeal.run_config", fake)
+    out = tmp_path / "compression"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"runs": {
+        arm: [{"seed": s, "history": [{"round": 1, "test_acc_seen": 0.6 + b}]} for s in (0, 1)]
+        for arm, b in (("fedavg", 0.0), ("qsgd-s4", 0.001), ("topk-1pc-ef", 0.0),
+                       ("topk-1pc", 0.01))}}))
+    assert pc.main(["compress", str(out), "--seeds", "0", "1", "--robustness",
+                    "--lrs", "0.02,0.1,0.2", "--runs", str(tmp_path / "runs")]) == 0
+    assert {lr for _, _, lr in calls} == {0.02, 0.2}  # 0.1: the table's runs
+    assert (tmp_path / "runs" / "qsgd-s4-lr0.2-s1.json").is_file()
+    res = json.loads((out / "robustness.json").read_text())
+    q, t = res["claims"]
+    assert [q["per_lr"][k]["held"] for k in ("0.02", "0.1", "0.2")] == [True, True, False]
+    assert q["per_lr"]["0.1"]["diffs"] == pytest.approx([0.1, 0.1])
+    assert q["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
+    assert [t["per_lr"][k]["held"] for k in ("0.02", "0.1", "0.2")] == [True, False, True]
+    assert t["text"] == "held at 2 of 3 shared lrs (not at the tuned lrs)"

@@ -2,13 +2,19 @@
 results/compression.
 
     python -m papers.extensions.privacy_compress {dp,compress} OUT [--seeds 0 1 2]
-        [--arms a,b] [--runs RUNS]
+        [--arms a,b] [--runs RUNS] [--robustness [--lrs 0.02,0.1,0.2]]
 
 Every arm shares one schedule (1,000 clients of Fashion-MNIST, Dirichlet(0.5), MLP [64, 30],
 200 rounds, 10 local SGD steps of batch 16 at lr 0.1, uniform aggregation, expected cohort
 50). Each finished run is kept in RUNS (default OUT/runs) as ARM-sSEED.json, so a second
 call only rebuilds the report; the `fedavg` runs are shared by both reports when they use
 the same RUNS folder. The report is table.md, results.json and accuracy.png in OUT.
+
+`--robustness` runs the claims' arms (`CLAIMS`) again with every arm at each shared client
+lr of `--lrs` (default the table's 0.1, a fifth of it and twice it; runs kept as
+ARM-lrX-sSEED.json, the table's lr as ARM-sSEED.json) and writes robustness.md /
+robustness.json into OUT: per claim and lr the paired per-seed differences and whether the
+paper's direction held in every seed.
 """
 
 from __future__ import annotations
@@ -69,6 +75,11 @@ PAPERS = {
                  "fixed-length code of `local/compress.py` (QSGD's Elias code would be "
                  "smaller)."],
 }
+# the claims that held in the tables: (first arm, second arm, label); first − second > 0
+CLAIMS = {"dp": (("dp-adaptive", "dp-fixed", "adaptive clip − fixed C = 1, test acc"),),
+          "compress": (("qsgd-s4", "fedavg", "QSGD s = 4 − FedAvg, test acc"),
+                       ("topk-1pc-ef", "topk-1pc", "top-1% with − without error feedback, "
+                                                   "test acc"))}
 PAIRS = {"dp": (("dp-adaptive", "dp-fixed"), ("clip-only", "dp-fixed")),
          "compress": (("topk-1pc-ef", "topk-1pc"),)}
 REPORTS = {"dp": ("fedavg", "dp-fixed", "dp-adaptive", "dp-fixed-size", "dp-z0.7", "dp-z2",
@@ -76,24 +87,30 @@ REPORTS = {"dp": ("fedavg", "dp-fixed", "dp-adaptive", "dp-fixed-size", "dp-z0.7
            "compress": ("fedavg", "qsgd-s4", "topk-1pc-ef", "topk-1pc")}
 
 
-def config(arm: str, seed: int) -> tuple[RunConfig, HParams]:
-    """The arm's configuration; DP arms also write the statistics outside the guarantee
-    (cohort sizes, clipped share), which the table reports as diagnostics."""
+def config(arm: str, seed: int, client_lr: float | None = None
+           ) -> tuple[RunConfig, HParams]:
+    """The arm's configuration (with `client_lr` replacing the schedule's lr); DP arms also
+    write the statistics outside the guarantee (cohort sizes, clipped share), which the
+    table reports as diagnostics."""
     run, hp, _ = ARMS[arm]
     publish = {"dp_publish_client_stats": True} if run.get("dp", "off") != "off" else {}
+    lr = {} if client_lr is None else {"client_lr": client_lr}
     return (RunConfig(**{**BASE, **run, **publish, "seed": seed}),
-            HParams(**{**BASE_HP, **hp}))
+            HParams(**{**BASE_HP, **hp, **lr}))
 
 
-def run_arm(arm: str, seed: int, runs: Path) -> dict:
-    """The kept result of (arm, seed), running it first if needed."""
+def run_arm(arm: str, seed: int, runs: Path, client_lr: float | None = None) -> dict:
+    """The kept result of (arm, seed) at `client_lr` (None: the schedule's), running it
+    first if needed."""
     from fedjax_appeal import run_config
 
-    path = runs / f"{arm}-s{seed}.json"
+    other = client_lr is not None and client_lr != BASE_HP["client_lr"]
+    path = runs / (f"{arm}-lr{client_lr:g}-s{seed}.json" if other else f"{arm}-s{seed}.json")
     if path.exists():
         return json.loads(path.read_text())
-    cfg, hp = config(arm, seed)
-    print(f"[{arm} seed {seed}] running", file=sys.stderr, flush=True)
+    cfg, hp = config(arm, seed, client_lr if other else None)
+    print(f"[{arm} seed {seed}{f' lr {client_lr:g}' if other else ''}] running",
+          file=sys.stderr, flush=True)
     res, sim = run_config(cfg, hp)
     import jax
 
@@ -233,6 +250,58 @@ def report(kind: str, out: Path, seeds: list[int], runs: Path, arms: tuple[str, 
     print((out / "table.md").read_text())
 
 
+def robustness(kind: str, out: Path, seeds: list[int], runs: Path,
+               lrs: tuple[float, ...]) -> None:
+    """The claims of `kind` at every shared client lr of `lrs`: robustness.md / .json."""
+    from papers.pairs import sign
+    from papers.reproduce import markdown_table
+    from papers.robustness import verdict
+
+    table_lr = BASE_HP["client_lr"]
+    table = out / "results.json"  # the table's own runs at its lr, kept in its results.json
+    for arm, got in (json.loads(table.read_text())["runs"].items() if table.is_file()
+                     else ()):
+        for g in got:
+            path = runs / f"{arm}-s{g['seed']}.json"
+            if g["seed"] in seeds and not path.exists():
+                runs.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(g))
+    rows, claims = [], []
+    for first, second, label in CLAIMS[kind]:
+        per_lr = {}
+        for lr in lrs:
+            acc = {arm: [run_arm(arm, s, runs, lr)["history"][-1]["test_acc_seen"]
+                         for s in seeds] for arm in (first, second)}
+            d = [100 * (a - b) for a, b in zip(acc[first], acc[second], strict=True)]
+            signs = "".join(sign(x) for x in d)
+            per_lr[lr] = {"diffs": d, "signs": signs, "held": set(signs) == {"+"},
+                          "acc": {k: [100 * x for x in v] for k, v in acc.items()}}
+            rows.append([label, f"{lr:g}" + (" (the table's)" if lr == table_lr else ""),
+                         ", ".join(f"{x:+.2f}" for x in d), signs,
+                         "held" if per_lr[lr]["held"] else "not held"])
+        v = verdict([per_lr[lr]["held"] for lr in lrs],
+                    per_lr[table_lr]["held"] if table_lr in per_lr else None)
+        claims.append({"claim": label, "first": first, "second": second,
+                       "per_lr": {str(lr): x for lr, x in per_lr.items()}, **v})
+    md = (f"# Robustness to the shared client lr: {kind}\n\nCommand: `python -m "
+          f"papers.extensions.privacy_compress {kind} OUT --robustness --lrs "
+          f"{','.join(f'{x:g}' for x in lrs)} --runs RUNS`\n\nEvery arm of the table runs at "
+          f"client lr {table_lr:g}; here the arms of each claim rerun at each shared lr, "
+          f"everything else as in the table, seeds {', '.join(map(str, seeds))}. Differences "
+          "are in percentage points of test accuracy, seed by seed; held at an lr only when "
+          "every seed is > 0.\n\n"
+          + markdown_table(["claim", "client lr", "first − second per seed (pp)", "signs",
+                            "held"], rows)
+          + f"\n**Verdicts** (\"tuned\" = the table's lr {table_lr:g}):\n\n"
+          + "".join(f"- {c['claim']}: {c['text']}\n" for c in claims))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "robustness.md").write_text(md)
+    (out / "robustness.json").write_text(json.dumps(to_jsonable(
+        {"kind": kind, "lrs": list(lrs), "table_lr": table_lr, "seeds": seeds,
+         "claims": claims}), indent=1))
+    print(md)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="privacy_compress")
     p.add_argument("kind", choices=sorted(REPORTS))
@@ -241,7 +310,14 @@ def main(argv=None) -> int:
     p.add_argument("--arms", default="", help="comma-separated subset of the report's arms")
     p.add_argument("--runs", default="", help="folder of kept runs (default OUT/runs)")
     p.add_argument("--only-run", action="store_true", help="run the arms, write no report")
+    p.add_argument("--robustness", action="store_true",
+                   help="the claims at every shared client lr of --lrs (robustness.md)")
+    p.add_argument("--lrs", default="0.02,0.1,0.2", help="shared client lrs of --robustness")
     a = p.parse_args(argv)
+    if a.robustness:
+        lrs = tuple(float(x) for x in a.lrs.split(","))
+        robustness(a.kind, Path(a.out), a.seeds, Path(a.runs or Path(a.out) / "runs"), lrs)
+        return 0
     arms = tuple(a.arms.split(",")) if a.arms else REPORTS[a.kind]
     runs = Path(a.runs or Path(a.out) / "runs")
     if a.only_run:
