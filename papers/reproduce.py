@@ -172,13 +172,11 @@ def experiment(name: str, help: str, options: dict[str, str] | None = None,
     (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`; `robustness`: it reads
     `ctx.robustness` (`reproduce NAME --robustness`); `shared_lr` (a
     `papers.shared_lr.SharedLr`): `--robustness` reruns the whole experiment at each of its
-    lrs (`papers.shared_lr.run_shared_lr`)."""
+    lrs (its `check`)."""
     def deco(fn: Callable[[Context], None]):
         def run(ctx: Context) -> None:
             if ctx.robustness and shared_lr is not None:
-                from papers.shared_lr import run_shared_lr
-
-                run_shared_lr(ctx, fn, shared_lr)
+                shared_lr.check(ctx, fn)
             else:
                 fn(ctx)
 

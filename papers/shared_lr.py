@@ -48,6 +48,10 @@ class SharedLr:
     options: dict[str, str] = dataclasses.field(default_factory=dict)  # forced `--set`s
     note: str = ""  # what the rerun covers, for the report
 
+    def check(self, ctx: Context, fn: Callable[[Context], None]) -> None:
+        """`reproduce NAME --robustness` of experiment `fn` (`run_shared_lr`)."""
+        run_shared_lr(ctx, fn, self)
+
 
 def lookup(data: dict, path: str) -> dict | None:
     """The record at `path` in `data` (keys separated by "/"), or None."""
