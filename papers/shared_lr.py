@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from papers import pairs
 from papers.reproduce import Context, markdown_table, run_cache
 from papers.robustness import verdict
 
@@ -67,10 +68,9 @@ def judge(rec: dict | None, want: str) -> dict[str, Any]:
     """{"diffs", "signs", "held"} of one claim at one lr (held: every seed has `want`)."""
     if rec is None:
         return {"diffs": [], "signs": "", "held": False}
-    signs = rec.get("signs") or "".join(
-        "+" if d > 0 else "-" if d < 0 else "0" for d in rec["diffs"])
+    signs = rec.get("signs") or "".join(pairs.sign(d) for d in rec["diffs"])
     return {"diffs": [float(d) for d in rec["diffs"]], "signs": signs,
-            "held": bool(signs) and set(signs) == {want}}
+            "held": pairs.verdict({"signs": signs}, want) == "held"}
 
 
 def rerun_dir(ctx: Context, lr: float) -> Path:
