@@ -27,6 +27,26 @@ def test_reproduce_paired_differences_window_share_and_divergence():
     assert rs._first_divergence(x, x) == -1
 
 
+def test_lambda_slopes_and_other_dissimilarity_definitions_by_hand():
+    from papers.selection import specs
+    from papers.selection import tables as rs
+
+    runs = {0.1: [{"seed": 0, "dissimilarity": 5.0}, {"seed": 1, "dissimilarity": 6.0}],
+            0.5: [{"seed": 1, "dissimilarity": 7.0}, {"seed": 0, "dissimilarity": 4.0}]}
+    # seed 0: (4 - 5) / 0.4 = -2.5; seed 1: (7 - 6) / 0.4 = +2.5 (matched by seed)
+    assert rs._slopes(runs) == pytest.approx([-2.5, 2.5])
+    three = {**runs, 0.9: [{"seed": 0, "dissimilarity": 3.0}, {"seed": 1, "dissimilarity": 8.0}]}
+    assert rs._slopes(three) == pytest.approx([-2.5, 2.5])  # on a line: the same slopes
+    flat = {x: [{"seed": 0, "dissimilarity": 21.13}] for x in (0.01, 0.5, 0.95)}
+    assert rs._slopes(flat) == [0.0]  # equal values: exactly 0, not a float residue
+    # the paper's MNIST rows 0.01 -> 0.95: (7.96 - 8.90) / 0.94 = -1.0
+    assert rs._paper_slope(specs.TABLE_II.paper, "mnist", (0.01, 0.95)) == pytest.approx(-1.0)
+    a = [{"seed": 0, "dissimilarity_mad": 2.0, "dissimilarity_range": 10.0}]
+    b = [{"seed": 0, "dissimilarity_mad": 1.5, "dissimilarity_range": 12.0}]
+    assert rs._other_definitions(a, b) == ("mean abs. pairwise difference +0.50 ± 0.00 (+); "
+                                           "range -2.00 ± 0.00 (-)")
+
+
 def test_selection_options_are_declared_per_table():
     """What used to be environment variables are options each table declares: `--set
     cifar=1` adds CIFAR-10, `--set lambdas=` picks Table II rows; undeclared keys and bad

@@ -27,7 +27,8 @@ chosen so that the accuracy regime matches the paper's (~83% on MNIST): 10 round
 SGD steps on 10,000 MNIST images (100 per client), where the paper's accuracies sit; client
 dissimilarity is also reported every 2 rounds, so a reader sees the orderings along training.
 Client dissimilarity is the standard deviation (percentage points) of the final model's
-per-client test accuracy (range and mean absolute pairwise difference are in the JSON).
+per-client test accuracy; every paired claim is also given under the two other readings of the
+paper's "difference across all clients": the mean absolute pairwise difference and the range.
 """
 
 from __future__ import annotations
@@ -129,6 +130,30 @@ def _first_divergence(a: dict, b: dict) -> int:
         if set(x) != set(y):
             return t
     return -1
+
+
+def _other_definitions(a: list[dict], b: list[dict]) -> str:
+    """Paired a - b under the two other dissimilarity definitions (the paper's "difference
+    across all clients" read as a mean absolute pairwise difference, or as a range)."""
+    return "; ".join(f"{name} {pair_cell(paired(a, b, key))}" for name, key in (
+        ("mean abs. pairwise difference", "dissimilarity_mad"),
+        ("range", "dissimilarity_range")))
+
+
+def _slopes(runs: dict[float, list[dict]], key: str = "dissimilarity") -> list[float]:
+    """Per seed (matched by seed, in the first group's order), the least-squares slope of
+    `key` over the group values (e.g. dissimilarity in pp per unit lambda)."""
+    xs = sorted(runs)
+    by_seed = [{r["seed"]: r[key] for r in runs[x]} for x in xs]
+    # rounded, so that equal values give a slope of exactly 0 (sign "0"), not a float residue
+    return [round(float(np.polyfit(xs, [b[r["seed"]] for b in by_seed], 1)[0]), 9)
+            for r in runs[xs[0]]]
+
+
+def _paper_slope(paper: dict, dataset: str, lams) -> float:
+    """Least-squares slope of the paper's Table II dissimilarity over the lambdas `lams`."""
+    ys = [float(paper[(dataset, str(lam))]["dissimilarity"].split()[0]) for lam in lams]
+    return float(np.polyfit(lams, ys, 1)[0])
 
 
 def _header_note(ctx: Context, datasets: tuple[str, ...] = ("mnist",)) -> str:
@@ -333,16 +358,37 @@ def selection_lambda(ctx: Context) -> None:
         same = [a["cohorts"] == b["cohorts"] for a, b in zip(runs[hi], runs["0"], strict=True)]
         paper_lo = TABLE_II.paper[(ds, "0.01")]["dissimilarity"].split()[0]
         paper_hi = TABLE_II.paper[(ds, "0.95")]["dissimilarity"].split()[0]
+        vs_divfl = {lam: paired(runs[str(lam)], runs["0"], "dissimilarity") for lam in lams}
+        div = {lam: [_first_divergence(a, b) for a, b in zip(runs[str(lam)], runs["0"],
+                                                            strict=True)] for lam in lams}
+        slopes = _slopes({lam: runs[str(lam)] for lam in lams}) if len(lams) > 1 else []
         data[ds] = {**runs, "paired_hi_minus_lo": {"dissimilarity": pd, "test_acc": pa},
-                    "largest_lambda_equals_divfl_per_seed": same}
+                    "largest_lambda_equals_divfl_per_seed": same,
+                    "paired_minus_divfl": {str(k): v for k, v in vs_divfl.items()},
+                    "first_divergence_from_divfl": {str(k): v for k, v in div.items()},
+                    "slope_per_seed": slopes}
+        vrows = [[lam, pair_cell(vs_divfl[lam]), div[lam]] for lam in lams]
+        slope_line = (f"Per-seed least-squares slope of dissimilarity over λ ∈ {list(lams)} "
+                      f"(pp per unit λ; the paper's rows: "
+                      f"{_paper_slope(TABLE_II.paper, ds, lams):+.2f}): "
+                      + ", ".join(f"{x:+.2f}" for x in slopes)
+                      + f" ({''.join(sign(x) for x in slopes)}) — "
+                      + ("held" if slopes and all(x < 0 for x in slopes) else "not held")
+                      + ".\n\n") if slopes else ""
         parts.append(
             f"## {ds}\n\n" + markdown_table(
                 ["lambda", "test acc % (ours)", "test acc % (paper)", "dissimilarity (ours)",
                  "dissimilarity (paper)"], rows)
             + f"\nPaired λ = {hi} − {lo_name} (paper: dissimilarity {paper_hi} − {paper_lo} = "
               f"{float(paper_hi) - float(paper_lo):+.2f} from λ = 0.01 to 0.95): dissimilarity "
-              f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp {pair_cell(pa)}.\n\n"
-              f"Diagnostic: per seed {[r['seed'] for r in runs[hi]]}, is the whole cohort "
+              f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp {pair_cell(pa)}. The "
+              f"same pair under the other dissimilarity definitions: "
+              f"{_other_definitions(runs[hi], runs[lo])}.\n\n" + slope_line
+            + "Each λ against DivFL (λ = 0), and the first round whose cohort differs from "
+              "DivFL's per seed (-1 = never):\n\n"
+            + markdown_table(["lambda", "Δ dissimilarity vs DivFL (signs)",
+                              "first round off DivFL's cohorts"], vrows)
+            + f"\nDiagnostic: per seed {[r['seed'] for r in runs[hi]]}, is the whole cohort "
               f"sequence (every pick, in order) of λ = {hi} DivFL's? {same}.\n\n"
               "Dissimilarity along training:\n\n"
             + _by_round({f"λ={k}": v for k, v in runs.items()}) + "\n")
@@ -395,7 +441,8 @@ def selection_window(ctx: Context) -> None:
              + f"\nPaired u = {hi} − u = {lo} (paper: u = 10 − u = 2 dissimilarity 8.52 − 8.77 "
                f"= −0.25, accuracy +0.47; u = 10 − u = 5: −0.07, +0.17): dissimilarity "
                f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
-               f"{pair_cell(pa)} — {verdict(pa, '+')}."
+               f"{pair_cell(pa)} — {verdict(pa, '+')}. The same pair under the other "
+               f"dissimilarity definitions: {_other_definitions(runs[hi], runs[lo])}."
              + (f" Rows run: u ∈ {list(us)} (`--set windows=`)." if ctx.option("windows")
                 else "")
              + "\n\nDissimilarity along training:\n\n"
@@ -426,7 +473,9 @@ def selection_phi(ctx: Context) -> None:
                                "dissimilarity (ours)", "dissimilarity (paper)"], rows)
              + f"\nPaired identity − ln(1+x) (paper: dissimilarity 7.91 − 7.96 = −0.05): "
                f"dissimilarity {pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
-               f"{pair_cell(pa)}.\n\nDiagnostic: first round whose cohort differs from "
+               f"{pair_cell(pa)}. The same pair under the other dissimilarity definitions: "
+               f"{_other_definitions(runs['identity'], runs['log'])}.\n\nDiagnostic: first "
+               f"round whose cohort differs from "
                f"DivFL's (same seed and run key; -1 = never): ln(1+x) {div['log']}, identity "
                f"{div['identity']}.\n\nDissimilarity along training:\n\n"
              + _by_round({f"φ={k}": v for k, v in runs.items()}))
