@@ -368,13 +368,12 @@ def selection_lambda(ctx: Context) -> None:
                     "first_divergence_from_divfl": {str(k): v for k, v in div.items()},
                     "slope_per_seed": slopes}
         vrows = [[lam, pair_cell(vs_divfl[lam]), div[lam]] for lam in lams]
+        ps = {"signs": "".join(sign(x) for x in slopes)}
         slope_line = (f"Per-seed least-squares slope of dissimilarity over λ ∈ {list(lams)} "
                       f"(pp per unit λ; the paper's rows: "
                       f"{_paper_slope(TABLE_II.paper, ds, lams):+.2f}): "
                       + ", ".join(f"{x:+.2f}" for x in slopes)
-                      + f" ({''.join(sign(x) for x in slopes)}) — "
-                      + ("held" if slopes and all(x < 0 for x in slopes) else "not held")
-                      + ".\n\n") if slopes else ""
+                      + f" ({ps['signs']}) — {verdict(ps, '-')}.\n\n") if slopes else ""
         parts.append(
             f"## {ds}\n\n" + markdown_table(
                 ["lambda", "test acc % (ours)", "test acc % (paper)", "dissimilarity (ours)",
