@@ -14,9 +14,16 @@ process, so that its thread settings hold from JAX's first operation:
     time (`shard_map`), as `fedjax-appeal run`'s automatic layout trains a CPU cohort.
   * ``one process per core``: `cores` copies of ``one core`` at the same time, each pinned to
     its own core.
+  * ``torch, one core`` and ``torch, one process per core``: the peer, the same model and
+    step as a PyTorch user writes it (`nn.Sequential` of the same layers, `torch.optim.SGD`,
+    `zero_grad` / `backward` / `step`), one torch thread per process: the layout of Flower's
+    simulation of these workloads (one client actor per core). Run by `--torch-python` (a
+    Python with torch, default the Flower venv of `peer_workloads.py`); left out, and said
+    so, when there is none.
 
 Reported per case: machine throughput in client steps per second, its ratio to `cores` x the
-one-core rate (the ideal of perfect scaling) and the FLOP rate (xla cost analysis of one step).
+same framework's one-core rate (the ideal of perfect scaling), its ratio to torch's one
+process per core, and the FLOP rate (xla cost analysis of one step, the same for both).
 
     python benchmarks/cnn_core_scaling.py --steps 50 --repeats 5
 """
@@ -32,6 +39,9 @@ import time
 
 WORKLOADS = {"femnist": ((28, 28), 62), "cifar10": ((32, 32, 3), 10)}
 CASES = ("one core", "one device, all cores", "one device per core", "one process per core")
+TORCH_CASES = ("torch, one core", "torch, one process per core")
+FLOWER_PYTHON = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".flower_venv", "bin",
+                             "python")
 
 
 def worker(case: str, workload: str, steps: int, repeats: int, cores: int) -> dict:
@@ -78,25 +88,61 @@ def worker(case: str, workload: str, steps: int, repeats: int, cores: int) -> di
     return {"secs": secs, "devices": n, "step_flops": flops}
 
 
+def torch_worker(workload: str, steps: int, repeats: int) -> dict:
+    """The peer's `steps` SGD steps of the same model, one torch thread (runs under torch)."""
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(1)
+    shape, classes = WORKLOADS[workload]
+    hw, ch = shape[0], (shape[2] if len(shape) == 3 else 1)
+    net = nn.Sequential(nn.Conv2d(ch, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(),
+                        nn.MaxPool2d(2), nn.Dropout(0.25), nn.Flatten(),
+                        nn.Linear(((hw - 4) // 2) ** 2 * 64, 128), nn.ReLU(), nn.Dropout(0.5),
+                        nn.Linear(128, classes))
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    x = torch.ones((10, hw, hw, ch), dtype=torch.uint8)
+    y = torch.zeros((10,), dtype=torch.int64)
+
+    def local():
+        for _ in range(steps):
+            xf = (x.float() / 255.0).permute(0, 3, 1, 2)  # uint8 pixels scaled as ours
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(xf), y).backward()
+            opt.step()
+
+    local()
+    secs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        local()
+        secs.append(time.perf_counter() - t)
+    return {"secs": secs, "devices": 1, "step_flops": None}
+
+
 def spawn(case: str, workload: str, steps: int, repeats: int, cores: int,
-          core: int | None = None) -> subprocess.Popen:
+          core: int | None = None, python: str | None = None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"
     if case in ("one core", "one process per core"):
         env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false"
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", case, "--workload", workload,
+    python = python or sys.executable
+    cmd = [python, os.path.abspath(__file__), "--worker", case, "--workload", workload,
            "--steps", str(steps), "--repeats", str(repeats), "--cores", str(cores)]
     pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True, preexec_fn=pin)
 
 
-def measure(case: str, workload: str, steps: int, repeats: int, cores: int) -> dict:
+def measure(case: str, workload: str, steps: int, repeats: int, cores: int,
+            python: str | None = None) -> dict:
     """Client steps per second of the whole machine in `case` (median over repeats)."""
-    if case == "one process per core":
-        procs = [spawn(case, workload, steps, repeats, cores, core=c) for c in range(cores)]
+    if case.endswith("one process per core"):
+        procs = [spawn(case, workload, steps, repeats, cores, core=c, python=python)
+                 for c in range(cores)]
     else:
-        procs = [spawn(case, workload, steps, repeats, cores, core=0 if case == "one core"
-                       else None)]
+        procs = [spawn(case, workload, steps, repeats, cores, python=python,
+                       core=0 if case.endswith("one core") else None)]
     outs = []
     for pr in procs:
         out, _ = pr.communicate()
@@ -118,17 +164,31 @@ def machine_rate(outs: list[dict], steps: int) -> dict:
 
 
 def table(rows: dict, cores: int) -> str:
-    """The RESULTS.md table of {(workload, case): machine_rate(...)}."""
+    """The RESULTS.md table of {(workload, case): machine_rate(...)}; the torch rows take
+    their FLOPs per step from the same workload's "one core" row (the same model)."""
     lines = [f"| workload | case | client steps/s (median; best) | ms per step per core | "
-             f"× {cores} one-core rates | GFLOP/s |", "|---|---|---|---|---|---|"]
+             f"× {cores} one-core rates (same framework) | × torch, one process per core | "
+             f"GFLOP/s |", "|---|---|---|---|---|---|---|"]
     for (w, case), r in rows.items():
-        one = rows[w, "one core"]["steps_per_s"]
-        used = 1 if case == "one core" else cores
+        torch_side = case.startswith("torch")
+        one = rows[w, "torch, one core" if torch_side else "one core"]["steps_per_s"]
+        used = 1 if case.endswith("one core") else cores
+        peer = rows.get((w, "torch, one process per core"))
+        vs = f"{r['steps_per_s'] / peer['steps_per_s']:.2f}×" if peer else "—"
+        flops = rows[w, "one core"]["step_flops"]
         lines.append(f"| {w} | {case} | {r['steps_per_s']:.1f}; {r['steps_per_s_best']:.1f} | "
                      f"{1e3 * used / r['steps_per_s']:.1f} | "
-                     f"{r['steps_per_s'] / (cores * one):.2f} | "
-                     f"{r['steps_per_s'] * r['step_flops'] / 1e9:.1f} |")
+                     f"{r['steps_per_s'] / (cores * one):.2f} | {vs} | "
+                     f"{r['steps_per_s'] * flops / 1e9:.1f} |")
     return "\n".join(lines)
+
+
+def torch_python(path: str) -> str | None:
+    """`path` if torch imports there, else None (the torch rows are then left out)."""
+    if not path or not os.path.exists(path):
+        return None
+    ok = subprocess.run([path, "-c", "import torch, numpy"], capture_output=True).returncode
+    return path if ok == 0 else None
 
 
 def main(argv=None):
@@ -137,11 +197,17 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--workloads", default="femnist,cifar10")
     ap.add_argument("--cores", type=int, default=0, help="0 = the cores this process may use")
+    ap.add_argument("--torch-python", default=FLOWER_PYTHON,
+                    help="a Python with torch for the peer's rows (default: the Flower venv of "
+                         "peer_workloads.py); rows left out when torch does not import there")
     ap.add_argument("--no-append", action="store_true")
-    ap.add_argument("--worker", choices=CASES, help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=CASES + TORCH_CASES, help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     cores = args.cores or len(os.sched_getaffinity(0))
+    if args.worker in TORCH_CASES:
+        print(json.dumps(torch_worker(args.workload, args.steps, args.repeats)))
+        return None
     if args.worker:
         print(json.dumps(worker(args.worker, args.workload, args.steps, args.repeats, cores)))
         return None
@@ -150,13 +216,17 @@ def main(argv=None):
     if bad:
         raise SystemExit(f"cnn_core_scaling: unknown workload {bad[0]!r}; choose from "
                          f"{', '.join(WORKLOADS)}")
+    tpy = torch_python(args.torch_python)
+    if tpy is None:
+        print(f"cnn_core_scaling: no torch at {args.torch_python}: the torch rows are left out "
+              f"(pass --torch-python)", flush=True)
     rows = {}
     for w in names:
-        for case in CASES:
-            rows[w, case] = measure(case, w, args.steps, args.repeats, cores)
+        for case in CASES + (TORCH_CASES if tpy else ()):
+            rows[w, case] = measure(case, w, args.steps, args.repeats, cores,
+                                    python=tpy if case in TORCH_CASES else None)
             r = rows[w, case]
-            print(f"{w:8s} {case:24s} {r['steps_per_s']:7.1f} client steps/s "
-                  f"({r['steps_per_s'] * r['step_flops'] / 1e9:.1f} GFLOP/s)", flush=True)
+            print(f"{w:8s} {case:28s} {r['steps_per_s']:7.1f} client steps/s", flush=True)
     text = table(rows, cores)
     print(text)
     if not args.no_append:
@@ -165,7 +235,9 @@ def main(argv=None):
 
         append_results(f"simple_cnn local steps over the CPU's {cores} cores (cpu)", text,
                        f"Each case: {args.steps} local SGD steps of simple_cnn (batch 10, dropout "
-                       f"on, conv patches_train) per client in a rolled lax.scan, {args.repeats} "
+                       f"on, conv patches_train) per client in a rolled lax.scan (torch: the same "
+                       f"model and steps in a Python loop, torch.optim.SGD, one thread), "
+                       f"{args.repeats} "
                        f"repeats after a warm-up, each case in its own process(es); 'ms per step "
                        f"per core' = cores in use / machine rate; '× one-core rates' = machine "
                        f"rate over {cores} x the one-core case's rate (1.00 = perfect scaling).")

@@ -32,16 +32,26 @@ def test_rates_of_concurrent_processes_add(scaling):
 
 
 def test_table_columns_by_hand(scaling):
-    rows = {("femnist", "one core"): {"steps_per_s": 50.0, "steps_per_s_best": 60.0,
-                                      "step_flops": 1e9},
-            ("femnist", "one process per core"): {"steps_per_s": 80.0,
-                                                  "steps_per_s_best": 90.0,
-                                                  "step_flops": 1e9}}
+    rate = lambda r, b, f=1e9: {"steps_per_s": r, "steps_per_s_best": b, "step_flops": f}
+    rows = {("femnist", "one core"): rate(50.0, 60.0),
+            ("femnist", "one process per core"): rate(80.0, 90.0),
+            ("femnist", "torch, one core"): rate(24.0, 26.0, None),
+            ("femnist", "torch, one process per core"): rate(40.0, 44.0, None)}
     lines = scaling.table(rows, 2).splitlines()
-    # one core: 1000 / 50 = 20 ms per step on its one core, 50 / (2 x 50) of perfect scaling
-    assert lines[2] == "| femnist | one core | 50.0; 60.0 | 20.0 | 0.50 | 50.0 |"
-    # two cores in use: 2000 / 80 = 25 ms per step per core, 80 / 100 = 0.80
-    assert lines[3] == "| femnist | one process per core | 80.0; 90.0 | 25.0 | 0.80 | 80.0 |"
+    # one core: 1000 / 50 = 20 ms per step on its one core, 50 / (2 x 50) of perfect
+    # scaling, 50 / 40 = 1.25x torch's one process per core
+    assert lines[2] == "| femnist | one core | 50.0; 60.0 | 20.0 | 0.50 | 1.25× | 50.0 |"
+    # two cores in use: 2000 / 80 = 25 ms per step per core, 80 / 100 = 0.80, 80 / 40 = 2x
+    assert lines[3] == ("| femnist | one process per core | 80.0; 90.0 | 25.0 | 0.80 | 2.00× | "
+                        "80.0 |")
+    # torch rows: scaled by torch's own one-core rate, FLOPs of the workload's one-core row
+    # (1000 / 24 = 41.7 ms, 40 / 48 = 0.83 of perfect scaling)
+    assert lines[4] == "| femnist | torch, one core | 24.0; 26.0 | 41.7 | 0.50 | 0.60× | 24.0 |"
+    assert lines[5] == ("| femnist | torch, one process per core | 40.0; 44.0 | 50.0 | 0.83 | "
+                        "1.00× | 40.0 |")
+    # without the peer's rows the ratio column says so
+    no_peer = scaling.table({("femnist", "one core"): rate(50.0, 60.0)}, 2).splitlines()
+    assert no_peer[2] == "| femnist | one core | 50.0; 60.0 | 20.0 | 0.50 | — | 50.0 |"
 
 
 def test_worker_runs_the_local_steps(scaling):
