@@ -35,7 +35,9 @@ import json
 import os
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import append_results, time_repeats  # noqa: E402  (stdlib only: torch's Python too)
 
 WORKLOADS = {"femnist": ((28, 28), 62), "cifar10": ((32, 32, 3), 10)}
 CASES = ("one core", "one device, all cores", "one device per core", "one process per core")
@@ -79,12 +81,7 @@ def worker(case: str, workload: str, steps: int, repeats: int, cores: int) -> di
         keys = jax.device_put(keys, jax.NamedSharding(mesh, P("d")))
     else:
         f = jax.jit(lambda q, k: local(q, k[0]))
-    jax.block_until_ready(f(p, keys))
-    secs = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(f(p, keys))
-        secs.append(time.perf_counter() - t)
+    secs = time_repeats(lambda: jax.block_until_ready(f(p, keys)), repeats)  # after a warm-up
     return {"secs": secs, "devices": n, "step_flops": flops}
 
 
@@ -112,13 +109,7 @@ def torch_worker(workload: str, steps: int, repeats: int) -> dict:
             nn.functional.cross_entropy(net(xf), y).backward()
             opt.step()
 
-    local()
-    secs = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        local()
-        secs.append(time.perf_counter() - t)
-    return {"secs": secs, "devices": 1, "step_flops": None}
+    return {"secs": time_repeats(local, repeats), "devices": 1, "step_flops": None}
 
 
 def spawn(case: str, workload: str, steps: int, repeats: int, cores: int,
@@ -230,9 +221,6 @@ def main(argv=None):
     text = table(rows, cores)
     print(text)
     if not args.no_append:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from _common import append_results
-
         append_results(f"simple_cnn local steps over the CPU's {cores} cores (cpu)", text,
                        f"Each case: {args.steps} local SGD steps of simple_cnn (batch 10, dropout "
                        f"on, conv patches_train) per client in a rolled lax.scan (torch: the same "
