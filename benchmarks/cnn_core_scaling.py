@@ -104,7 +104,7 @@ def torch_worker(workload: str, steps: int, repeats: int) -> dict:
 
     def local():
         for _ in range(steps):
-            xf = (x.float() / 255.0).permute(0, 3, 1, 2)  # uint8 pixels scaled as ours
+            xf = (x.float() / 255.0).permute(0, 3, 1, 2)  # uint8 pixels scaled to [0, 1]
             opt.zero_grad()
             nn.functional.cross_entropy(net(xf), y).backward()
             opt.step()
@@ -128,12 +128,13 @@ def spawn(case: str, workload: str, steps: int, repeats: int, cores: int,
 def measure(case: str, workload: str, steps: int, repeats: int, cores: int,
             python: str | None = None) -> dict:
     """Client steps per second of the whole machine in `case` (median over repeats)."""
+    usable = sorted(os.sched_getaffinity(0))  # the cores this process may use, by number
     if case.endswith("one process per core"):
-        procs = [spawn(case, workload, steps, repeats, cores, core=c, python=python)
+        procs = [spawn(case, workload, steps, repeats, cores, core=usable[c], python=python)
                  for c in range(cores)]
     else:
         procs = [spawn(case, workload, steps, repeats, cores, python=python,
-                       core=0 if case.endswith("one core") else None)]
+                       core=usable[0] if case.endswith("one core") else None)]
     outs = []
     for pr in procs:
         out, _ = pr.communicate()
@@ -187,7 +188,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=50, help="local steps per client and call")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--workloads", default="femnist,cifar10")
-    ap.add_argument("--cores", type=int, default=0, help="0 = the cores this process may use")
+    ap.add_argument("--cores", type=int, default=0,
+                    help="0 = the cores this process may use (at most that many)")
     ap.add_argument("--torch-python", default=FLOWER_PYTHON,
                     help="a Python with torch for the peer's rows (default: the Flower venv of "
                          "peer_workloads.py); rows left out when torch does not import there")
@@ -195,13 +197,18 @@ def main(argv=None):
     ap.add_argument("--worker", choices=CASES + TORCH_CASES, help=argparse.SUPPRESS)
     ap.add_argument("--workload", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    cores = args.cores or len(os.sched_getaffinity(0))
     if args.worker in TORCH_CASES:
         print(json.dumps(torch_worker(args.workload, args.steps, args.repeats)))
         return None
-    if args.worker:
-        print(json.dumps(worker(args.worker, args.workload, args.steps, args.repeats, cores)))
+    if args.worker:  # pinned by its parent: --cores says how many devices to make
+        print(json.dumps(worker(args.worker, args.workload, args.steps, args.repeats,
+                                args.cores)))
         return None
+    usable = len(os.sched_getaffinity(0))
+    if args.cores > usable:
+        raise SystemExit(f"cnn_core_scaling: --cores {args.cores} is more than the {usable} "
+                         f"core(s) this process may use; pass --cores {usable} or fewer")
+    cores = args.cores or usable
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     bad = [w for w in names if w not in WORKLOADS]
     if bad:
