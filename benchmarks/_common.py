@@ -141,7 +141,9 @@ def step_flops(model, batch_size: int) -> tuple[float, str, float]:
     """(FLOPs of one local SGD step, source, jaxpr dot/conv count of the same step).
 
     The step is counted by XLA (`cost_analysis` of the compiled step); where the backend
-    gives none, by `jaxpr_flops` of its jaxpr (dot_general and convolution FLOPs only).
+    gives none, or a count below the step's own dot/conv FLOPs (XLA:GPU leaves the
+    convolutions it hands to cuDNN out), by `jaxpr_flops` of its jaxpr (dot_general and
+    convolution FLOPs only, a lower bound).
     """
     import jax
     import jax.numpy as jnp
@@ -163,6 +165,16 @@ def step_flops(model, batch_size: int) -> tuple[float, str, float]:
         flops = float((ca or {}).get("flops", 0.0))
     except Exception:  # noqa: BLE001 - backends without cost analysis
         flops = 0.0
-    if flops > 0:
-        return flops, "xla cost_analysis", counted
-    return counted, "jaxpr count (dot/conv only)", counted
+    return (*pick_flops(flops, counted), counted)
+
+
+def pick_flops(xla: float, counted: float) -> tuple[float, str]:
+    """(FLOPs, source) of a step from XLA's count (0 = none) and its jaxpr dot/conv count.
+
+    XLA's count is taken unless it is missing or below the dot/conv count, which every
+    complete count includes (XLA:GPU counts nothing for the convolutions it hands to cuDNN).
+    """
+    if xla > 0 and xla >= counted:
+        return xla, "xla cost_analysis"
+    why = "no xla cost_analysis" if xla <= 0 else f"xla cost_analysis {xla / 1e6:.2f} M is below it"
+    return counted, f"jaxpr count (dot/conv only; {why})"

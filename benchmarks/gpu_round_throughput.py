@@ -58,6 +58,7 @@ from round_throughput import (  # noqa: E402
 from torch_peer import LABELS  # noqa: E402
 
 from fedjax_appeal.core.models import model_for  # noqa: E402
+from fedjax_appeal.execute.layout import resolve_layout  # noqa: E402
 
 # Peak FLOP/s (fp32 non-tensor, dense bf16 tensor core) by device name; the first key
 # contained in `device_kind` wins, so specific names come first.
@@ -103,6 +104,9 @@ def main():
                     help="default 10,100,1000,10000 (GPU) / 10,100 (CPU mode)")
     ap.add_argument("--cifar-cohorts", default=None,
                     help="default 10,100,1000 (GPU) / 10 (CPU mode); '' = none")
+    ap.add_argument("--conv-impls", default="auto",
+                    help="comma list of RunConfig.conv_impl values for the CIFAR-10 cnn "
+                         "(core/conv.py: auto, xla, patches, patches_train); one row each")
     ap.add_argument("--repeats", type=int, default=None, help="default 5 (GPU) / 2 (CPU)")
     ap.add_argument("--cifar-repeats", type=int, default=None,
                     help="default --repeats (GPU) / 1 (CPU mode: ~100 s per CIFAR-10 round)")
@@ -145,22 +149,30 @@ def main():
     measured = None if args.no_matmul_peak else matmul_peak(n=8192 if on_gpu else 2048)
     if measured is not None:
         print(f"measured fp32 matmul peak: {measured['best_flops'] / 1e12:.2f} TFLOP/s", flush=True)
-    jobs = [("fmnist", int(m)) for m in fm.split(",") if m.strip()]
-    jobs += [("cifar10", int(m)) for m in cf.split(",") if m.strip()]
+    jobs = [("fmnist", int(m), "auto") for m in fm.split(",") if m.strip()]
+    jobs += [("cifar10", int(m), impl.strip()) for m in cf.split(",") if m.strip()
+             for impl in args.conv_impls.split(",")]
     rows, flops_cache = [], {}
-    for name, m in jobs:
+    for name, m, impl in jobs:
         cfg = fmnist_config(m, args.fmnist_dir) if name == "fmnist" else cifar_config(m)
+        cfg = cfg.replace(conv_impl=impl)
+        # The layout a plain `fedjax-appeal run` of this cohort gets in this process.
+        cfg, layout = resolve_layout(cfg)
         rpc = 1 if cpu_mode else (4 if m <= 10 else (2 if m <= 100 else 1))
         reps = repeats if name == "fmnist" else c_repeats
         secs, compile_s, data, ds, n_params = jax_round_times(cfg, HP, rpc, reps)
-        if name not in flops_cache:
-            flops_cache[name] = step_flops(model_for(cfg.model, data, ds), cfg.batch_size)
-        sflops, source, counted = flops_cache[name]
+        model = model_for(cfg.model, data, ds, cfg.conv_impl)
+        conv = getattr(model.module, "conv_impl", None)
+        if (name, conv) not in flops_cache:
+            flops_cache[name, conv] = step_flops(model, cfg.batch_size)
+        sflops, source, counted = flops_cache[name, conv]
         round_flops = m * cfg.local_steps * sflops
         best = min(secs)
-        row = {"dataset": name, "model": "mlp" if name == "fmnist" else "cnn", "cohort": m,
+        row = {"dataset": name, "model": "mlp" if name == "fmnist" else f"cnn, conv {conv}",
+               "cohort": m,
                "clients": cfg.clients, "partition": cfg.partition, "n_params": int(n_params),
-               "rounds_per_call": rpc, "jax": stats(secs), "jax_compile_s": compile_s,
+               "layout": layout.describe(), "rounds_per_call": rpc, "jax": stats(secs),
+               "jax_compile_s": compile_s,
                "samples_per_s": m * cfg.local_steps * cfg.batch_size / best,
                "step_flops": sflops, "step_flops_jaxpr_count": counted, "flops_source": source,
                "round_flops": round_flops, "flops_per_s": round_flops / best}
@@ -168,9 +180,10 @@ def main():
             row["util_fp32_peak"] = row["flops_per_s"] / peak[0]
             if peak[1]:
                 row["util_bf16_peak"] = row["flops_per_s"] / peak[1]
-        print(f"{name} cohort {m:5d}: {best * 1e3:.1f} / {np.median(secs) * 1e3:.1f} ms/round "
+        print(f"{name} {row['model']} cohort {m:5d}: {best * 1e3:.1f} / "
+              f"{np.median(secs) * 1e3:.1f} ms/round "
               f"(min/median), compile {compile_s:.1f}s, {row['samples_per_s']:.3g} samples/s, "
-              f"{row['flops_per_s'] / 1e9:.1f} GFLOP/s ({source})", flush=True)
+              f"{row['flops_per_s'] / 1e9:.1f} GFLOP/s ({source}); {row['layout']}", flush=True)
         if measured is not None:
             row["util_measured_peak"] = row["flops_per_s"] / measured["best_flops"]
         if use_torch and name == "fmnist" and m <= args.torch_max_cohort:
@@ -241,7 +254,9 @@ def main():
                    f"({r['flops_source']}; jaxpr dot/conv count "
                    f"{r['step_flops_jaxpr_count'] / 1e6:.2f})" for r in rows})
     notes = (("**No GPU was available: CPU mode, small cohorts only.** " if not on_gpu else "")
-             + f"Device: {where}. Workload: {result['workload']}. Repeats: {repeats} (ours, "
+             + f"Device: {where}. Workload: {result['workload']}. Layout (the automatic "
+             "rule of `fedjax_appeal/execute/layout.py`, as a plain run gets it): "
+             + "; ".join(sorted({r['layout'] for r in rows})) + f". Repeats: {repeats} (ours, "
              f"FMNIST), {c_repeats} (ours, CIFAR-10), {t_repeats} (PyTorch), after one warm-up "
              "call each. FLOPs per round = cohort x 50 x step FLOPs; "
              + "; ".join(srcs) + ". Peak: "

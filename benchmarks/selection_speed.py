@@ -172,10 +172,10 @@ def scale_rows(args) -> None:
             print(n, tag, rec["select"][tag], flush=True)
             rows.append([n, k, f"{mem['full_features_gb']:.2f} GB",
                          f"{mem['projected_gb'] * 1024:.0f} MB + {mem['norms_mb']:.2f} MB norms",
-                         f"{t_proj['median']:.2f}", tag + (" = r_eps" if r == r_eps else ""),
+                         f"{t_proj['median']:.3g}", tag + (" = r_eps" if r == r_eps else ""),
                          f"{n * r * 4 / 2 ** 20:.0f} MB",
-                         f"{t['median']:.2f}" if picks == kappa else "—",
-                         f"{t['median'] / picks:.4f}" + ("" if picks == kappa else
+                         f"{t['median']:.3g}" if picks == kappa else "—",
+                         f"{t['median'] / picks:.3g}" + ("" if picks == kappa else
                                                          f" (over {picks} picks)")])
         out["rows"].append(rec)
     write_json(HERE / "results" / "selection_scale.json", {"machine": machine(),
@@ -201,8 +201,7 @@ def scale_rows(args) -> None:
         f"{jl['ratio_max']:.3f}]; exact greedy (10 picks) on the projected distances reaches "
         f"{jl['value_ratio']:.4f} of the full-dimensional greedy's facility-location value "
         f"(measured on the full distances){' with the same picks' if jl['same_picks'] else ''}"
-        ". Shared 2-core CPU, other jobs "
-        "running: absolute times are loaded-machine times.")
+        ". Each time is one call after compilation (compile times in the JSON).")
 
 
 def main() -> None:

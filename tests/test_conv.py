@@ -94,7 +94,8 @@ def test_conv_module_matches_flax_conv(impl, train):
 
 def test_resolve_conv_impl():
     assert resolve_conv_impl("auto", "cpu") == "patches_train"
-    assert resolve_conv_impl("auto", "gpu") == "xla"
+    assert resolve_conv_impl("auto", "gpu") == "patches_train"
+    assert resolve_conv_impl("auto", "tpu") == "xla"
     assert resolve_conv_impl("xla", "cpu") == "xla"
     assert resolve_conv_impl("patches", "gpu") == "patches"
     with pytest.raises(ValueError, match="choose one of"):

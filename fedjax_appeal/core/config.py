@@ -352,7 +352,7 @@ class RunConfig:
                                 "patches_train (patches in training, xla in evaluation: XLA "
                                 "on CPU runs a convolution's gradient inside a loop tens of "
                                 "times slower, benchmarks/RESULTS.md); auto = patches_train "
-                                "on CPU, xla elsewhere",
+                                "on CPU and GPU, xla elsewhere",
                         ("auto", "xla", "patches", "patches_train"), group="algorithm")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
                          registry="server_opt", group="algorithm")

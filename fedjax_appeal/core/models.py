@@ -200,8 +200,8 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     """Build a registered model; `name='auto'` takes the dataset's default.
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
-    "auto" = "patches_train" on the CPU backend, "xla" elsewhere. Models without a `conv_impl`
-    field (the MLPs, user-registered modules) ignore it.
+    "auto" = "patches_train" on the CPU and GPU backends, "xla" elsewhere. Models without a
+    `conv_impl` field (the MLPs, user-registered modules) ignore it.
     """
     if name == "auto":
         name = default_model(dataset_name)
