@@ -156,7 +156,9 @@ def main():
     for name, m, impl in jobs:
         cfg = fmnist_config(m, args.fmnist_dir) if name == "fmnist" else cifar_config(m)
         cfg = cfg.replace(conv_impl=impl)
-        # The layout a plain `fedjax-appeal run` of this cohort gets in this process.
+        # The automatic layout of this cohort over the devices this process has: on a GPU
+        # what a plain `fedjax-appeal run` gets; on a CPU one device, since this script does
+        # not split the CPU (the plain command does: plain_command.py measures that).
         cfg, layout = resolve_layout(cfg)
         rpc = 1 if cpu_mode else (4 if m <= 10 else (2 if m <= 100 else 1))
         reps = repeats if name == "fmnist" else c_repeats
@@ -255,7 +257,7 @@ def main():
                    f"{r['step_flops_jaxpr_count'] / 1e6:.2f})" for r in rows})
     notes = (("**No GPU was available: CPU mode, small cohorts only.** " if not on_gpu else "")
              + f"Device: {where}. Workload: {result['workload']}. Layout (the automatic "
-             "rule of `fedjax_appeal/execute/layout.py`, as a plain run gets it): "
+             "rule of `fedjax_appeal/execute/layout.py` over this process's devices): "
              + "; ".join(sorted({r['layout'] for r in rows})) + f". Repeats: {repeats} (ours, "
              f"FMNIST), {c_repeats} (ours, CIFAR-10), {t_repeats} (PyTorch), after one warm-up "
              "call each. FLOPs per round = cohort x 50 x step FLOPs; "
