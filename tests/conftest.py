@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import flax.linen as nn
 import jax
@@ -41,6 +44,25 @@ def pytest_configure(config):
     XLA_CACHE_ENV.update({"JAX_COMPILATION_CACHE_DIR": cache,
                           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture()
+def bench_script(monkeypatch):
+    """Import a script of `benchmarks/` by module name, its folder on `sys.path` for this
+    test only; the modules it imported are dropped from `sys.modules` afterwards."""
+    loaded = []
+
+    def load(name: str):
+        monkeypatch.syspath_prepend(str(BENCHMARKS))
+        loaded.append(name)
+        return importlib.import_module(name)
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)
 
 
 class NoBiasLinear(nn.Module):

@@ -3,20 +3,12 @@ per-core and scaling columns (hand-computed), and one worker's program."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture()
-def scaling(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    yield importlib.import_module("cnn_core_scaling")
-    sys.modules.pop("cnn_core_scaling", None)
+def scaling(bench_script):
+    return bench_script("cnn_core_scaling")
 
 
 def test_rates_of_concurrent_processes_add(scaling):

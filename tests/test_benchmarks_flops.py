@@ -3,23 +3,15 @@ hand count) and which count a benchmark reports when XLA's is missing or incompl
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import jax.numpy as jnp
 import pytest
 
 from fedjax_appeal.core.models import make_model
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 @pytest.fixture()
-def common(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    yield importlib.import_module("_common")
-    sys.modules.pop("_common", None)
+def common(bench_script):
+    return bench_script("_common")
 
 
 def test_pick_flops_prefers_a_complete_xla_count(common):
