@@ -31,8 +31,26 @@ from fedjax_appeal.core.models import Model, make_model
 # Set up in pytest_configure, so that a script importing this module does not turn it on.
 XLA_CACHE_ENV: dict[str, str] = {}
 
+# The rest of that time is XLA:CPU's LLVM back end optimising machine code for programs that
+# then run for milliseconds. The tests compile at LLVM optimisation level 0: the same HLO
+# (XLA's own graph passes still run), less optimised machine code. A run of a user is not
+# affected. The golden histories, recorded at the default level, hold at their tolerances
+# under it. Set in the environment, so that the tests' subprocesses compile the same way;
+# an XLA_FLAGS that already names a level is left as it is.
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+
+
+def with_test_xla_flags(flags: str = "") -> str:
+    """`flags` (an XLA_FLAGS value) with the tests' optimisation level added, unless it names
+    one."""
+    if "xla_backend_optimization_level" in flags:
+        return flags
+    return f"{flags} {TEST_XLA_FLAGS}".strip()
+
 
 def pytest_configure(config):
+    # before the first jax.devices() below: XLA reads its flags when the backend starts
+    os.environ["XLA_FLAGS"] = with_test_xla_flags(os.environ.get("XLA_FLAGS", ""))
     cache = tempfile.mkdtemp(prefix="fedjax-appeal-tests-xla-")
     atexit.register(shutil.rmtree, cache, ignore_errors=True)
     jax.config.update("jax_compilation_cache_dir", cache)

@@ -12,7 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from conftest import make_tiny_data
+from conftest import make_tiny_data, with_test_xla_flags
 
 from fedjax_appeal.algorithms import build
 from fedjax_appeal.core.config import HParams, RunConfig
@@ -119,8 +119,8 @@ print(json.dumps(out))
 def test_eight_fake_devices_equal_one_device():
     """8 devices, and 2 devices each running its clients in lanes, give the 1-device
     history."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
+           "XLA_FLAGS": with_test_xla_flags("--xla_force_host_platform_device_count=8")}
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT / "tests")], env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -307,7 +307,7 @@ def test_cpu_devices_shard_the_cohort_and_keep_the_history(tmp_path):
     over them, and the one-device history up to float summation order."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = with_test_xla_flags()  # no device count of the caller's
     flags = ["run", "--dataset", "synthetic", "--clients", "8", "--unseen-clients", "0",
              "--cohort", "4", "--rounds", "3", "--local-steps", "3", "--batch-size", "8",
              "--eval-every", "1", "--min-samples", "4", "--partition", "natural",

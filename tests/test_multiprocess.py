@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import with_test_xla_flags
 
 from fedjax_appeal.cli.commands import main
 from fedjax_appeal.run.checkpoint import read_meta
@@ -41,7 +42,8 @@ def free_port() -> int:
 def env(**extra) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("SLURM_", "OMPI_", "JAX_COORDINATOR")) and k != "XLA_FLAGS"}
-    return {**e, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **extra}
+    return {**e, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": with_test_xla_flags(), **extra}
 
 
 def launch(args: list[str], n: int = 2, **extra) -> list[subprocess.Popen]:
