@@ -3,7 +3,7 @@ cores in one device, on the CPU split into one device per core (one process), an
 single-core process per core (the layout of Flower's simulation: one actor per core).
 
 Each case runs `steps` local SGD steps of `simple_cnn` (batch 10, dropout on, the CPU's
-default convolution `patches_train`, `core/conv.py`) per client in a rolled `lax.scan`, the
+default convolution, `core/conv.py`) per client in a rolled `lax.scan`, the
 shape of a round's local loop, for the peers' two workloads (`benchmarks/peer_workloads.py`):
 FEMNIST (28x28x1, 62 classes) and CIFAR-10 (32x32x3, 10 classes). Each case runs in its own
 process, so that its thread settings hold from JAX's first operation:
@@ -230,7 +230,7 @@ def main(argv=None):
     if not args.no_append:
         append_results(f"simple_cnn local steps over the CPU's {cores} cores (cpu)", text,
                        f"Each case: {args.steps} local SGD steps of simple_cnn (batch 10, dropout "
-                       f"on, conv patches_train) per client in a rolled lax.scan (torch: the same "
+                       f"on, conv auto) per client in a rolled lax.scan (torch: the same "
                        f"model and steps in a Python loop, torch.optim.SGD, one thread), "
                        f"{args.repeats} "
                        f"repeats after a warm-up, each case in its own process(es); 'ms per step "

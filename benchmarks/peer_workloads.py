@@ -82,6 +82,7 @@ from _common import (  # noqa: E402
 
 from fedjax_appeal.algorithms import build  # noqa: E402
 from fedjax_appeal.core.config import PARTITIONS, HParams, RunConfig  # noqa: E402
+from fedjax_appeal.core.conv import CONV_IMPLS  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
 from fedjax_appeal.data.pool import register_partition  # noqa: E402
@@ -582,7 +583,7 @@ def main(argv=None):
                          "per call); round = the round jitted alone")
     ap.add_argument("--local-unroll", type=int, default=1,
                     help="RunConfig.local_unroll of our side (0 = local steps unrolled)")
-    ap.add_argument("--conv-impl", default="auto", choices=("auto", "xla", "patches"),
+    ap.add_argument("--conv-impl", default="auto", choices=CONV_IMPLS,
                     help="RunConfig.conv_impl of our side (auto = patches_train on CPU and GPU)")
     ap.add_argument("--cpu-devices", type=int, default=-1,
                     help="our side: split the CPU into this many devices and shard the cohort "
