@@ -71,9 +71,9 @@ def dots(jaxpr) -> list[dict]:
     return out
 
 
-def step_dots(workload: str, batch: int = 10) -> list[dict]:
-    """The products of one SGD step of simple_cnn on `batch` rows of `workload`, with the
-    default convolution in training mode (im2col matmuls), as the local steps run them."""
+def sgd_step(workload: str, batch: int = 10):
+    """(step(params, key) -> params, initial params): one SGD step of simple_cnn on `batch`
+    rows of `workload`, with the default convolution, as the local steps run it."""
     import jax
     import jax.numpy as jnp
 
@@ -89,6 +89,15 @@ def step_dots(workload: str, batch: int = 10) -> list[dict]:
         g = jax.grad(lambda w: m.loss(w, s, x, y, train=True, key=k)[0])(q)
         return jax.tree.map(lambda a, b: a - 0.01 * b, q, g)
 
+    return step, p
+
+
+def step_dots(workload: str, batch: int = 10) -> list[dict]:
+    """The products of one SGD step (`sgd_step`), its convolutions in training mode (im2col
+    matmuls)."""
+    import jax
+
+    step, p = sgd_step(workload, batch)
     return dots(jax.make_jaxpr(step)(p, jax.random.key(0)).jaxpr)
 
 
@@ -105,20 +114,8 @@ def step_profile(workload: str, steps: int, batch: int = 10) -> list[dict]:
     from collections import Counter
 
     import jax
-    import jax.numpy as jnp
 
-    from fedjax_appeal.core.models import make_model
-
-    shape, classes = WORKLOADS[workload]
-    m = make_model("simple_cnn", "x", classes, shape, jnp.uint8, conv_impl="auto")
-    p, s = m.init(jax.random.key(0))
-    x = jnp.ones((batch, *shape), jnp.uint8)
-    y = jnp.zeros((batch,), jnp.int32)
-
-    def step(q, k):
-        g = jax.grad(lambda w: m.loss(w, s, x, y, train=True, key=k)[0])(q)
-        return jax.tree.map(lambda a, b: a - 0.01 * b, q, g)
-
+    step, p = sgd_step(workload, batch)
     f = jax.jit(lambda q, k: jax.lax.scan(lambda c, kk: (step(c, kk), None), q,
                                           jax.random.split(k, steps))[0])
     hlo = f.lower(p, jax.random.key(0)).compile().as_text()
