@@ -35,6 +35,10 @@ Sides:
     intra-op threads 1 in the actors). Same client arrays (handed over as .npy files). Per-
     round seconds come from the timestamps of the strategy's per-round `evaluate_fn` calls
     (evaluation time subtracted); the first round (Ray actors starting) is reported apart.
+    Where JAX runs on a GPU the Flower clients and evaluation run on it too (`--peer-device`),
+    once per Ray `num_gpus` per client in `--client-gpus` (default: 1, Flower's tutorial
+    setting, and 1 / CPUs); the fastest is compared. `--flower-python` / `--flower-path` run
+    Flower with another interpreter where no venv can be made (benchmarks/gpu_peer_workloads.sh).
 
 Reported per workload: s/round of training (min / median over rounds), s per evaluation,
 and the time per 100 rounds DERIVED as 100 x median s/round + (100 / eval_every) x median
@@ -305,6 +309,7 @@ FLOWER_WORKER = textwrap.dedent('''
     NORM = np.load(os.path.join(D, "norm.npy"))
     SCALE = float(np.load(os.path.join(D, "scale.npy")))
     NUM_CLASSES, BATCH, LR = ARGS["num_classes"], ARGS["batch_size"], ARGS["client_lr"]
+    DEVICE = torch.device(ARGS["device"])
 
 
     def load(split, k):
@@ -356,6 +361,7 @@ FLOWER_WORKER = textwrap.dedent('''
             opt = torch.optim.SGD(self.net.parameters(), lr=LR)
             steps = 0
             for x, y in self.loader:  # one local epoch
+                x, y = x.to(DEVICE), y.to(DEVICE)
                 opt.zero_grad()
                 F.cross_entropy(self.net(x), y).backward()
                 opt.step()
@@ -371,13 +377,13 @@ FLOWER_WORKER = textwrap.dedent('''
         y = torch.as_tensor(np.array(load("train", "y")[off:off + cnt]), dtype=torch.int64)
         loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
                                              batch_size=BATCH, shuffle=True)
-        return FlowerClient(Net(*SHAPE, NUM_CLASSES), loader).to_client()
+        return FlowerClient(Net(*SHAPE, NUM_CLASSES).to(DEVICE), loader).to_client()
 
 
     MARKS, EVALS, ACCS = [], [], []
-    TEST_X = torch.as_tensor(np.array(load("test", "x")))
-    TEST_Y = torch.as_tensor(np.array(load("test", "y")), dtype=torch.int64)
-    EVAL_NET = Net(*SHAPE, NUM_CLASSES)
+    TEST_X = torch.as_tensor(np.array(load("test", "x"))).to(DEVICE)
+    TEST_Y = torch.as_tensor(np.array(load("test", "y")), dtype=torch.int64).to(DEVICE)
+    EVAL_NET = Net(*SHAPE, NUM_CLASSES).to(DEVICE)
 
 
     def evaluate_fn(server_round, parameters, config):
@@ -423,7 +429,7 @@ FLOWER_WORKER = textwrap.dedent('''
     run_simulation(server_app=ServerApp(server_fn=server_fn),
                    client_app=ClientApp(client_fn=client_fn), num_supernodes=ARGS["num_clients"],
                    backend_config={"client_resources": {"num_cpus": ARGS["client_cpus"],
-                                                        "num_gpus": 0.0}})
+                                                        "num_gpus": ARGS["client_gpus"]}})
     wall = time.perf_counter() - t0
     # seconds of round r = mark(r) - mark(r - 1) - evaluation time spent at mark(r - 1)
     ev = dict(EVALS)
@@ -433,7 +439,11 @@ FLOWER_WORKER = textwrap.dedent('''
     json.dump({"round_s": rounds, "eval_s": [s for r, s in EVALS if r > 0],
                "eval0_s": ev.get(0), "test_acc": ACCS[1:], "steps_per_round": STEPS,
                "wall_s": wall, "rounds_done": len(rounds), "flwr": flwr.__version__,
-               "torch": torch.__version__}, open(ARGS["out"], "w"))
+               "torch": torch.__version__, "device": str(DEVICE),
+               "device_name": (torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda"
+                               else "cpu"),
+               "client_cpus": ARGS["client_cpus"], "client_gpus": ARGS["client_gpus"]},
+              open(ARGS["out"], "w"))
 ''')
 
 
@@ -447,21 +457,63 @@ def _last_line(text: str) -> str:
     return (errs or lines or ["(no output)"])[-1][:300]
 
 
-def flower_python(venv: Path = FLOWER_VENV) -> Path:
-    """The Flower venv's interpreter, after checking that flwr, ray and torch import there."""
-    py = venv / "bin" / "python"
+def flower_python(venv: Path = FLOWER_VENV, python: str = "", path: str = "") -> Path:
+    """The interpreter that runs Flower, after checking that flwr, ray and torch import there.
+
+    `python`: an interpreter other than the venv's (e.g. the system's, where no venv can
+    be made), with `path` as its PYTHONPATH (where flwr[simulation] was unpacked).
+    """
+    py = Path(python) if python else venv / "bin" / "python"
+    where = python or str(venv)
     if not py.exists():
-        raise PeerError(f"no Flower venv at {venv}: create it with `{FLOWER_INSTALL}`")
+        raise PeerError(f"no Flower interpreter at {py}: create the venv with "
+                        f"`{FLOWER_INSTALL}` or pass --flower-python")
     r = subprocess.run([str(py), "-c", "import flwr, ray, torch, flwr.simulation"],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     if r.returncode != 0:
-        raise PeerError(f"flwr[simulation] does not import in {venv}: {_last_line(r.stderr)}")
+        raise PeerError(f"flwr[simulation] does not import in {where}: {_last_line(r.stderr)}")
     return py
 
 
+def client_gpus(spec: str, device: str, client_cpus: int = 1) -> list[float]:
+    """Ray `num_gpus` per Flower client actor, one Flower run per value.
+
+    Default (`spec` empty): 0 on cpu; on cuda 1 (a whole GPU per client, so one client at a
+    time: Flower's tutorial setting) and 1 / (CPUs / client_cpus) (every CPU's actor shares
+    the GPU).
+    """
+    if spec:
+        try:
+            vals = [float(v) for v in spec.split(",") if v]
+        except ValueError:
+            raise ValueError(f"--client-gpus {spec!r} is not a comma list of numbers") from None
+        if not vals or any(v < 0 or v > 1 for v in vals):
+            raise ValueError(f"--client-gpus {spec!r}: each value must lie in [0, 1]")
+        if device == "cpu" and any(vals):
+            raise ValueError("--client-gpus above 0 needs --peer-device cuda")
+        return vals
+    if device == "cpu":
+        return [0.0]
+    actors = max(1, (os.cpu_count() or 1) // max(1, client_cpus))
+    return [1.0] if actors == 1 else [1.0, 1.0 / actors]
+
+
+def peer_device(choice: str) -> str:
+    """The torch device of the Flower side: `auto` = cuda where JAX runs on a GPU, else cpu."""
+    if choice != "auto":
+        return choice
+    return "cuda" if jax.default_backend() == "gpu" else "cpu"
+
+
 def run_flower(py: Path, folder: Path, res: dict, num_classes: int, rounds: int,
-               client_cpus: int = 1, timeout: float = 3600) -> dict:
-    """Run the Flower program on the arrays in `folder`; its measurements as a dict."""
+               client_cpus: int = 1, timeout: float = 3600, device: str = "cpu",
+               client_gpus: float = 0.0, path: str = "") -> dict:
+    """Run the Flower program on the arrays in `folder`; its measurements as a dict.
+
+    `device`: the torch device of the clients and of the evaluation; `client_gpus`: Ray's
+    `num_gpus` per client actor (a fraction lets 1 / fraction clients share one GPU);
+    `path`: the interpreter's PYTHONPATH.
+    """
     worker = folder / "flower_worker.py"
     worker.write_text(FLOWER_WORKER)
     out = folder / "flower.json"
@@ -469,10 +521,11 @@ def run_flower(py: Path, folder: Path, res: dict, num_classes: int, rounds: int,
             "batch_size": res["batch_size"], "client_lr": res["client_lr"],
             "num_clients": res["clients"], "cohort": res["cohort"], "rounds": rounds,
             "eval_every": res["eval_every"], "client_cpus": client_cpus, "client_threads": 1,
-            "server_threads": os.cpu_count() or 1}
+            "server_threads": os.cpu_count() or 1, "device": device,
+            "client_gpus": client_gpus}
     try:
         r = subprocess.run([str(py), str(worker), json.dumps(args)], capture_output=True,
-                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": ""})
+                           text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": path})
     except subprocess.TimeoutExpired as e:
         raise PeerError(f"the Flower simulation did not finish in {timeout:.0f} s") from e
     (folder / "flower.log").write_text(r.stdout + r.stderr)
@@ -539,7 +592,9 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
             continue
         seen.add(name)
         f = row["flower"]
-        lines.append(f"| {name} | Flower {f['flwr']} simulation (torch {f['torch']}), "
+        where = (f", {f['device']}, num_gpus {f['client_gpus']:.4g} per client"
+                 if f.get("device", "cpu") != "cpu" else "")
+        lines.append(f"| {name} | Flower {f['flwr']} simulation (torch {f['torch']}{where}), "
                      f"{f['rounds_done']} rounds | {_cell(f['steady_round_s'])} | "
                      f"{_cell(f['eval_s'])} | {f['mean_steps_per_round']:.1f} | "
                      f"{f['derived_100_s']:.1f} | 1 |")
@@ -548,6 +603,14 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
                      "client steps per round " + ", ".join(map(str, f["steps_per_round"]))
                      + "; test accuracy every 10 rounds "
                      + ", ".join(f"{a:.3f}" for a in f["test_acc"]) + ".")
+        others = [g for g in row.get("flower_runs", []) if g is not f and g != f]
+        if others:
+            notes.append(f"**{name}**, Flower's other settings (the table holds its fastest): "
+                         + "; ".join(f"num_gpus {g['client_gpus']:.4g} per client "
+                                     f"{_cell(g['steady_round_s'])} s/round, "
+                                     f"{_cell(g['eval_s'])} s/eval, derived "
+                                     f"{g['derived_100_s']:.1f} s per 100 rounds"
+                                     for g in others) + ".")
     notes.append("Ours: one compiled program per round (min/median over rounds), its test "
                  "evaluation after the measured rounds; Flower: per round from the timestamps "
                  "of the strategy's evaluate_fn, round 1 excluded. One run per side. Derived s "
@@ -555,7 +618,8 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
                  "(derived, not measured over 100 rounds). Per client step = the per-round ratio "
                  "times Flower's realised client steps per round over ours. Flower: Ray "
                  f"backend, {client_cpus} CPU per client actor, torch threads 1 per actor, all "
-                 "cores for the server's evaluation.")
+                 "cores for the server's evaluation; on a GPU the clients and the evaluation "
+                 "run there (num_gpus per client actor as stated).")
     return lines, "\n\n".join(notes)
 
 
@@ -600,6 +664,18 @@ def main(argv=None):
     ap.add_argument("--data-dir", default="", help="npz data folder (default $FEDJAX_APPEAL_DATA)")
     ap.add_argument("--cache-dir", default="", help="decoded-array cache")
     ap.add_argument("--venv", default=str(FLOWER_VENV))
+    ap.add_argument("--flower-python", default="",
+                    help="run Flower with this interpreter instead of the venv's (e.g. python3 "
+                         "where flwr[simulation] was unpacked into --flower-path)")
+    ap.add_argument("--flower-path", default="",
+                    help="PYTHONPATH of the Flower interpreter (default: none)")
+    ap.add_argument("--peer-device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="torch device of the Flower clients and evaluation (auto = cuda where "
+                         "JAX runs on a GPU, else cpu)")
+    ap.add_argument("--client-gpus", default="",
+                    help="comma list of Ray num_gpus per Flower client actor, one Flower run "
+                         "each, the fastest compared (default: 0 on cpu; on cuda 1 (one client "
+                         "at a time, Flower's tutorial) and 1 / (CPUs / --client-cpus))")
     ap.add_argument("--client-cpus", type=int, default=1,
                     help="CPUs per Flower client actor (Ray client_resources num_cpus)")
     ap.add_argument("--no-append", action="store_true")
@@ -629,9 +705,14 @@ def main(argv=None):
     out = Path(args.out or HERE / "results" / ("peer_workloads_quick.json" if args.quick
                                                 else "peer_workloads.json"))
     py = None
+    device = peer_device(args.peer_device)
+    try:
+        gpus = client_gpus(args.client_gpus, device, args.client_cpus)
+    except ValueError as e:
+        sys.exit(f"peer_workloads: error: {e}")
     if args.peer == "flower":
         try:
-            py = flower_python(Path(args.venv))
+            py = flower_python(Path(args.venv), args.flower_python, args.flower_path)
         except PeerError as e:
             sys.exit(f"peer_workloads: error: {e}")
     peak = 0.0 if args.quick else matmul_peak()["best_flops"]
@@ -651,19 +732,31 @@ def main(argv=None):
         row = {"ours": res}
         write_json(out.with_suffix(".partial.json"), {"rows": [*rows, row]})
         if py is not None:
+            runs = []
             with tempfile.TemporaryDirectory(prefix="peer_workloads_") as tmp:
                 save_for_peer(data, ds, Path(tmp))
-                try:
-                    peer = run_flower(py, Path(tmp), {**res, "eval_every": every},
-                                      data.num_classes, rounds, args.client_cpus)
-                except PeerError as e:
-                    sys.exit(f"peer_workloads: error: {e}")
-            # round 1 starts the Ray actors: reported apart, not in the per-round figures
-            steady = peer["round_s"][1:] or peer["round_s"]
-            peer["steady_round_s"] = steady
-            peer["derived_100_s"] = derived_100(steady, peer["eval_s"], every)
-            peer["mean_steps_per_round"] = float(np.mean(peer["steps_per_round"]))
+                for g in gpus:
+                    try:
+                        peer = run_flower(py, Path(tmp), {**res, "eval_every": every},
+                                          data.num_classes, rounds, args.client_cpus,
+                                          device=device, client_gpus=g, path=args.flower_path)
+                    except PeerError as e:
+                        sys.exit(f"peer_workloads: error: {e}")
+                    # round 1 starts the Ray actors: reported apart, not in the per-round
+                    # figures
+                    steady = peer["round_s"][1:] or peer["round_s"]
+                    peer["steady_round_s"] = steady
+                    peer["derived_100_s"] = derived_100(steady, peer["eval_s"], every)
+                    peer["mean_steps_per_round"] = float(np.mean(peer["steps_per_round"]))
+                    runs.append(peer)
+                    print(f"{name}: Flower on {device}, num_gpus {g:.4g} per client: "
+                          f"{_cell(steady)} s/round, derived {peer['derived_100_s']:.1f} s "
+                          "per 100 rounds", flush=True)
+            peer = min(runs, key=lambda f: f["derived_100_s"])  # the peer's fastest setting
+            steady = peer["steady_round_s"]
             row["flower"] = peer
+            if len(runs) > 1:
+                row["flower_runs"] = runs
             row["flower_over_ours_round_median"] = float(np.median(steady)
                                                          / np.median(res["sec_per_round"]))
             row["flower_over_ours_100"] = peer["derived_100_s"] / res["derived_100_s"]

@@ -114,3 +114,60 @@ def test_quick_path_of_our_side(pw, tmp_path):
     assert o["local_steps"] == min(2, int(round(o["mean_epoch_steps"])))
     assert o["derived_100_s"] == pytest.approx(pw.derived_100(o["sec_per_round"], o["eval_s"], 1))
     assert (tmp_path / "quick.json").exists() and "flower" not in row
+
+
+def test_client_gpus_defaults_and_errors(pw, monkeypatch):
+    monkeypatch.setattr(pw.os, "cpu_count", lambda: 16)
+    assert pw.client_gpus("", "cpu") == [0.0]
+    # a whole GPU per client (one at a time), and one actor per CPU sharing it
+    assert pw.client_gpus("", "cuda") == [1.0, 1 / 16]
+    assert pw.client_gpus("", "cuda", client_cpus=4) == [1.0, 0.25]
+    assert pw.client_gpus("0.5,0.25", "cuda") == [0.5, 0.25]
+    with pytest.raises(ValueError, match="comma list"):
+        pw.client_gpus("half", "cuda")
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        pw.client_gpus("2", "cuda")
+    with pytest.raises(ValueError, match="--peer-device cuda"):
+        pw.client_gpus("0.5", "cpu")
+    monkeypatch.setattr(pw.os, "cpu_count", lambda: 1)
+    assert pw.client_gpus("", "cuda") == [1.0]
+
+
+def test_peer_device(pw, monkeypatch):
+    assert pw.peer_device("cuda") == "cuda" and pw.peer_device("cpu") == "cpu"
+    monkeypatch.setattr(pw.jax, "default_backend", lambda: "gpu")
+    assert pw.peer_device("auto") == "cuda"
+    monkeypatch.setattr(pw.jax, "default_backend", lambda: "cpu")
+    assert pw.peer_device("auto") == "cpu"
+
+
+def test_missing_flower_interpreter_is_one_line(pw, tmp_path):
+    with pytest.raises(pw.PeerError, match="--flower-python"):
+        pw.flower_python(tmp_path / "no_venv")
+    with pytest.raises(pw.PeerError, match="no Flower interpreter at"):
+        pw.flower_python(tmp_path, python=str(tmp_path / "python9"))
+    # an interpreter without flwr: the import check fails with its last error line
+    with pytest.raises(pw.PeerError, match="does not import in"):
+        pw.flower_python(tmp_path, python=sys.executable, path=str(tmp_path))
+
+
+def test_report_names_the_gpu_setting_and_the_slower_one(pw):
+    ours = {"workload": "cifar10_pfl", "rounds": 2, "sec_per_round": [0.01, 0.01],
+            "eval_s": [0.005], "local_steps": 5, "cohort": 50, "derived_100_s": 1.05,
+            "clients": 1000, "train_rows": 50000, "test_rows": 10000, "batch_size": 10,
+            "client_lr": 0.1, "n_params": 5, "mean_epoch_steps": 5.0, "compile_s": 1.0,
+            "test_acc": [0.3]}
+
+    def flower(gpus, per_round, derived):
+        return {"steady_round_s": [per_round], "derived_100_s": derived, "eval_s": [0.02],
+                "mean_steps_per_round": 250.0, "round_s": [30.0, per_round], "wall_s": 60.0,
+                "steps_per_round": [250, 250], "test_acc": [0.3], "flwr": "1", "torch": "2",
+                "rounds_done": 2, "device": "cuda", "client_gpus": gpus}
+
+    fast, slow = flower(0.0625, 1.5, 150.2), flower(1.0, 5.5, 550.2)
+    lines, notes = pw.report([{"ours": ours, "flower": fast, "flower_runs": [slow, fast]}])
+    # 1.05 / 150.2 per 100 rounds; 0.01 / 1.5 per round; equal client steps
+    assert "0.00699×; 0.00667×; 0.00667×" in lines[2]
+    assert "cuda, num_gpus 0.0625 per client" in lines[3]
+    assert "num_gpus 1 per client 5.500 / 5.500 s/round" in notes
+    assert "derived 550.2 s per 100 rounds" in notes
