@@ -15,7 +15,8 @@
 #       bash benchmarks/gpu_peer_workloads.sh
 #
 # Results: the section appended to benchmarks/RESULTS.md (copied to $OUT), the JSON and a log
-# under $OUT, nvidia-smi's utilisation every 200 ms in $OUT/gpu_util.csv.
+# under $OUT, nvidia-smi's utilisation every 200 ms in $OUT/gpu_util.csv. ROUNDS (20) and
+# CLIENT_GPUS (peer_workloads.py --client-gpus) change the run.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-benchmarks/results}
@@ -41,7 +42,8 @@ smi=$!
 
 echo "=== start $(date +%s.%N)"
 timeout "${LIMIT_S:-480}" "$py" benchmarks/peer_workloads.py --rounds "$rounds" \
-    "${flower[@]}" --out "$out/peer_workloads_gpu.json"
+    "${flower[@]}" ${CLIENT_GPUS:+--client-gpus "$CLIENT_GPUS"} \
+    --out "$out/peer_workloads_gpu.json"
 rc=$?
 echo "=== end $(date +%s.%N) rc $rc"
 kill "$smi" 2>/dev/null
