@@ -115,10 +115,22 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict
             "median_flops": flops / statistics.median(secs)}
 
 
+def jaxpr_eqns(jaxpr):
+    """Every equation of a jaxpr in program order, each followed by those of the jaxprs
+    nested in its parameters (scan, cond, pjit, custom_vjp bodies, ...)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for v in eqn.params.values():
+            for sub in (v if isinstance(v, tuple | list) else (v,)):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from jaxpr_eqns(inner)
+
+
 def jaxpr_flops(jaxpr) -> float:
     """dot_general + convolution FLOPs of a jaxpr, nested jaxprs included."""
     total = 0.0
-    for eqn in jaxpr.eqns:
+    for eqn in jaxpr_eqns(jaxpr):
         name = eqn.primitive.name
         if name == "dot_general":
             (lc, _), _ = eqn.params["dimension_numbers"]
@@ -129,11 +141,6 @@ def jaxpr_flops(jaxpr) -> float:
             out_feature_dim = eqn.params["dimension_numbers"].rhs_spec[0]
             per_out = math.prod(rhs) / rhs[out_feature_dim]
             total += 2.0 * math.prod(eqn.outvars[0].aval.shape) * per_out
-        for v in eqn.params.values():
-            for sub in (v if isinstance(v, tuple | list) else (v,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    total += jaxpr_flops(inner)
     return total
 
 

@@ -33,7 +33,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, append_results, time_repeats  # noqa: E402  (stdlib only)
+from _common import HERE, append_results, jaxpr_eqns, time_repeats  # noqa: E402  (stdlib only)
 from cnn_core_scaling import FLOWER_PYTHON, WORKLOADS, measure, torch_python  # noqa: E402
 
 PEER_WORKLOAD = {"femnist": "femnist_fedjax", "cifar10": "cifar10_pfl"}
@@ -54,7 +54,7 @@ def canonical(lhs: tuple, rhs: tuple, dimension_numbers) -> tuple[int, int, int,
 def dots(jaxpr) -> list[dict]:
     """Every `dot_general` of a jaxpr (nested jaxprs included), in program order."""
     out = []
-    for eqn in jaxpr.eqns:
+    for eqn in jaxpr_eqns(jaxpr):
         if eqn.primitive.name == "dot_general":
             lhs, rhs = (tuple(v.aval.shape) for v in eqn.invars[:2])
             dn = eqn.params["dimension_numbers"]
@@ -63,11 +63,6 @@ def dots(jaxpr) -> list[dict]:
                         "dimension_numbers": [[list(dn[0][0]), list(dn[0][1])],
                                               [list(dn[1][0]), list(dn[1][1])]],
                         "bmkn": (b, m, k, n), "flops": 2.0 * b * m * k * n})
-        for v in eqn.params.values():
-            for sub in (v if isinstance(v, tuple | list) else (v,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    out.extend(dots(inner))
     return out
 
 
