@@ -6,9 +6,9 @@
 # the faster of the two is the peer.
 #
 # Where the GPU machine has no venv with flwr[simulation], FLOWER_SITE names a .tar.xz of
-# flwr[simulation] and its dependencies unpacked for the machine's Python (built elsewhere:
-# `pip download` of the wheels, unzipped into one folder); it is unpacked into /tmp and put on
-# the Flower interpreter's PYTHONPATH. JAX is held to a quarter of the GPU's memory so that
+# flwr[simulation] and its dependencies unpacked for the machine's Python (made where pip
+# works by `bash benchmarks/pack_flower_site.sh`); it is unpacked into /tmp and put on the
+# Flower interpreter's PYTHONPATH. JAX is held to a quarter of the GPU's memory so that
 # the Flower actors find room beside it.
 #
 #   OUT=/tmp/gpu FEDJAX_APPEAL_DATA=/path/to/data FLOWER_SITE=/path/to/flower_site.tar.xz \

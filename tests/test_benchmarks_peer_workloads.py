@@ -171,3 +171,17 @@ def test_report_names_the_gpu_setting_and_the_slower_one(pw):
     assert "cuda, num_gpus 0.0625 per client" in lines[3]
     assert "num_gpus 1 per client 5.500 / 5.500 s/round" in notes
     assert "derived 550.2 s per 100 rounds" in notes
+
+
+def test_flower_site_requirements_pin_each_package_once():
+    # pack_flower_site.sh downloads these with --no-deps: every line must pin one version,
+    # and two versions of one package would stop the install
+    lines = [ln.strip() for ln in (BENCH / "flower_site_requirements.txt").read_text()
+             .splitlines() if ln.strip() and not ln.startswith("#")]
+    names = []
+    for ln in lines:
+        name, sep, version = ln.partition("==")
+        assert sep and name and version[0].isdigit(), ln
+        names.append(name.lower().replace("_", "-"))
+    assert len(names) == len(set(names))
+    assert {"flwr", "ray"} <= set(names)
