@@ -116,15 +116,11 @@ def matmul_peak(n: int = 2048, repeats: int = 5, dtype: str = "float32") -> dict
 
 
 def jaxpr_eqns(jaxpr):
-    """Every equation of a jaxpr in program order, each followed by those of the jaxprs
-    nested in its parameters (scan, cond, pjit, custom_vjp bodies, ...)."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for v in eqn.params.values():
-            for sub in (v if isinstance(v, tuple | list) else (v,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    yield from jaxpr_eqns(inner)
+    """Every equation of a jaxpr, nested jaxprs included (`fedjax_appeal.core.jaxpr`,
+    imported on call so that this module imports without JAX)."""
+    from fedjax_appeal.core.jaxpr import jaxpr_eqns as walk
+
+    return walk(jaxpr)
 
 
 def jaxpr_flops(jaxpr) -> float:

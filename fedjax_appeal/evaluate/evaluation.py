@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays, FederatedData
+from ..core.jaxpr import jaxpr_eqns
 from ..core.models import Model
 from ..execute.distributed import collect, spread
 from ..local.client import client_loss
@@ -37,24 +38,13 @@ MAX_CHUNK = 2048  # rows per chunk at most
 CHUNK_BYTES = 32 * 2**20  # the largest intermediate of one chunk, at most (auto_chunk)
 
 
-def _eqns(jaxpr):
-    """Every equation of a jaxpr, those of its nested jaxprs included."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for v in eqn.params.values():
-            for sub in (v if isinstance(v, tuple | list) else (v,)):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    yield from _eqns(inner)
-
-
 def row_bytes(model: Model, params, state, arrays: ClientArrays) -> int:
     """Bytes of the largest intermediate of the evaluation of one row (from its jaxpr)."""
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                         (params, state, arrays.x[:1], arrays.y[:1]))
     jaxpr = jax.make_jaxpr(model.per_sample)(*spec).jaxpr
     return max((math.prod(v.aval.shape) * getattr(v.aval.dtype, "itemsize", 4)
-                for eqn in _eqns(jaxpr) for v in eqn.outvars
+                for eqn in jaxpr_eqns(jaxpr) for v in eqn.outvars
                 if hasattr(v.aval, "shape") and hasattr(v.aval, "dtype")), default=1)
 
 
