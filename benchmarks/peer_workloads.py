@@ -704,6 +704,14 @@ def main(argv=None):
     rounds = 2 if args.quick else args.rounds
     out = Path(args.out or HERE / "results" / ("peer_workloads_quick.json" if args.quick
                                                 else "peer_workloads.json"))
+    if args.peer == "none":  # the Flower options would be silently ignored
+        given = [f for f, v in (("--flower-python", args.flower_python),
+                                ("--flower-path", args.flower_path),
+                                ("--client-gpus", args.client_gpus),
+                                ("--peer-device", args.peer_device != "auto")) if v]
+        if given:
+            sys.exit(f"peer_workloads: error: {given[0]} configures Flower's side; drop it "
+                     "or use --peer flower")
     py = None
     device = peer_device(args.peer_device)
     try:

@@ -185,3 +185,10 @@ def test_flower_site_requirements_pin_each_package_once():
         names.append(name.lower().replace("_", "-"))
     assert len(names) == len(set(names))
     assert {"flwr", "ray"} <= set(names)
+
+
+@pytest.mark.parametrize("flag", [["--client-gpus", "0.5"], ["--peer-device", "cuda"],
+                                  ["--flower-python", "python3"], ["--flower-path", "/x"]])
+def test_flower_options_refused_without_flower(pw, flag):
+    with pytest.raises(SystemExit, match=f"{flag[0]} configures Flower's side"):
+        pw.main(["--quick", "--peer", "none", *flag])
