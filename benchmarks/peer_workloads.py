@@ -42,8 +42,10 @@ Sides:
 
 Reported per workload: s/round of training (min / median over rounds), s per evaluation,
 and the time per 100 rounds DERIVED as 100 x median s/round + (100 / eval_every) x median
-s/eval; ratio = peer / ours. One run per side (the machine is shared; load average in the
-RESULTS.md header).
+s/eval; ratio = peer / ours. One run per side, or `--repeats N` interleaved runs (each
+workload's two sides, then the next repeat), reported with each repeat's ratio, their
+median and minimum and the repeats in which ours was faster (the machine is shared; load
+average in the RESULTS.md header).
 
     python benchmarks/peer_workloads.py --rounds 10 --ours-rounds 2 --peer flower
     python benchmarks/peer_workloads.py --workloads cifar10_pfl --rounds 10 --ours-rounds 3 \
@@ -51,6 +53,7 @@ RESULTS.md header).
     python benchmarks/peer_workloads.py --rounds 10 --cpu-devices 2 --client-lanes 1 \
         --peer flower          # ours on both cores: the cohort sharded over 2 CPU devices
     python benchmarks/peer_workloads.py --combine A.json,B.json   # one RESULTS.md section
+    python benchmarks/peer_workloads.py --rounds 10 --repeats 3   # 3 interleaved runs per side
     python benchmarks/peer_workloads.py --quick --peer none
 """
 
@@ -546,10 +549,13 @@ def _cell(xs: list[float]) -> str:
 def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
     """Markdown table and notes from result rows (each {"ours": ...} and maybe "flower").
 
-    Rows of one workload may come from several runs (e.g. two programs of ours); every
-    `ours` row is compared with the workload's Flower measurement, wherever that came from.
+    Rows of one workload may come from several runs (e.g. two programs of ours) or repeats
+    (`--repeats`): an `ours` row is compared with the Flower run of its own row, else with
+    the workload's Flower measurement, wherever that came from. With several repeats of a
+    workload, a second table pairs each repeat's two sides (`paired`).
     """
     flower = {r["ours"]["workload"]: r["flower"] for r in rows if "flower" in r}
+    repeated = any(r.get("repeat", 0) > 0 for r in rows)
     lines = ["| workload | side | s/round (min / median) | s/eval (min / median) | client steps "
              "/ round | derived s per 100 rounds | this / Flower (per 100 rounds; per round; "
              "per client step; > 1 = slower than Flower) |", "|---|---|---|---|---|---|---|"]
@@ -557,7 +563,7 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
     for row in rows:
         o = row["ours"]
         name = o["workload"]
-        f = flower.get(name)
+        f = row.get("flower") or flower.get(name)
         cell = "—"
         if f is not None:
             per_round = float(np.median(o["sec_per_round"]) / np.median(f["steady_round_s"]))
@@ -568,7 +574,8 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
                 f"{o.get('local_unroll', 1)}"
                 + (f", --cpu-devices {o['devices']} --devices {o['devices']} --client-lanes "
                    f"{o.get('client_lanes', 0)}" if o.get("devices", 1) > 1 else "")
-                + f", {o['rounds']} rounds")
+                + f", {o['rounds']} rounds"
+                + (f", repeat {row.get('repeat', 0) + 1}" if repeated else ""))
         lines.append(f"| {name} | fedjax_appeal ({prog}) | {_cell(o['sec_per_round'])} | "
                      f"{_cell(o['eval_s'])} | {o['local_steps'] * o['cohort']} | "
                      f"{o['derived_100_s']:.1f} | {cell} |")
@@ -588,17 +595,18 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
         notes.append(s)
     for row in rows:
         name = row["ours"]["workload"]
-        if "flower" not in row or name in seen:
+        if "flower" not in row or (name, row.get("repeat", 0)) in seen:
             continue
-        seen.add(name)
+        seen.add((name, row.get("repeat", 0)))
         f = row["flower"]
+        again = f", repeat {row.get('repeat', 0) + 1}" if repeated else ""
         where = (f", {f['device']}, num_gpus {f['client_gpus']:.4g} per client"
                  if f.get("device", "cpu") != "cpu" else "")
         lines.append(f"| {name} | Flower {f['flwr']} simulation (torch {f['torch']}{where}), "
-                     f"{f['rounds_done']} rounds | {_cell(f['steady_round_s'])} | "
+                     f"{f['rounds_done']} rounds{again} | {_cell(f['steady_round_s'])} | "
                      f"{_cell(f['eval_s'])} | {f['mean_steps_per_round']:.1f} | "
                      f"{f['derived_100_s']:.1f} | 1 |")
-        notes.append(f"**{name}**, Flower: first round (Ray starting the client actors) "
+        notes.append(f"**{name}**, Flower{again}: first round (Ray starting the client actors) "
                      f"{f['round_s'][0]:.1f} s, whole simulation wall {f['wall_s']:.1f} s, "
                      "client steps per round " + ", ".join(map(str, f["steps_per_round"]))
                      + "; test accuracy every 10 rounds "
@@ -613,14 +621,39 @@ def report(rows: list[dict], client_cpus: int = 1) -> tuple[list[str], str]:
                                      for g in others) + ".")
     notes.append("Ours: one compiled program per round (min/median over rounds), its test "
                  "evaluation after the measured rounds; Flower: per round from the timestamps "
-                 "of the strategy's evaluate_fn, round 1 excluded. One run per side. Derived s "
+                 "of the strategy's evaluate_fn, round 1 excluded. One run per side"
+                 + (" per repeat, the repeats interleaved (each workload's two sides, then "
+                    "the next repeat)" if repeated else "") + ". Derived s "
                  "per 100 rounds = 100 x median s/round + 10 evaluations x median s/eval "
                  "(derived, not measured over 100 rounds). Per client step = the per-round ratio "
                  "times Flower's realised client steps per round over ours. Flower: Ray "
                  f"backend, {client_cpus} CPU per client actor, torch threads 1 per actor, all "
                  "cores for the server's evaluation; on a GPU the clients and the evaluation "
                  "run there (num_gpus per client actor as stated).")
+    pair = paired(rows)
+    if pair:
+        lines += ["", *pair]
     return lines, "\n\n".join(notes)
+
+
+def paired(rows: list[dict]) -> list[str]:
+    """With several repeats of a workload: each repeat's Flower / ours time per 100 rounds
+    (above 1: ours faster), in run order, their median and minimum, and in how many repeats
+    ours was the faster side. [] when no workload ran twice with Flower."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        if "flower" in r:
+            by.setdefault(r["ours"]["workload"], []).append(r)
+    if not any(len(rs) > 1 for rs in by.values()):
+        return []
+    lines = ["| workload | repeats | Flower / ours per 100 rounds, each repeat in run order (> 1 "
+             "= ours faster) | median | min | ours faster in |", "|---|---|---|---|---|---|"]
+    for name, rs in by.items():
+        q = [r["flower"]["derived_100_s"] / r["ours"]["derived_100_s"] for r in rs]
+        lines.append(f"| {name} | {len(q)} | " + ", ".join(f"{x:.2f}" for x in q)
+                     + f" | {float(np.median(q)):.2f} | {min(q):.2f} | "
+                     f"{sum(x > 1 for x in q)} of {len(q)} |")
+    return lines
 
 
 def publish(rows: list[dict], client_cpus: int, append: bool) -> None:
@@ -678,6 +711,9 @@ def main(argv=None):
                          "at a time, Flower's tutorial) and 1 / (CPUs / --client-cpus))")
     ap.add_argument("--client-cpus", type=int, default=1,
                     help="CPUs per Flower client actor (Ray client_resources num_cpus)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run both sides this many times, interleaved (each workload's two "
+                         "sides, then the next repeat); the report pairs the repeats")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--out", default="")
     ap.add_argument("--combine", default="",
@@ -701,6 +737,8 @@ def main(argv=None):
     if bad:
         sys.exit(f"peer_workloads: error: unknown workload {bad[0]!r}; choose from "
                  + ", ".join(WORKLOADS))
+    if args.repeats < 1:
+        sys.exit(f"peer_workloads: error: --repeats {args.repeats} must be at least 1")
     rounds = 2 if args.quick else args.rounds
     out = Path(args.out or HERE / "results" / ("peer_workloads_quick.json" if args.quick
                                                 else "peer_workloads.json"))
@@ -725,7 +763,8 @@ def main(argv=None):
             sys.exit(f"peer_workloads: error: {e}")
     peak = 0.0 if args.quick else matmul_peak()["best_flops"]
     rows = []
-    for name in names:
+    for repeat, name in ((r, n) for r in range(args.repeats) for n in names):
+        tag = name + (f" (repeat {repeat + 1} of {args.repeats})" if args.repeats > 1 else "")
         res = ours(name, min(rounds, args.ours_rounds or rounds), args.quick, args.data_dir,
                    args.cache_dir, program=args.program, local_unroll=args.local_unroll,
                    conv_impl=args.conv_impl, devices=max(1, args.cpu_devices),
@@ -734,10 +773,10 @@ def main(argv=None):
         res["matmul_peak"] = peak
         every = QUICK[name]["eval_every"] if args.quick else WORKLOADS[name].eval_every
         res["derived_100_s"] = derived_100(res["sec_per_round"], res["eval_s"], every)
-        print(f"{name}: ours {_cell(res['sec_per_round'])} s/round, eval "
+        print(f"{tag}: ours {_cell(res['sec_per_round'])} s/round, eval "
               f"{_cell(res['eval_s'])} s, {res['local_steps']} local steps, compile "
               f"{res['compile_s']:.1f} s, test acc {res['test_acc']}", flush=True)
-        row = {"ours": res}
+        row = {"ours": res, "repeat": repeat}
         write_json(out.with_suffix(".partial.json"), {"rows": [*rows, row]})
         if py is not None:
             runs = []
@@ -757,7 +796,7 @@ def main(argv=None):
                     peer["derived_100_s"] = derived_100(steady, peer["eval_s"], every)
                     peer["mean_steps_per_round"] = float(np.mean(peer["steps_per_round"]))
                     runs.append(peer)
-                    print(f"{name}: Flower on {device}, num_gpus {g:.4g} per client: "
+                    print(f"{tag}: Flower on {device}, num_gpus {g:.4g} per client: "
                           f"{_cell(steady)} s/round, derived {peer['derived_100_s']:.1f} s "
                           "per 100 rounds", flush=True)
             peer = min(runs, key=lambda f: f["derived_100_s"])  # the peer's fastest setting
@@ -770,7 +809,7 @@ def main(argv=None):
             row["flower_over_ours_100"] = peer["derived_100_s"] / res["derived_100_s"]
             work = peer["mean_steps_per_round"] / (res["local_steps"] * res["cohort"])
             row["flower_over_ours_per_step"] = row["flower_over_ours_round_median"] / work
-            print(f"{name}: Flower {_cell(steady)} s/round (first round "
+            print(f"{tag}: Flower {_cell(steady)} s/round (first round "
                   f"{peer['round_s'][0]:.2f} s), eval {_cell(peer['eval_s'])} s, "
                   f"{peer['mean_steps_per_round']:.1f} client steps/round, test acc "
                   f"{peer['test_acc']}; Flower / ours per 100 rounds "
@@ -779,7 +818,7 @@ def main(argv=None):
         write_json(out.with_suffix(".partial.json"), {"rows": rows})
 
     result = {"machine": machine(), "backend": jax.default_backend(), "rounds": rounds,
-              "quick": args.quick, "peer": args.peer, "rows": rows}
+              "repeats": args.repeats, "quick": args.quick, "peer": args.peer, "rows": rows}
     write_json(out, result)
     if args.quick or args.no_append:
         return result

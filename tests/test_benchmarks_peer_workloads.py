@@ -192,3 +192,40 @@ def test_flower_site_requirements_pin_each_package_once():
 def test_flower_options_refused_without_flower(pw, flag):
     with pytest.raises(SystemExit, match=f"{flag[0]} configures Flower's side"):
         pw.main(["--quick", "--peer", "none", *flag])
+
+
+def _row(repeat, ours_100, flower_100, workload="femnist_fedjax"):
+    ours = {"workload": workload, "rounds": 2, "sec_per_round": [ours_100 / 100] * 2,
+            "eval_s": [0.0], "local_steps": 10, "cohort": 10, "derived_100_s": ours_100,
+            "clients": 10, "train_rows": 800, "test_rows": 90, "batch_size": 10,
+            "client_lr": 0.03, "n_params": 5, "mean_epoch_steps": 10.0, "compile_s": 1.0,
+            "test_acc": [0.5]}
+    flower = {"steady_round_s": [flower_100 / 100], "derived_100_s": flower_100,
+              "eval_s": [0.0], "mean_steps_per_round": 100.0, "round_s": [9.0, flower_100 / 100],
+              "wall_s": 20.0, "steps_per_round": [100, 100], "test_acc": [0.4], "flwr": "1",
+              "torch": "2", "rounds_done": 2}
+    return {"ours": ours, "flower": flower, "repeat": repeat}
+
+
+def test_repeats_pair_each_run_with_its_own_flower(pw):
+    rows = [_row(0, 100.0, 250.0), _row(1, 120.0, 180.0), _row(2, 200.0, 150.0)]
+    lines, notes = pw.report(rows)
+    # each ours row against the Flower run of its own repeat: 100/250, 120/180, 200/150
+    assert "0.4×; 0.4×; 0.4×" in lines[2] and "repeat 1" in lines[2]
+    assert "0.667×; 0.667×; 0.667×" in lines[3] and "repeat 2" in lines[3]
+    assert "1.33×; 1.33×; 1.33×" in lines[4] and "repeat 3" in lines[4]
+    assert sum("| femnist_fedjax | Flower 1 simulation" in x for x in lines) == 3
+    # paired table: Flower / ours 2.5, 1.5, 0.75 -> median 1.5, min 0.75, faster in 2 of 3
+    assert lines[-1] == ("| femnist_fedjax | 3 | 2.50, 1.50, 0.75 | 1.50 | 0.75 | 2 of 3 |")
+    assert "the repeats interleaved" in notes
+
+
+def test_one_repeat_has_no_paired_table(pw):
+    lines, notes = pw.report([_row(0, 100.0, 250.0)])
+    assert "repeat" not in "\n".join(lines) and pw.paired([_row(0, 100.0, 250.0)]) == []
+    assert "the repeats interleaved" not in notes
+
+
+def test_repeats_below_one_refused(pw):
+    with pytest.raises(SystemExit, match="--repeats 0 must be at least 1"):
+        pw.main(["--quick", "--peer", "none", "--repeats", "0"])
