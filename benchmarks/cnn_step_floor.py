@@ -193,20 +193,24 @@ def in_worker(side: str, stdin, *args: str, python: str | None = None):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def budget(row: dict, cores: int) -> dict:
+def budget(rows: dict | list[dict], cores: int) -> dict:
     """What "2x faster than Flower per round with evaluation" leaves for our client steps.
 
-    `row` is one row of a `peer_workloads.py` JSON (ours and Flower's measurements). The
-    target is our derived time per 100 rounds at most half of Flower's; our evaluations
-    (100 / eval_every of them, at our median s/eval) come off first, the rest is 100 rounds
-    of training of cohort x local_steps client steps each.
+    `rows` are the rows of one workload in a `peer_workloads.py` JSON (ours and Flower's
+    measurements; several with `--repeats`, or one row). The target is our derived time per
+    100 rounds at most half of Flower's (the median over the repeats); our evaluations
+    (100 / eval_every of them, at the median of every repeat's s/eval) come off first, the
+    rest is 100 rounds of training of cohort x local_steps client steps each.
     """
-    ours, flower = row["ours"], row["flower"]
-    evals = (100 // ours["eval_every"]) * statistics.median(ours["eval_s"])
-    train_per_round = (flower["derived_100_s"] / 2 - evals) / 100
+    rows = [rows] if isinstance(rows, dict) else rows
+    ours = rows[0]["ours"]
+    flower_100 = statistics.median(r["flower"]["derived_100_s"] for r in rows)
+    evals = (100 // ours["eval_every"]) * statistics.median(
+        [e for r in rows for e in r["ours"]["eval_s"]])
+    train_per_round = (flower_100 / 2 - evals) / 100
     steps = ours["cohort"] * ours["local_steps"]
     need = steps / train_per_round
-    return {"flower_100_s": flower["derived_100_s"], "our_evals_100_s": evals,
+    return {"flower_100_s": flower_100, "our_evals_100_s": evals, "repeats": len(rows),
             "train_s_per_round": train_per_round, "steps_per_round": steps,
             "need_steps_per_s": need, "ms_per_step_per_core": 1e3 * cores / need}
 
@@ -304,7 +308,9 @@ def main(argv=None):
     peer = {}
     if args.peer_json and os.path.exists(args.peer_json):
         with open(args.peer_json) as f:
-            peer = {r["ours"]["workload"]: r for r in json.load(f)["rows"] if r.get("flower")}
+            for r in json.load(f)["rows"]:  # every repeat of a workload
+                if r.get("flower"):
+                    peer.setdefault(r["ours"]["workload"], []).append(r)
     else:
         print(f"cnn_step_floor: no peer JSON at {args.peer_json}: the budget is left out "
               f"(run peer_workloads.py --peer flower --out FILE, then pass --peer-json FILE)")
@@ -346,8 +352,9 @@ def main(argv=None):
             f"same dot_general jitted, intra-op threads off; torch: torch.matmul, one thread). "
             f"Floor = the sum over products of the faster library's time. Whole step: "
             f"cnn_core_scaling.py's one-core cases, {args.steps} steps per call, median of "
-            f"{args.repeats}. Budget (from {src}): Flower's derived s per 100 rounds / 2, less "
-            f"our evaluations, over our client steps per 100 rounds; ms per step per core = "
+            f"{args.repeats}. Budget (from {src}): Flower's derived s per 100 rounds / 2 (the "
+            f"median over the JSON's repeats), less our evaluations, over our client steps "
+            f"per 100 rounds; ms per step per core = "
             f"{cores} cores / the client steps/s needed (perfect scaling over the cores, no cost "
             f"in the round besides the steps). Ceiling = {cores} / floor.")
     return rows

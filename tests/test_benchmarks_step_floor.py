@@ -49,6 +49,19 @@ def test_budget_of_two_times_flower_by_hand(floor):
     assert b["ms_per_step_per_core"] == pytest.approx(11.2)
 
 
+def test_budget_over_repeats_takes_the_medians(floor):
+    def row(flower_100, eval_s):
+        return {"ours": {"eval_every": 10, "eval_s": eval_s, "cohort": 10, "local_steps": 10},
+                "flower": {"derived_100_s": flower_100}}
+
+    b = floor.budget([row(100.0, [0.2]), row(150.0, [0.6]), row(120.0, [0.4, 0.5])], cores=2)
+    # median Flower 120 s -> 60 s; median of the evaluations 0.2, 0.6, 0.4, 0.5 = 0.45 s, x 10
+    # = 4.5 s; 55.5 s for 100 rounds of 100 client steps -> 180.2 steps/s
+    assert b["flower_100_s"] == 120.0 and b["repeats"] == 3
+    assert b["our_evals_100_s"] == pytest.approx(4.5)
+    assert b["need_steps_per_s"] == pytest.approx(100 / 0.555)
+
+
 def test_tables_by_hand(floor):
     products = [{"bmkn": (1, 100, 10, 10), "flops": 2e4}, {"bmkn": (1, 10, 10, 10), "flops": 2e3}]
     within = {"products": products, "xla_s": [0.004, 0.002], "torch_s": [0.005, 0.001],
