@@ -728,6 +728,9 @@ def main(argv=None):
         split_cpu(args.cpu_devices)
     if args.client_lanes is None:
         args.client_lanes = 1 if args.cpu_devices > 1 else 0  # before JAX's first operation
+    if args.combine and args.repeats != 1:  # it renders finished runs; nothing is repeated
+        sys.exit("peer_workloads: error: --repeats runs both sides again; --combine only "
+                 "renders the given JSONs: drop one of them")
     if args.combine:
         rows = [r for p in args.combine.split(",") for r in json.loads(Path(p).read_text())["rows"]]
         publish(rows, args.client_cpus, append=not args.no_append)

@@ -229,3 +229,8 @@ def test_one_repeat_has_no_paired_table(pw):
 def test_repeats_below_one_refused(pw):
     with pytest.raises(SystemExit, match="--repeats 0 must be at least 1"):
         pw.main(["--quick", "--peer", "none", "--repeats", "0"])
+
+
+def test_repeats_refused_with_combine(pw, tmp_path):
+    with pytest.raises(SystemExit, match="--combine only renders the given JSONs"):
+        pw.main(["--combine", str(tmp_path / "a.json"), "--repeats", "3", "--no-append"])
