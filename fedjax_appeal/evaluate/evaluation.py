@@ -85,8 +85,11 @@ def evaluate_split(model: Model, params, state, arrays: ClientArrays,
 def evaluate_global(model: Model, params, state, data: FederatedData,
                     chunk: int | None = None) -> dict[str, ClientEval]:
     """One global model on every split present (train, test, unseen_train, unseen_test)."""
+    splits = data.splits()
+    if chunk is None and splits:  # the splits share the model and the row shape: size once
+        chunk = auto_chunk(model, params, state, next(iter(splits.values())))
     return {name: evaluate_split(model, params, state, arr, chunk)
-            for name, arr in data.splits().items()}
+            for name, arr in splits.items()}
 
 
 def evaluate_personal(model: Model, params, state, arrays: ClientArrays,
