@@ -35,6 +35,7 @@ from fedjax_appeal.core.models import make_model
 from fedjax_appeal.run.simulate import simulate
 from fedjax_appeal.execute.executor import for_each_client
 from fedjax_appeal.execute.distributed import make_mesh
+from fedjax_appeal.core.jaxpr import jaxpr_eqns
 
 assert len(jax.devices()) == 8, jax.devices()
 data = make_tiny_data(num_clients=16, unseen=2)
@@ -50,17 +51,37 @@ for dev, lanes in ((1, 0), (8, 0), (2, 1), (2, 3), (3, 2)):
     out[f"{dev}/{lanes}"] = {"history": res.history,
                 "idx": np.asarray(res.round_metrics["cohort_idx"]).tolist(),
                 "devices": len(jax.tree.leaves(res.final_state.params)[0].sharding.device_set)}
-# lanes under a mesh: each device loops over its m / D clients (a scan of m / D / lanes)
-def scans(lanes, dev):
-    f = for_each_client(lambda st, d, k, key, hp: 2.0 * k, lanes, make_mesh(dev))
+# each device's clients as a program of its own (the path of models with a large parameter
+# array, distributed.own_program): the tiny MLP forced onto it, same history
+import fedjax_appeal.execute.distributed as dist
+dist.OWN_PROGRAM_MIN_PARAM = 1
+for dev, lanes in ((2, 1), (2, 3)):
+    cfg = RunConfig(clients=16, unseen_clients=2, cohort=8, local_steps=3, batch_size=4,
+                    devices=dev, client_lanes=lanes)
+    res = simulate(build("fedavg", model, cfg), data, HParams(client_lr=0.1),
+                   jax.random.key(0), rounds=4, eval_every=2, mesh=make_mesh(dev))
+    out[f"{dev}/{lanes} own"] = {"history": res.history,
+                "idx": np.asarray(res.round_metrics["cohort_idx"]).tolist(),
+                "devices": len(jax.tree.leaves(res.final_state.params)[0].sharding.device_set)}
+# lanes under a mesh: each device loops over its m / D clients (a scan of m / D / lanes),
+# a shard_map around it where the model has a parameter array of OWN_PROGRAM_MIN_PARAM
+# elements (1 now) or more, a vmap over the device axis otherwise
+from typing import NamedTuple
+class St(NamedTuple):
+    params: dict
+def scans(lanes, dev, big=True):
+    f0 = for_each_client(lambda st, d, k, key, hp: 2.0 * k, lanes, make_mesh(dev))
+    f = lambda st, d, k, key, hp: f0(St({"w": jax.numpy.zeros((2 if big else 0,))}), d, k,
+                                     key, hp)
     idx = jax.numpy.arange(8)
     keys = jax.random.split(jax.random.key(0), 8)
     got = jax.jit(f)(None, None, idx, keys, None)
     assert np.array_equal(np.asarray(got), 2.0 * np.arange(8)), got
-    jaxpr = jax.make_jaxpr(f)(None, None, idx, keys, None)
-    return sorted(e.params["length"] for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan")
+    eqns = list(jaxpr_eqns(jax.make_jaxpr(f)(None, None, idx, keys, None)))
+    return (sorted(e.params["length"] for e in eqns if e.primitive.name == "scan"),
+            sum(e.primitive.name == "shard_map" for e in eqns))
 out["scans"] = {"2/1": scans(1, 2), "2/3": scans(3, 2), "2/0": scans(0, 2),
-                "3/2": scans(2, 3)}
+                "3/2": scans(2, 3), "2/1 small": scans(1, 2, big=False)}
 
 # a sweep's batch of 4 runs sharded over 2 devices: one vmap, or each device's 2 runs in turn
 from fedjax_appeal.data import load_federated
@@ -72,7 +93,7 @@ got = jax.jit(g, static_argnums=4)(x, None, jax.random.split(jax.random.key(0), 
 assert np.array_equal(np.asarray(got), np.arange(4.0) * np.arange(1.0, 5.0)), got
 jp = jax.make_jaxpr(g, static_argnums=4)(x, None, jax.random.split(jax.random.key(0), 4),
                                          x, 1)
-out["sweep_scans"] = [e.params["length"] for e in jp.jaxpr.eqns if e.primitive.name == "scan"]
+out["sweep_scans"] = [e.params["length"] for e in jaxpr_eqns(jp) if e.primitive.name == "scan"]
 scfg = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", clients=5,
                  unseen_clients=2, cohort=3, rounds=2, local_steps=2, batch_size=4,
                  eval_every=1, min_samples=4, appeal=False)
@@ -126,8 +147,10 @@ def test_eight_fake_devices_equal_one_device():
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     # lanes 1: 4 clients per device one by one; lanes 3: a scan of 1 (3 clients) + the rest
-    # of 1; no lanes, or 3 devices for 8 clients: one sharded vmap, no scan
-    assert out.pop("scans") == {"2/1": [4], "2/3": [1], "2/0": [], "3/2": []}
+    # of 1, each device's loop a program of its own (one shard_map); no lanes, or 3 devices
+    # for 8 clients: one sharded vmap, no scan
+    assert out.pop("scans") == {"2/1": [[4], 1], "2/3": [[1], 1], "2/0": [[], 0],
+                                "3/2": [[], 0], "2/1 small": [[4], 0]}
     assert out.pop("sweep_scans") == [2]  # 2 runs per device, one at a time
     # under a mesh only: evaluation of 4 splits (rows spread, loss and correct collected:
     # 12) and the solo models (ks and keys spread, 5 statistics collected: 7), with the
@@ -146,6 +169,7 @@ def test_eight_fake_devices_equal_one_device():
     assert one["devices"] == 1
     for name, other in out.items():
         assert other["devices"] == int(name.split("/")[0]), name  # replicated over the mesh
+        # (the "own" runs: each device's clients as a program of its own)
         assert one["idx"] == other["idx"], name  # same cohorts
         for a, b in zip(one["history"], other["history"], strict=True):
             assert a["round"] == b["round"]
@@ -335,3 +359,21 @@ def test_cpu_devices_shard_the_cohort_and_keep_the_history(tmp_path):
         for a, b in zip(res["one"]["history"], res[other]["history"], strict=True):
             for k in ("train_loss", "test_acc_seen", "test_loss_seen"):
                 assert b[k] == pytest.approx(a[k], rel=1e-5), (other, a["round"], k)
+
+
+def test_own_program_follows_the_largest_parameter_array():
+    """Each device's clients run as a program of their own exactly when the model has a
+    parameter array of at least OWN_PROGRAM_MIN_PARAM elements: simple_cnn's dense kernel
+    (9216 x 128 on 28x28 inputs) is one, the FMNIST MLP's largest (784 x 64) is not."""
+    import jax.numpy as jnp
+
+    from fedjax_appeal.execute.distributed import OWN_PROGRAM_MIN_PARAM, own_program
+
+    assert OWN_PROGRAM_MIN_PARAM == 2 ** 18
+    assert own_program({"a": jnp.zeros(5), "b": {"c": jnp.zeros((512, 512))}})
+    assert not own_program({"a": jnp.zeros(5), "b": {"c": jnp.zeros((512, 511))}})
+    assert not own_program(None) and not own_program({})
+    cnn = make_model("simple_cnn", "x", 62, (28, 28), jnp.uint8)
+    mlp = make_model("mlp", "x", 10, (784,), jnp.float32)
+    assert own_program(jax.eval_shape(cnn.init, jax.random.key(0))[0])
+    assert not own_program(jax.eval_shape(mlp.init, jax.random.key(0))[0])

@@ -278,9 +278,25 @@ def shard_leading(tree, mesh: Mesh | None):
     return jax.tree.map(one, tree)
 
 
+def _in_device_program() -> bool:
+    """Inside jit: whether this is one device's program of a `per_device` pass (the mesh
+    being traced under has the `clients` axis, manual: the device sees only its share)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return (not mesh.empty and AXIS in mesh.axis_names
+            and mesh.axis_types[mesh.axis_names.index(AXIS)] == jax.sharding.AxisType.Manual)
+
+
+def _over_clients() -> bool:
+    """Inside jit: whether the mesh being traced under has a `clients` axis for the compiler
+    to shard over (not without a mesh, nor inside one device's program)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and AXIS in mesh.axis_names and not _in_device_program()
+
+
 def constrain_cohort(tree, mesh: Mesh | None):
-    """Inside jit: the leading (cohort) axis of every array is sharded over `clients`."""
-    if mesh is None:
+    """Inside jit: the leading (cohort) axis of every array is sharded over `clients`
+    (nothing inside one device's program of a `per_device` pass)."""
+    if mesh is None or _in_device_program():
         return tree
     spec = NamedSharding(mesh, PartitionSpec(AXIS))
 
@@ -302,10 +318,10 @@ def spread(rows, axis: int = 1):
     a run with a mesh under it): `rows` sharded along `axis` over that axis's devices, so a
     pass over all clients that loops over groups (`lax.map` over the leading axis) has
     each device compute its share of every group, the data being replicated. Without
-    such a mesh (one device, or a batch of runs sharding its runs axis), `rows` as it is.
+    such a mesh (one device, a batch of runs sharding its runs axis, or inside one
+    device's program of a `per_device` pass), `rows` as it is.
     """
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or AXIS not in mesh.axis_names:
+    if not _over_clients():
         return rows
     spec = PartitionSpec(*([None] * axis), AXIS)
     return jax.tree.map(lambda a: _constrain(a, spec), rows)
@@ -315,8 +331,7 @@ def collect(tree):
     """Inside jit, under a mesh with the `clients` axis: every array of `tree` replicated
     over its devices (the results of a `spread` pass, so that what follows sees whole
     arrays, as without a mesh); otherwise `tree` as it is."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or AXIS not in mesh.axis_names:
+    if not _over_clients():
         return tree
     return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, PartitionSpec()), tree)
 
@@ -327,10 +342,9 @@ def map_spread(fn, rows):
     ceil(n / D) consecutive rows (the last row repeated to fill the shares; the copies
     are dropped). For passes over all clients that run one client at a time (per-client
     gradients: a vmap would turn convolutions into slower grouped ones)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or AXIS not in mesh.axis_names:
+    if not _over_clients():
         return jax.lax.map(fn, rows)
-    d = int(mesh.shape[AXIS])
+    d = int(jax.sharding.get_abstract_mesh().shape[AXIS])
     n = jax.tree.leaves(rows)[0].shape[0]
     per = -(-n // d)
     take = jnp.minimum(jnp.arange(d * per), n - 1)
@@ -339,38 +353,72 @@ def map_spread(fn, rows):
     return collect(jax.tree.map(lambda a: a.reshape(d * per, *a.shape[2:])[:n], out))
 
 
-def per_device(fn, rows, mesh: Mesh):
-    """Inside jit: `fn` once per device of `mesh`, each on its own consecutive share.
+# A parameter array at least this large (elements; 1 MiB of float32, a core's L2 cache on
+# the CPUs measured) makes `per_device` run each device's clients as a program of its own.
+OWN_PROGRAM_MIN_PARAM = 1 << 18
+
+
+def own_program(params) -> bool:
+    """Whether `per_device` should run each device's share as a program of its own
+    (`jax.shard_map`) rather than as a vmap over a sharded device axis: when the model has a
+    parameter array of at least `OWN_PROGRAM_MIN_PARAM` elements.
+
+    Both compute the same. In the vmap form every array of a device's program keeps a
+    device axis of size 1, and XLA:CPU then computes a dense layer's kernel gradient
+    transposed and folds the transpose into the SGD update: for a kernel larger than the
+    cache that transposing copy costs more than the gradient (`simple_cnn`'s 9216 x 128
+    kernel: 4.5 against 0.3 ms per local step), and the CNN rounds of the peer workloads run
+    6-17% faster as programs of their own; for small kernels the transposed form is the
+    faster product (the FMNIST MLP's 784 x 64: the plain command's round at cohort 100 is
+    16% slower as programs of their own). benchmarks/RESULTS.md has both measurements.
+    """
+    sizes = [a.size for a in jax.tree.leaves(params) if hasattr(a, "size")]
+    return max(sizes, default=0) >= OWN_PROGRAM_MIN_PARAM
+
+
+def per_device(fn, rows, shared, mesh: Mesh, own: bool = False):
+    """Inside jit: `fn(share, shared)` once per device of `mesh`, each on its own share.
 
     Every leaf of `rows` has the same leading axis of length n (a multiple of the D devices
-    of `mesh`). It is viewed as [D, n / D], the outer axis is sharded over the devices and
-    vmapped, so `fn(share)` sees each device's n / D rows (and may loop over them, e.g. a
-    `lax.map`); the outputs come back with a leading axis of n, still sharded.
+    of `mesh`); device i gets rows [i n / D, (i + 1) n / D) and the whole of `shared`; the
+    outputs come back with a leading axis of n, sharded. `own`: each device runs `fn` as a
+    program of its own (`jax.shard_map`), compiled as on one device, with no device axis in
+    its arrays; otherwise the rows are viewed as [D, n / D] and `fn` is vmapped over the
+    sharded outer axis (`own_program` says which is faster for a model).
     """
+    if own:
+        spec = PartitionSpec(AXIS)
+        return jax.shard_map(fn, mesh=mesh, in_specs=(spec, PartitionSpec()), out_specs=spec,
+                             check_vma=False)(constrain_cohort(rows, mesh), shared)
     d = int(mesh.devices.size)
     n = jax.tree.leaves(rows)[0].shape[0]
     split = jax.tree.map(lambda a: a.reshape(d, n // d, *a.shape[1:]), rows)
-    out = constrain_cohort(jax.vmap(fn)(constrain_cohort(split, mesh)), mesh)
+    out = constrain_cohort(jax.vmap(fn, in_axes=(0, None))(constrain_cohort(split, mesh),
+                                                          shared), mesh)
     return jax.tree.map(lambda a: a.reshape(n, *a.shape[2:]), out)
 
 
-def over_rows(fn, rows, lanes: int = 0, mesh: Mesh | None = None):
-    """Inside jit: `fn(row)` over the leading axis (length n) of every leaf of `rows`.
+def over_rows(fn, rows, lanes: int = 0, mesh: Mesh | None = None, shared=(),
+              own: bool = False):
+    """Inside jit: `fn(row, shared)` over the leading axis (length n) of every leaf of `rows`.
 
     lanes <= 0: one vmap over all n rows. lanes > 0: `lanes` rows side by side in a vmap,
     the groups one after another in a `lax.map` inside the same program. With a `mesh` of
     D devices that divide n, each device takes its n / D consecutive rows and runs them
-    `lanes` at a time (`per_device`); otherwise the vmap is sharded as its inputs are.
+    `lanes` at a time (`per_device`, with `own`); otherwise the vmap is sharded as its
+    inputs are. `shared` (any pytree, e.g. the server state and the client data) is the
+    same for every row; `fn` must take every traced value it needs that is not a row from
+    it, since `per_device` may run `fn` as a separate program on each device.
     """
     n = jax.tree.leaves(rows)[0].shape[0]
     d = 1 if mesh is None else int(mesh.devices.size)
     if lanes <= 0 or n % d or lanes >= n // d:
-        return jax.vmap(fn)(rows)
+        return jax.vmap(fn, in_axes=(0, None))(rows, shared)
 
-    def mapped(share):
-        return jax.lax.map(fn, share, batch_size=lanes if lanes > 1 else None)
+    def mapped(share, sh):
+        return jax.lax.map(lambda r: fn(r, sh), share, batch_size=lanes if lanes > 1 else None)
 
-    return mapped(rows) if d == 1 else per_device(mapped, rows, mesh)
+    return mapped(rows, shared) if d == 1 else per_device(mapped, rows, shared, mesh, own)
 
 
 def check_processes(devices: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from ..core.parts import ClientUpdate, CohortJob, LocalFn, WeightFn
 from . import cohort
-from .distributed import constrain_cohort, over_rows
+from .distributed import constrain_cohort, over_rows, own_program
 
 
 def for_each_client(local: LocalFn, lanes: int = 0, mesh=None):
@@ -21,14 +21,15 @@ def for_each_client(local: LocalFn, lanes: int = 0, mesh=None):
     one vmap over all m).
 
     With a `mesh` of D devices and lanes > 0, each device takes m / D consecutive clients
-    and runs them `lanes` at a time: the cohort is viewed as [D, m / D], the outer axis is
-    sharded over the devices (a vmap), and the inner one goes through the `lax.map`
-    (a cohort that D does not divide runs as one sharded vmap instead). See `over_rows`.
+    and runs them `lanes` at a time (`distributed.per_device`; as a program of its own
+    where the model has a large parameter array, `distributed.own_program`); a cohort
+    that D does not divide runs as one sharded vmap instead. See `over_rows`.
     """
 
     def run(state, data, idx, keys, hp):
-        return over_rows(lambda r: local(state, data, r[0], r[1], hp), (idx, keys), lanes,
-                         mesh)
+        own = own_program(getattr(state, "params", None))
+        return over_rows(lambda r, s: local(s[0], s[1], r[0], r[1], s[2]), (idx, keys), lanes,
+                         mesh, shared=(state, data, hp), own=own)
 
     return run
 

@@ -80,8 +80,8 @@ def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
     from ..execute.distributed import over_rows
 
     def run(state, data, key, hp, rounds):
-        return over_rows(lambda r: fn(r[0], data, r[1], r[2], rounds), (state, key, hp), lanes,
-                         mesh)
+        return over_rows(lambda r, s: fn(r[0], s[0], r[1], r[2], s[1]), (state, key, hp), lanes,
+                         mesh, shared=(data, rounds))
 
     return run
 
