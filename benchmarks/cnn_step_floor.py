@@ -345,8 +345,8 @@ def main(argv=None):
         append_results(
             f"simple_cnn SGD step: its matrix products on one core against 2x Flower's budget "
             f"(cpu, {cores} cores)", text,
-            f"Products: every dot_general of one SGD step of simple_cnn on 10 rows (conv auto = "
-            f"patches_train on the CPU, training mode: im2col matmuls), from the step's "
+            f"Products: every dot_general of one SGD step of simple_cnn on 10 rows (conv auto: "
+            f"core/conv.py's CPU default, training mode: im2col matmuls), from the step's "
             f"jaxpr; each timed "
             f"alone on one core, best of {args.repeats} loops of {args.calls} calls (XLA: the "
             f"same dot_general jitted, intra-op threads off; torch: torch.matmul, one thread). "

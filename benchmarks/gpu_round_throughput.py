@@ -106,7 +106,7 @@ def main():
                     help="default 10,100,1000 (GPU) / 10 (CPU mode); '' = none")
     ap.add_argument("--conv-impls", default="auto",
                     help="comma list of RunConfig.conv_impl values for the CIFAR-10 cnn "
-                         "(core/conv.py: auto, xla, patches, patches_train); one row each")
+                         "(core/conv.py: CONV_IMPLS); one row each")
     ap.add_argument("--repeats", type=int, default=None, help="default 5 (GPU) / 2 (CPU)")
     ap.add_argument("--cifar-repeats", type=int, default=None,
                     help="default --repeats (GPU) / 1 (CPU mode: ~100 s per CIFAR-10 round)")

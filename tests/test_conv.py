@@ -14,9 +14,11 @@ import pytest
 from fedjax_appeal.core.config import ConfigError
 from fedjax_appeal.core.conv import (
     CONVS,
+    TRAIN_FORMS,
     Conv,
     conv_for,
     max_pool_2x2,
+    patches_cf_conv,
     patches_conv,
     resolve_conv_impl,
 )
@@ -37,9 +39,9 @@ def _ref(x, w, s, p):
     return jax.lax.conv_general_dilated(x, w, s, p, dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
+@pytest.mark.parametrize("conv", [patches_conv, patches_cf_conv], ids=["rows", "cf"])
 @pytest.mark.parametrize("xs,ks,s,p", CASES)
-def test_patches_conv_equals_lax_conv_values_gradients_and_hvp(xs, ks, s, p):
-    conv = patches_conv
+def test_patches_conv_equals_lax_conv_values_gradients_and_hvp(xs, ks, s, p, conv):
     kx, kw, kc, kv = jax.random.split(jax.random.key(0), 4)
     x = jax.random.normal(kx, xs)
     w = jax.random.normal(kw, (ks[0], ks[1], xs[-1], ks[2]))
@@ -62,24 +64,49 @@ def test_patches_conv_equals_lax_conv_values_gradients_and_hvp(xs, ks, s, p):
     np.testing.assert_allclose(h, hr, rtol=1e-3, atol=1e-3 * float(jnp.abs(hr).max()))
 
 
-def test_patches_program_has_no_convolution_and_train_mode_picks():
+@pytest.mark.parametrize("form", sorted(TRAIN_FORMS))
+def test_patches_program_has_no_convolution_and_train_mode_picks(form):
     x, w = jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
-    jaxpr = str(jax.make_jaxpr(jax.grad(lambda b: jnp.sum(patches_conv(
-        x, b, (1, 1), "SAME") ** 2)))(w))
-    assert "conv_general_dilated" not in jaxpr
+    for conv in (patches_conv, patches_cf_conv):
+        jaxpr = str(jax.make_jaxpr(jax.grad(lambda b, c=conv: jnp.sum(c(
+            x, b, (1, 1), "SAME") ** 2)))(w))
+        assert "conv_general_dilated" not in jaxpr
     jaxpr = str(jax.make_jaxpr(jax.grad(lambda b: jnp.sum(_ref(x, b, (1, 1), "SAME") ** 2)))(w))
     assert jaxpr.count("conv_general_dilated") == 2  # XLA's: forward + weight gradient
-    assert [conv_for("patches_train", t) for t in (True, False)] == ["patches", "xla"]
+    assert [conv_for(form, t) for t in (True, False)] == [TRAIN_FORMS[form], "xla"]
+    assert TRAIN_FORMS == {"patches_train": "patches", "patches_cf_train": "patches_cf"}
     assert [conv_for(i, t) for i in CONVS for t in (True, False)] == [
-        "xla", "xla", "patches", "patches"]
-    layer = Conv(4, (3, 3), impl="patches_train")
+        "xla", "xla", "patches", "patches", "patches_cf", "patches_cf"]
+    layer = Conv(4, (3, 3), impl=form)
     v = layer.init(jax.random.key(0), x)
     for train, n in ((True, 0), (False, 1)):
         assert str(jax.make_jaxpr(lambda a, t=train: layer.apply(v, a, t))(x)).count(
             "conv_general_dilated") == n
 
 
-@pytest.mark.parametrize("impl", [*sorted(CONVS), "patches_train"])
+def test_channels_first_products_contract_the_pixel_axis_without_transposing_it():
+    """The kernel gradient is the one product that contracts the N*H_out*W_out pixel axis:
+    in `patches_cf_conv` both of its operands hold that axis last (contiguous), in the row
+    form `patches_conv` first."""
+    x, w = jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4))
+    pixels = 2 * 6 * 6  # N * H_out * W_out
+
+    def dots(conv):
+        jaxpr = jax.make_jaxpr(jax.grad(lambda b: jnp.sum(conv(x, b, (1, 1), "VALID") ** 2)))(w)
+        out = []
+        for e in jaxpr.jaxpr.eqns:
+            if e.primitive.name == "dot_general":
+                (ca, cb), _ = e.params["dimension_numbers"]
+                a, b = e.invars[0].aval.shape, e.invars[1].aval.shape
+                if a[ca[0]] == pixels and b[cb[0]] == pixels:
+                    out.append((ca, cb, len(a) - 1, len(b) - 1))
+        return out
+
+    assert dots(patches_cf_conv) == [((1,), (1,), 1, 1)]  # [O, P] x [K, P]
+    assert dots(patches_conv) == [((0,), (0,), 1, 1)]  # [P, O] x [P, K]
+
+
+@pytest.mark.parametrize("impl", [*sorted(CONVS), *sorted(TRAIN_FORMS)])
 @pytest.mark.parametrize("train", [True, False])
 def test_conv_module_matches_flax_conv(impl, train):
     x = jax.random.normal(jax.random.key(1), (2, 7, 7, 3))
@@ -93,7 +120,7 @@ def test_conv_module_matches_flax_conv(impl, train):
 
 
 def test_resolve_conv_impl():
-    assert resolve_conv_impl("auto", "cpu") == "patches_train"
+    assert resolve_conv_impl("auto", "cpu") == "patches_cf_train"
     assert resolve_conv_impl("auto", "gpu") == "patches_train"
     assert resolve_conv_impl("auto", "tpu") == "xla"
     assert resolve_conv_impl("xla", "cpu") == "xla"
@@ -120,7 +147,7 @@ def test_conv_model_same_function_with_either_impl(name):
     shape = CONV_MODELS[name]
     x = jax.random.randint(jax.random.key(3), (4, *shape), 0, 256).astype(jnp.uint8)
     y = jnp.arange(4) % 10
-    impls = ("xla", "patches", "patches_train")
+    impls = ("xla", *sorted(CONVS.keys() - {"xla"}), *sorted(TRAIN_FORMS))
     models = {i: make_model(name, "x", 10, shape, jnp.uint8, conv_impl=i) for i in impls}
     assert {i: m.module.conv_impl for i, m in models.items()} == {i: i for i in impls}
     params, state = models["xla"].init(jax.random.key(4))
@@ -132,21 +159,22 @@ def test_conv_model_same_function_with_either_impl(name):
             return m.loss(p, state, x, y, train=True, key=jax.random.key(5))
         (loss, new_state), g = jax.value_and_grad(f, has_aux=True)(params)
         res[i] = (loss, new_state, g)
-    for i in ("patches", "patches_train"):
+    for i in impls[1:]:
         np.testing.assert_allclose(res["xla"][0], res[i][0], rtol=1e-5)
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5),
                      (res["xla"][1], res["xla"][2]), (res[i][1], res[i][2]))
 
 
-def test_for_grad_uses_patches_for_patches_train_models_only():
-    m = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl="patches_train")
-    assert m.for_grad().module.conv_impl == "patches" and m.module.conv_impl == "patches_train"
+@pytest.mark.parametrize("form", sorted(TRAIN_FORMS))
+def test_for_grad_uses_patches_for_training_form_models_only(form):
+    m = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl=form)
+    assert m.for_grad().module.conv_impl == TRAIN_FORMS[form] and m.module.conv_impl == form
     x = jnp.zeros((2, 28, 28), jnp.uint8)
     p, s = m.init(jax.random.key(0))
     grad_jaxpr = str(jax.make_jaxpr(jax.grad(
         lambda q: m.for_grad().per_sample(q, s, x, jnp.zeros(2, jnp.int32))[0].sum()))(p))
     assert "conv_general_dilated" not in grad_jaxpr
-    for other in ("xla", "patches"):
+    for other in ("xla", "patches", "patches_cf"):
         m2 = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl=other)
         assert m2.for_grad() is m2
     mlp = make_model("mlp", "x", 10, (28, 28), jnp.uint8)

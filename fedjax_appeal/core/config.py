@@ -348,12 +348,14 @@ class RunConfig:
     local_unroll: int = _f(1, "unroll factor of FedAvg/FedProx's local-steps scan (0 = every "
                               "step)", group="federation", ge=0)
     conv_impl: str = _f("auto", "how convolutional models convolve (core/conv.py): xla "
-                                "(lax.conv), patches (im2col slices + matmul) or "
-                                "patches_train (patches in training, xla in evaluation: XLA "
-                                "on CPU runs a convolution's gradient inside a loop tens of "
-                                "times slower, benchmarks/RESULTS.md); auto = patches_train "
-                                "on CPU and GPU, xla elsewhere",
-                        ("auto", "xla", "patches", "patches_train"), group="algorithm")
+                                "(lax.conv), patches (im2col slices + matmul), patches_cf "
+                                "(the same, channels-first) or patches_train / "
+                                "patches_cf_train (that form in training, xla in evaluation: "
+                                "XLA on CPU runs a convolution's gradient inside a loop tens "
+                                "of times slower, benchmarks/RESULTS.md); auto = "
+                                "patches_cf_train on CPU, patches_train on GPU, xla elsewhere",
+                        ("auto", "xla", "patches", "patches_train", "patches_cf",
+                         "patches_cf_train"), group="algorithm")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
                          registry="server_opt", group="algorithm")
     selector: str = _f("random", "cohort selector (random = uniform from the available pool)",

@@ -9,8 +9,16 @@ checkpoints and the same function with any implementation:
     concatenated on the channel axis, then one matmul with the reshaped kernel, both ways:
     no convolution primitive is left in the program.
   * ``"patches_train"``: ``"patches"`` when the model runs in training mode (the local
-    steps, where the gradient is taken), ``"xla"`` in evaluation mode. The CPU and GPU
-    default.
+    steps, where the gradient is taken), ``"xla"`` in evaluation mode. The GPU default.
+  * ``"patches_cf"``: im2col in channels-first form: the input as [C, N, H, W], the patches
+    as one [kh*kw*C, N*H_out*W_out] matrix, the output as kernel^T @ patches. The same
+    function as ``"patches"``; what changes is the shape of the three products of a training
+    step (forward, kernel gradient, patch gradient), which are then all plain matmuls over
+    the long pixel axis: in the row form the kernel gradient is a product with a transposed
+    [N*H_out*W_out, kh*kw*C] operand, which XLA:CPU ran slowest of the three (`simple_cnn`
+    on FEMNIST, one core: 4.3 ms per step against 3.1-3.2; benchmarks/RESULTS.md).
+  * ``"patches_cf_train"``: ``"patches_cf"`` in training mode, ``"xla"`` in evaluation
+    mode. The CPU default.
 
 Why: on XLA:CPU a convolution's gradient inside a loop body (the `lax.scan` of local steps,
 or the scan over rounds) runs tens of times slower than the same gradient alone (reported
@@ -19,13 +27,17 @@ grouped convolution that XLA:CPU runs slowly too; the im2col form is slices, pad
 (batched) matmuls, which loops and vmap do not slow down (`benchmarks/conv_loop_diagnostic.py`
 measures each program shape). In evaluation mode, on large batches of rows under one model,
 XLA's forward convolution is several times faster than im2col, whose patches take kh·kw
-times the layer's input in memory; hence ``"patches_train"``.
+times the layer's input in memory; hence the ``*_train`` forms. On a 2-core CPU the
+channels-first form lowered the median FedAvg s/round of `simple_cnn`, `cnn`, `lenet5` and
+`cnn_bn` by 11-20% against the row form (faster in 21 of 23 interleaved pairs,
+benchmarks/RESULTS.md), so ``"auto"`` is ``"patches_cf_train"`` there.
 
 On a GPU the cohort's vmapped convolutions (per-client kernels) are grouped convolutions
 too: on an H100 (jax 0.11.2, `benchmarks/gpu_round_throughput.py --conv-impls`) the CIFAR-10
 `cnn` FedAvg round at cohort 100 took 569 ms with ``"xla"`` and 272 ms with ``"patches"`` or
-``"patches_train"`` (2.1x), so ``"auto"`` is ``"patches_train"`` there as well. Other
-backends (TPU: not measured) keep ``"xla"`` (`resolve_conv_impl`).
+``"patches_train"`` (2.1x), so ``"auto"`` is ``"patches_train"`` there (the channels-first
+form was not measured on a GPU). Other backends (TPU: not measured) keep ``"xla"``
+(`resolve_conv_impl`).
 """
 
 from __future__ import annotations
@@ -36,18 +48,22 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-CONV_IMPLS = ("auto", "xla", "patches", "patches_train")
+CONV_IMPLS = ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train")
+# each training-mode form -> what it runs in training mode (evaluation mode runs "xla")
+TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf"}
+AUTO = {"cpu": "patches_cf_train", "gpu": "patches_train"}
 DIMS = ("NHWC", "HWIO", "NHWC")
 
 
 def resolve_conv_impl(impl: str, backend: str | None = None) -> str:
-    """``"auto"`` -> ``"patches_train"`` on the CPU and GPU backends, ``"xla"`` elsewhere."""
+    """``"auto"`` -> ``"patches_cf_train"`` on the CPU, ``"patches_train"`` on the GPU,
+    ``"xla"`` elsewhere."""
     if impl not in CONV_IMPLS:
         raise ValueError(f"unknown conv implementation '{impl}'; choose one of: "
                          f"{', '.join(CONV_IMPLS)}")
     if impl != "auto":
         return impl
-    return "patches_train" if (backend or jax.default_backend()) in ("cpu", "gpu") else "xla"
+    return AUTO.get(backend or jax.default_backend(), "xla")
 
 
 def _pads(x_shape, window, strides, padding) -> tuple[tuple[int, int], ...]:
@@ -93,6 +109,41 @@ def patches_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
     return out.reshape(n, ho, wo, o)
 
 
+def patches_cf_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
+                    padding: str | Sequence[tuple[int, int]]) -> jax.Array:
+    """`patches_conv` in channels-first form: the same function, other products.
+
+    The input is transposed to [C, N, H, W]; its kh x kw shifted slices, concatenated on the
+    channel axis, are the patch matrix [kh*kw*C, N*H_out*W_out] (rows in (i, j, c) order, as
+    the HWIO kernel reshapes), and the output is kernel^T @ patches, transposed back to NHWC.
+    Its gradient's products are then d_out @ patches^T for the kernel and kernel @ d_out for
+    the patches: matmuls whose long axis (the N*H_out*W_out pixels) is the contiguous one.
+
+    Args:
+      x: [N, H, W, C] inputs.
+      kernel: [kh, kw, C, O] weights.
+      strides: (sh, sw).
+      padding: "SAME", "VALID" or ((lo, hi), (lo, hi)), as `lax.conv_general_dilated` takes.
+
+    Returns:
+      [N, H_out, W_out, O].
+    """
+    kh, kw, c, o = kernel.shape
+    sh, sw = strides
+    (plo, phi), (qlo, qhi) = _pads(x.shape, (kh, kw), strides, padding)
+    n = x.shape[0]
+    xt = jnp.pad(jnp.transpose(x, (3, 0, 1, 2)), ((0, 0), (0, 0), (plo, phi), (qlo, qhi)))
+    ho = (xt.shape[2] - kh) // sh + 1
+    wo = (xt.shape[3] - kw) // sw + 1
+    cols = [xt[:, :, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw]
+            for i in range(kh) for j in range(kw)]  # each [C, N, H_out, W_out]
+    patches = (cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=0)
+               ).reshape(kh * kw * c, n * ho * wo)
+    # kernel^T @ patches, contracting the kernel's rows: [O, N*H_out*W_out]
+    out = jax.lax.dot_general(kernel.reshape(kh * kw * c, o), patches, (((0,), (0,)), ((), ())))
+    return jnp.transpose(out.reshape(o, n, ho, wo), (1, 2, 3, 0))
+
+
 def max_pool_2x2(x: jax.Array) -> jax.Array:
     """`flax.linen.max_pool(x, (2, 2), (2, 2))` (VALID) as a reshape and a max over the
     window axes.
@@ -119,16 +170,17 @@ def xla_conv(x, kernel, strides, padding):
     return jax.lax.conv_general_dilated(x, kernel, strides, padding, dimension_numbers=DIMS)
 
 
-CONVS = {"xla": xla_conv, "patches": patches_conv}
+CONVS = {"xla": xla_conv, "patches": patches_conv, "patches_cf": patches_cf_conv}
 
 
 def conv_for(impl: str, train: bool) -> str:
-    """The implementation a layer runs: "patches_train" -> "patches" in training mode, "xla"
-    in evaluation mode; "xla" and "patches" as they are."""
-    if impl == "patches_train":
-        return "patches" if train else "xla"
+    """The implementation a layer runs: a training-mode form ("patches_train",
+    "patches_cf_train") -> its patches form in training mode, "xla" in evaluation mode;
+    "xla", "patches" and "patches_cf" as they are."""
+    if impl in TRAIN_FORMS:
+        return TRAIN_FORMS[impl] if train else "xla"
     if impl not in CONVS:
-        raise ValueError(f"Conv.impl must be one of xla, patches, patches_train; got '{impl}'")
+        raise ValueError(f"Conv.impl must be one of {', '.join(CONV_IMPLS[1:])}; got '{impl}'")
     return impl
 
 
@@ -141,8 +193,9 @@ class Conv(nn.Module):
       strides: (sh, sw).
       padding: "SAME", "VALID" or explicit ((lo, hi), (lo, hi)).
       use_bias: add a learned bias.
-      impl: "xla", "patches" or "patches_train" (module docstring; the call's `train` flag
-        picks for "patches_train"); resolve "auto" with `resolve_conv_impl`.
+      impl: "xla", "patches", "patches_cf" or a training-mode form "patches_train",
+        "patches_cf_train" (module docstring; the call's `train` flag picks for those);
+        resolve "auto" with `resolve_conv_impl`.
       kernel_init: as `flax.linen.Conv` (LeCun normal).
     """
 

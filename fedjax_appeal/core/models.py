@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from .config import ConfigError
-from .conv import Conv, max_pool_2x2, resolve_conv_impl
+from .conv import TRAIN_FORMS, Conv, max_pool_2x2, resolve_conv_impl
 from .registry import Registry
 
 
@@ -68,7 +68,7 @@ class CNN(nn.Module):
     num_classes: int
     fc: Sequence[int] = (120, 100, 84, 50)
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
+    conv_impl: str = "xla"  # core/conv.py: CONV_IMPLS (after resolve_conv_impl)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -87,7 +87,7 @@ class LeNet5(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
+    conv_impl: str = "xla"  # core/conv.py: CONV_IMPLS (after resolve_conv_impl)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -129,10 +129,13 @@ class Model:
 
     def for_grad(self) -> Model:
         """This model for code that differentiates it in evaluation mode (DivFL's gradient
-        features): "patches_train" convolutions run as "patches" there too (`core/conv.py`);
-        the same function, and every other model unchanged."""
-        if getattr(self.module, "conv_impl", None) == "patches_train":
-            return dataclasses.replace(self, module=self.module.clone(conv_impl="patches"))
+        features): training-mode convolutions ("patches_train", "patches_cf_train") run as
+        their patches form there too (`core/conv.py`); the same function, and every other
+        model unchanged."""
+        impl = getattr(self.module, "conv_impl", None)
+        if impl in TRAIN_FORMS:
+            return dataclasses.replace(self, module=self.module.clone(
+                conv_impl=TRAIN_FORMS[impl]))
         return self
 
     def init(self, key: jax.Array) -> tuple[Any, Any]:
@@ -200,8 +203,8 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     """Build a registered model; `name='auto'` takes the dataset's default.
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
-    "auto" = "patches_train" on the CPU and GPU backends, "xla" elsewhere. Models without a
-    `conv_impl` field (the MLPs, user-registered modules) ignore it.
+    "auto" = "patches_cf_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere.
+    Models without a `conv_impl` field (the MLPs, user-registered modules) ignore it.
     """
     if name == "auto":
         name = default_model(dataset_name)
@@ -259,7 +262,7 @@ class CNNBN(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
+    conv_impl: str = "xla"  # core/conv.py: CONV_IMPLS (after resolve_conv_impl)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -303,7 +306,7 @@ class ResNet20(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
+    conv_impl: str = "xla"  # core/conv.py: CONV_IMPLS (after resolve_conv_impl)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
@@ -334,7 +337,7 @@ class SimpleCNN(nn.Module):
 
     num_classes: int
     norm: Normalize = dataclasses.field(default_factory=Normalize)
-    conv_impl: str = "xla"  # core/conv.py: "xla", "patches" or "patches_train"
+    conv_impl: str = "xla"  # core/conv.py: CONV_IMPLS (after resolve_conv_impl)
 
     @nn.compact
     def __call__(self, x, train: bool = False):
