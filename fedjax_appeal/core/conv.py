@@ -29,7 +29,7 @@ measures each program shape). In evaluation mode, on large batches of rows under
 XLA's forward convolution is several times faster than im2col, whose patches take kh·kw
 times the layer's input in memory; hence the ``*_train`` forms. On a 2-core CPU the
 channels-first form lowered the median FedAvg s/round of `simple_cnn`, `cnn`, `lenet5` and
-`cnn_bn` by 11-20% against the row form (faster in 21 of 23 interleaved pairs,
+`cnn_bn` by 11-20% against the row form (faster in 23 of 25 interleaved pairs,
 benchmarks/RESULTS.md), so ``"auto"`` is ``"patches_cf_train"`` there.
 
 On a GPU the cohort's vmapped convolutions (per-client kernels) are grouped convolutions
