@@ -28,9 +28,10 @@ grouped convolution that XLA:CPU runs slowly too; the im2col form is slices, pad
 measures each program shape). In evaluation mode, on large batches of rows under one model,
 XLA's forward convolution is several times faster than im2col, whose patches take kh·kw
 times the layer's input in memory; hence the ``*_train`` forms. On a 2-core CPU the
-channels-first form lowered the median FedAvg s/round of `simple_cnn`, `cnn`, `lenet5` and
-`cnn_bn` by 11-20% against the row form (faster in 23 of 25 interleaved pairs,
-benchmarks/RESULTS.md), so ``"auto"`` is ``"patches_cf_train"`` there.
+channels-first form lowered the FedAvg s/round of `simple_cnn`, `cnn`, `lenet5` and `cnn_bn`
+by 11-20% (medians) against the row form in the automatic layout, and `lenet5`'s by 24-29%
+with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RESULTS.md),
+so ``"auto"`` is ``"patches_cf_train"`` there.
 
 On a GPU the cohort's vmapped convolutions (per-client kernels) are grouped convolutions
 too: on an H100 (jax 0.11.2, `benchmarks/gpu_round_throughput.py --conv-impls`) the CIFAR-10
