@@ -74,17 +74,30 @@ def _pads(x_shape, window, strides, padding) -> tuple[tuple[int, int], ...]:
 
 
 def im2col(x: jax.Array, window: tuple[int, int], strides: tuple[int, int],
-           padding: str | Sequence[tuple[int, int]]) -> jax.Array:
-    """[N, H, W, C] -> patches [N, H_out, W_out, kh*kw*C], rows in (i, j, c) order."""
+           padding: str | Sequence[tuple[int, int]], channels_first: bool = False
+           ) -> jax.Array:
+    """[N, H, W, C] -> patches [N, H_out, W_out, kh*kw*C], rows in (i, j, c) order; with
+    `channels_first`, the input taken as [C, N, H, W] and patches [kh*kw*C, N, H_out, W_out]."""
     kh, kw = window
     sh, sw = strides
     (plo, phi), (qlo, qhi) = _pads(x.shape, window, strides, padding)
-    x = jnp.pad(x, ((0, 0), (plo, phi), (qlo, qhi), (0, 0)))
-    ho = (x.shape[1] - kh) // sh + 1
-    wo = (x.shape[2] - kw) // sw + 1
-    cols = [x[:, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw, :]
-            for i in range(kh) for j in range(kw)]
-    return cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=-1)
+    hi, wi = (2, 3) if channels_first else (1, 2)  # the spatial axes
+    if channels_first:
+        x = jnp.transpose(x, (3, 0, 1, 2))
+    pads = [(0, 0)] * 4
+    pads[hi], pads[wi] = (plo, phi), (qlo, qhi)
+    x = jnp.pad(x, pads)
+    ho = (x.shape[hi] - kh) // sh + 1
+    wo = (x.shape[wi] - kw) // sw + 1
+
+    def shifted(i: int, j: int) -> jax.Array:
+        index = [slice(None)] * 4
+        index[hi] = slice(i, i + (ho - 1) * sh + 1, sh)
+        index[wi] = slice(j, j + (wo - 1) * sw + 1, sw)
+        return x[tuple(index)]
+
+    cols = [shifted(i, j) for i in range(kh) for j in range(kw)]
+    return cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=0 if channels_first else -1)
 
 
 def patches_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
@@ -112,36 +125,20 @@ def patches_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
 
 def patches_cf_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
                     padding: str | Sequence[tuple[int, int]]) -> jax.Array:
-    """`patches_conv` in channels-first form: the same function, other products.
+    """`patches_conv` in channels-first form: the same function and arguments, other products.
 
     The input is transposed to [C, N, H, W]; its kh x kw shifted slices, concatenated on the
     channel axis, are the patch matrix [kh*kw*C, N*H_out*W_out] (rows in (i, j, c) order, as
     the HWIO kernel reshapes), and the output is kernel^T @ patches, transposed back to NHWC.
     Its gradient's products are then d_out @ patches^T for the kernel and kernel @ d_out for
     the patches: matmuls whose long axis (the N*H_out*W_out pixels) is the contiguous one.
-
-    Args:
-      x: [N, H, W, C] inputs.
-      kernel: [kh, kw, C, O] weights.
-      strides: (sh, sw).
-      padding: "SAME", "VALID" or ((lo, hi), (lo, hi)), as `lax.conv_general_dilated` takes.
-
-    Returns:
-      [N, H_out, W_out, O].
     """
     kh, kw, c, o = kernel.shape
-    sh, sw = strides
-    (plo, phi), (qlo, qhi) = _pads(x.shape, (kh, kw), strides, padding)
-    n = x.shape[0]
-    xt = jnp.pad(jnp.transpose(x, (3, 0, 1, 2)), ((0, 0), (0, 0), (plo, phi), (qlo, qhi)))
-    ho = (xt.shape[2] - kh) // sh + 1
-    wo = (xt.shape[3] - kw) // sw + 1
-    cols = [xt[:, :, i:i + (ho - 1) * sh + 1:sh, j:j + (wo - 1) * sw + 1:sw]
-            for i in range(kh) for j in range(kw)]  # each [C, N, H_out, W_out]
-    patches = (cols[0] if len(cols) == 1 else jnp.concatenate(cols, axis=0)
-               ).reshape(kh * kw * c, n * ho * wo)
+    patches = im2col(x, (kh, kw), strides, padding, channels_first=True)
+    k, n, ho, wo = patches.shape
+    patches = patches.reshape(k, n * ho * wo)
     # kernel^T @ patches, contracting the kernel's rows: [O, N*H_out*W_out]
-    out = jax.lax.dot_general(kernel.reshape(kh * kw * c, o), patches, (((0,), (0,)), ((), ())))
+    out = jax.lax.dot_general(kernel.reshape(k, o), patches, (((0,), (0,)), ((), ())))
     return jnp.transpose(out.reshape(o, n, ho, wo), (1, 2, 3, 0))
 
 
