@@ -94,7 +94,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--cohort", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--conv-impl", default="xla,patches,patches_train,patches_cf,patches_cf_train",
+    ap.add_argument("--conv-impl", default="xla,patches,patches_train,patches_cf,patches_cf_train,"
+                                           "winograd,winograd_train",
                     help="comma-separated convolution implementations to time")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args(argv)

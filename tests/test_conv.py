@@ -21,8 +21,15 @@ from fedjax_appeal.core.conv import (
     patches_cf_conv,
     patches_conv,
     resolve_conv_impl,
+    winograd_cf_conv,
 )
 from fedjax_appeal.core.models import MODELS, make_model
+from fedjax_appeal.core.winograd import (
+    _input_transform,
+    _output_transform,
+    input_transform,
+    output_transform,
+)
 
 CASES = [  # (input [N, H, W, C], kernel (kh, kw, O), strides, padding)
     ((2, 8, 8, 3), (3, 3, 4), (1, 1), "VALID"),
@@ -32,6 +39,12 @@ CASES = [  # (input [N, H, W, C], kernel (kh, kw, O), strides, padding)
     ((2, 9, 9, 3), (3, 3, 2), (2, 2), "VALID"),
     ((2, 8, 8, 3), (1, 1, 5), (2, 2), "SAME"),
     ((1, 6, 10, 2), (2, 3, 3), (1, 2), ((1, 0), (2, 1))),
+    # enough input channels for Winograd: even and odd output sizes, explicit pads, and
+    # stride 2 (which falls back to im2col)
+    ((2, 8, 8, 8), (3, 3, 4), (1, 1), "VALID"),
+    ((2, 9, 7, 8), (3, 3, 5), (1, 1), "SAME"),
+    ((1, 6, 5, 9), (3, 3, 3), (1, 1), ((1, 0), (2, 1))),
+    ((2, 8, 8, 8), (3, 3, 4), (2, 2), "SAME"),
 ]
 
 
@@ -39,7 +52,8 @@ def _ref(x, w, s, p):
     return jax.lax.conv_general_dilated(x, w, s, p, dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
-@pytest.mark.parametrize("conv", [patches_conv, patches_cf_conv], ids=["rows", "cf"])
+@pytest.mark.parametrize("conv", [patches_conv, patches_cf_conv, winograd_cf_conv],
+                         ids=["rows", "cf", "winograd"])
 @pytest.mark.parametrize("xs,ks,s,p", CASES)
 def test_patches_conv_equals_lax_conv_values_gradients_and_hvp(xs, ks, s, p, conv):
     kx, kw, kc, kv = jax.random.split(jax.random.key(0), 4)
@@ -74,9 +88,10 @@ def test_patches_program_has_no_convolution_and_train_mode_picks(form):
     jaxpr = str(jax.make_jaxpr(jax.grad(lambda b: jnp.sum(_ref(x, b, (1, 1), "SAME") ** 2)))(w))
     assert jaxpr.count("conv_general_dilated") == 2  # XLA's: forward + weight gradient
     assert [conv_for(form, t) for t in (True, False)] == [TRAIN_FORMS[form], "xla"]
-    assert TRAIN_FORMS == {"patches_train": "patches", "patches_cf_train": "patches_cf"}
+    assert TRAIN_FORMS == {"patches_train": "patches", "patches_cf_train": "patches_cf",
+                           "winograd_train": "winograd"}
     assert [conv_for(i, t) for i in CONVS for t in (True, False)] == [
-        "xla", "xla", "patches", "patches", "patches_cf", "patches_cf"]
+        "xla", "xla", "patches", "patches", "patches_cf", "patches_cf", "winograd", "winograd"]
     layer = Conv(4, (3, 3), impl=form)
     v = layer.init(jax.random.key(0), x)
     for train, n in ((True, 0), (False, 1)):
@@ -119,8 +134,66 @@ def test_conv_module_matches_flax_conv(impl, train):
                                atol=1e-5)
 
 
+def _eqns(jaxpr):
+    """Every equation of a jaxpr and of the jaxprs nested in its equations' parameters."""
+    for e in jaxpr.eqns:
+        yield e
+        for v in e.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns(inner)
+
+
+def _winograd_products(x_shape, kernel_shape, strides=(1, 1)):
+    """The dot_generals of a convolution's gradient batched over 16 (Winograd's tile
+    positions)."""
+    x, w = jnp.ones(x_shape), jnp.ones(kernel_shape)
+    jaxpr = jax.make_jaxpr(jax.grad(lambda b: jnp.sum(winograd_cf_conv(
+        x, b, strides, "VALID") ** 2)))(w)
+    return [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "dot_general"
+            and e.params["dimension_numbers"][1][0] == (0,)
+            and e.invars[0].aval.shape[0] == 16]
+
+
+def test_winograd_takes_3x3_stride_1_layers_with_enough_channels_only():
+    # the forward product and the kernel's gradient (the input needs no gradient here)
+    assert len(_winograd_products((2, 8, 8, 8), (3, 3, 8, 4))) == 2
+    for xs, ks, s in [((2, 8, 8, 7), (3, 3, 7, 4), (1, 1)),  # too few input channels
+                      ((2, 8, 8, 8), (3, 3, 8, 4), (2, 2)),  # stride 2
+                      ((2, 8, 8, 8), (5, 5, 8, 4), (1, 1))]:  # 5x5
+        assert _winograd_products(xs, ks, s) == []
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 10, 3), (1, 6, 6, 1)])
+def test_winograd_transform_gradients_equal_the_derived_ones(shape):
+    """The written-out gradients of the input and output transforms against JAX's own
+    transpose of the same (linear) functions, on random cotangents."""
+    n, h, w, c = shape
+    x = jax.random.normal(jax.random.key(0), shape)
+    ct = jax.random.normal(jax.random.key(1), (4, 4, n, h // 2 - 1, w // 2 - 1, c))
+    np.testing.assert_allclose(jax.vjp(input_transform, x)[1](ct)[0],
+                               jax.vjp(_input_transform, x)[1](ct)[0], rtol=1e-6, atol=1e-5)
+    m = jax.random.normal(jax.random.key(2), (4, 4, n, 3, 4, c))
+    ct = jax.random.normal(jax.random.key(3), (n, 6, 8, c))
+    np.testing.assert_allclose(output_transform(m), _output_transform(m))
+    np.testing.assert_allclose(jax.vjp(output_transform, m)[1](ct)[0],
+                               jax.vjp(_output_transform, m)[1](ct)[0], rtol=1e-6, atol=1e-5)
+    # one tile by hand: B^T d B with d = arange(16) as a 4x4 tile (x: one tile, C = 1)
+    d = np.arange(16, dtype=np.float32).reshape(4, 4)
+    bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float32)
+    got = input_transform(jnp.asarray(d).reshape(1, 4, 4, 1))[:, :, 0, 0, 0, 0]
+    np.testing.assert_allclose(got, bt @ d @ bt.T)
+
+
+def test_winograd_is_reverse_mode_only():
+    x, w = jnp.ones((1, 6, 6, 8)), jnp.ones((3, 3, 8, 2))
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(lambda b: winograd_cf_conv(x, b, (1, 1), "VALID"), (w,), (w,))
+
+
 def test_resolve_conv_impl():
-    assert resolve_conv_impl("auto", "cpu") == "patches_cf_train"
+    assert resolve_conv_impl("auto", "cpu") == "winograd_train"
     assert resolve_conv_impl("auto", "gpu") == "patches_train"
     assert resolve_conv_impl("auto", "tpu") == "xla"
     assert resolve_conv_impl("xla", "cpu") == "xla"
@@ -174,7 +247,7 @@ def test_for_grad_uses_patches_for_training_form_models_only(form):
     grad_jaxpr = str(jax.make_jaxpr(jax.grad(
         lambda q: m.for_grad().per_sample(q, s, x, jnp.zeros(2, jnp.int32))[0].sum()))(p))
     assert "conv_general_dilated" not in grad_jaxpr
-    for other in ("xla", "patches", "patches_cf"):
+    for other in ("xla", "patches", "patches_cf", "winograd"):
         m2 = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl=other)
         assert m2.for_grad() is m2
     mlp = make_model("mlp", "x", 10, (28, 28), jnp.uint8)

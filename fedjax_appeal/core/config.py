@@ -349,13 +349,14 @@ class RunConfig:
                               "step)", group="federation", ge=0)
     conv_impl: str = _f("auto", "how convolutional models convolve (core/conv.py): xla "
                                 "(lax.conv), patches (im2col slices + matmul), patches_cf "
-                                "(the same, channels-first) or patches_train / "
-                                "patches_cf_train (that form in training, xla in evaluation: "
-                                "XLA on CPU runs a convolution's gradient inside a loop tens "
-                                "of times slower, benchmarks/RESULTS.md); auto = "
-                                "patches_cf_train on CPU, patches_train on GPU, xla elsewhere",
+                                "(the same, channels-first), winograd (3x3 stride-1 layers by "
+                                "Winograd F(2x2,3x3), others as patches_cf) or patches_train / "
+                                "patches_cf_train / winograd_train (that form in training, xla "
+                                "in evaluation: XLA on CPU runs a convolution's gradient inside "
+                                "a loop tens of times slower, benchmarks/RESULTS.md); auto = "
+                                "winograd_train on CPU, patches_train on GPU, xla elsewhere",
                         ("auto", "xla", "patches", "patches_train", "patches_cf",
-                         "patches_cf_train"), group="algorithm")
+                         "patches_cf_train", "winograd", "winograd_train"), group="algorithm")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
                          registry="server_opt", group="algorithm")
     selector: str = _f("random", "cohort selector (random = uniform from the available pool)",

@@ -18,7 +18,14 @@ checkpoints and the same function with any implementation:
     [N*H_out*W_out, kh*kw*C] operand, which XLA:CPU ran slowest of the three (`simple_cnn`
     on FEMNIST, one core: 4.3 ms per step against 3.1-3.2; benchmarks/RESULTS.md).
   * ``"patches_cf_train"``: ``"patches_cf"`` in training mode, ``"xla"`` in evaluation
-    mode. The CPU default.
+    mode.
+  * ``"winograd"``: a 3x3, stride-1 convolution with at least `WINOGRAD_MIN_CHANNELS` input
+    channels by Winograd's F(2x2, 3x3) (`core/winograd.py`: 2.25x fewer multiplies in the
+    products of the forward pass and both gradients); any other convolution (other kernel
+    sizes, strides, or few input channels, where the products are small and the transforms
+    cost more than they save) as ``"patches_cf"``.
+  * ``"winograd_train"``: ``"winograd"`` in training mode, ``"xla"`` in evaluation mode.
+    The CPU default.
 
 Why: on XLA:CPU a convolution's gradient inside a loop body (the `lax.scan` of local steps,
 or the scan over rounds) runs tens of times slower than the same gradient alone (reported
@@ -30,8 +37,12 @@ XLA's forward convolution is several times faster than im2col, whose patches tak
 times the layer's input in memory; hence the ``*_train`` forms. On a 2-core CPU the
 channels-first form lowered the FedAvg s/round of `simple_cnn`, `cnn`, `lenet5` and `cnn_bn`
 by 11-20% (medians) against the row form in the automatic layout, and `lenet5`'s by 24-29%
-with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RESULTS.md),
-so ``"auto"`` is ``"patches_cf_train"`` there.
+with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RESULTS.md);
+Winograd's form lowered one `simple_cnn` SGD step on one core by a further ~20% (FEMNIST
+14.6 -> 11.5 ms, CIFAR-10 19.5 -> 15.7 ms, medians), so ``"auto"`` is ``"winograd_train"``
+there. The Winograd form's gradients are written out (`jax.custom_vjp`), so forward-mode
+differentiation (`jax.jvp` of a training-mode loss) cannot go through it; choose
+``"patches_cf_train"`` for that.
 
 On a GPU the cohort's vmapped convolutions (per-client kernels) are grouped convolutions
 too: on an H100 (jax 0.11.2, `benchmarks/gpu_round_throughput.py --conv-impls`) the CIFAR-10
@@ -49,15 +60,22 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-CONV_IMPLS = ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train")
+from .winograd import winograd_conv
+
+CONV_IMPLS = ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train",
+              "winograd", "winograd_train")
 # each training-mode form -> what it runs in training mode (evaluation mode runs "xla")
-TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf"}
-AUTO = {"cpu": "patches_cf_train", "gpu": "patches_train"}
+TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf",
+               "winograd_train": "winograd"}
+AUTO = {"cpu": "winograd_train", "gpu": "patches_train"}
+# "winograd" takes 3x3 stride-1 convolutions with at least this many input channels (one
+# core, `simple_cnn`'s first layer: 1 or 3 channels ran 2-4% slower by Winograd)
+WINOGRAD_MIN_CHANNELS = 8
 DIMS = ("NHWC", "HWIO", "NHWC")
 
 
 def resolve_conv_impl(impl: str, backend: str | None = None) -> str:
-    """``"auto"`` -> ``"patches_cf_train"`` on the CPU, ``"patches_train"`` on the GPU,
+    """``"auto"`` -> ``"winograd_train"`` on the CPU, ``"patches_train"`` on the GPU,
     ``"xla"`` elsewhere."""
     if impl not in CONV_IMPLS:
         raise ValueError(f"unknown conv implementation '{impl}'; choose one of: "
@@ -142,6 +160,17 @@ def patches_cf_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
     return jnp.transpose(out.reshape(o, n, ho, wo), (1, 2, 3, 0))
 
 
+def winograd_cf_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
+                     padding: str | Sequence[tuple[int, int]]) -> jax.Array:
+    """`patches_cf_conv`'s function and arguments: a 3x3, stride-1 convolution with at least
+    `WINOGRAD_MIN_CHANNELS` input channels by Winograd F(2x2, 3x3) (`core/winograd.py`), any
+    other by `patches_cf_conv`."""
+    kh, kw, c, _ = kernel.shape
+    if (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or c < WINOGRAD_MIN_CHANNELS:
+        return patches_cf_conv(x, kernel, strides, padding)
+    return winograd_conv(x, kernel, _pads(x.shape, (3, 3), strides, padding))
+
+
 def max_pool_2x2(x: jax.Array) -> jax.Array:
     """`flax.linen.max_pool(x, (2, 2), (2, 2))` (VALID) as a reshape and a max over the
     window axes.
@@ -168,13 +197,14 @@ def xla_conv(x, kernel, strides, padding):
     return jax.lax.conv_general_dilated(x, kernel, strides, padding, dimension_numbers=DIMS)
 
 
-CONVS = {"xla": xla_conv, "patches": patches_conv, "patches_cf": patches_cf_conv}
+CONVS = {"xla": xla_conv, "patches": patches_conv, "patches_cf": patches_cf_conv,
+         "winograd": winograd_cf_conv}
 
 
 def conv_for(impl: str, train: bool) -> str:
     """The implementation a layer runs: a training-mode form ("patches_train",
-    "patches_cf_train") -> its patches form in training mode, "xla" in evaluation mode;
-    "xla", "patches" and "patches_cf" as they are."""
+    "patches_cf_train", "winograd_train") -> its form in training mode, "xla" in evaluation
+    mode; "xla", "patches", "patches_cf" and "winograd" as they are."""
     if impl in TRAIN_FORMS:
         return TRAIN_FORMS[impl] if train else "xla"
     if impl not in CONVS:
@@ -191,9 +221,9 @@ class Conv(nn.Module):
       strides: (sh, sw).
       padding: "SAME", "VALID" or explicit ((lo, hi), (lo, hi)).
       use_bias: add a learned bias.
-      impl: "xla", "patches", "patches_cf" or a training-mode form "patches_train",
-        "patches_cf_train" (module docstring; the call's `train` flag picks for those);
-        resolve "auto" with `resolve_conv_impl`.
+      impl: "xla", "patches", "patches_cf", "winograd" or a training-mode form
+        "patches_train", "patches_cf_train", "winograd_train" (module docstring; the call's
+        `train` flag picks for those); resolve "auto" with `resolve_conv_impl`.
       kernel_init: as `flax.linen.Conv` (LeCun normal).
     """
 
