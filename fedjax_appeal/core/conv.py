@@ -38,8 +38,9 @@ times the layer's input in memory; hence the ``*_train`` forms. On a 2-core CPU 
 channels-first form lowered the FedAvg s/round of `simple_cnn`, `cnn`, `lenet5` and `cnn_bn`
 by 11-20% (medians) against the row form in the automatic layout, and `lenet5`'s by 24-29%
 with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RESULTS.md);
-Winograd's form lowered one `simple_cnn` SGD step on one core by a further ~20% (FEMNIST
-14.6 -> 11.5 ms, CIFAR-10 19.5 -> 15.7 ms, medians), so ``"auto"`` is ``"winograd_train"``
+Winograd's form lowered a `simple_cnn` SGD step in the local-steps scan from 10.5 to 9.2 ms
+(`benchmarks/conv_loop_diagnostic.py`) and the peer workloads' median s/round by 6%
+(FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs, so ``"auto"`` is ``"winograd_train"``
 there. The Winograd form's gradients are written out (`jax.custom_vjp`), so forward-mode
 differentiation (`jax.jvp` of a training-mode loss) cannot go through it; choose
 ``"patches_cf_train"`` for that.
@@ -69,7 +70,7 @@ TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf",
                "winograd_train": "winograd"}
 AUTO = {"cpu": "winograd_train", "gpu": "patches_train"}
 # "winograd" takes 3x3 stride-1 convolutions with at least this many input channels (one
-# core, `simple_cnn`'s first layer: 1 or 3 channels ran 2-4% slower by Winograd)
+# core, `simple_cnn`'s first layer: with 1 or 3 channels the step ran ~2% slower by Winograd)
 WINOGRAD_MIN_CHANNELS = 8
 DIMS = ("NHWC", "HWIO", "NHWC")
 

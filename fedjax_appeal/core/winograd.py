@@ -15,8 +15,8 @@ Layout: inputs NHWC, kernel HWIO, as `core/conv.py`. The input transform reads t
 input as 2x2 blocks ([N, H/2, 2, W/2, 2, C]), so each of the four block offsets of a tile
 is one contiguous slice; the transforms' gradients are written out (`jax.custom_vjp`): the
 transpose JAX derives for the slices is a sum of zero-padded copies of the whole input,
-which XLA:CPU ran slowly (`simple_cnn` on FEMNIST, one core: that sum took 10.5 ms of a
-25.5 ms SGD step; with the gradients below the whole step took 11.8 ms). Hence
+which XLA:CPU ran slowly (a profile of one `simple_cnn` SGD step on FEMNIST, one core: that
+sum took 10.5 ms of a 25.5 ms step; with the gradients below the whole step took 11.8 ms). Hence
 forward-mode differentiation (`jax.jvp`, `jax.jacfwd`) cannot go through a Winograd
 convolution; reverse mode and forward-over-reverse (the Hessian-vector product of
 Per-FedAvg, `jax.hessian`) can.
