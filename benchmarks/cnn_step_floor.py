@@ -66,16 +66,17 @@ def dots(jaxpr) -> list[dict]:
     return out
 
 
-def sgd_step(workload: str, batch: int = 10):
+def sgd_step(workload: str, batch: int = 10, conv_impl: str = "auto"):
     """(step(params, key) -> params, initial params): one SGD step of simple_cnn on `batch`
-    rows of `workload`, with the default convolution, as the local steps run it."""
+    rows of `workload`, with the default convolution (or `conv_impl`), as the local steps
+    run it."""
     import jax
     import jax.numpy as jnp
 
     from fedjax_appeal.core.models import make_model
 
     shape, classes = WORKLOADS[workload]
-    m = make_model("simple_cnn", "x", classes, shape, jnp.uint8, conv_impl="auto")
+    m = make_model("simple_cnn", "x", classes, shape, jnp.uint8, conv_impl=conv_impl)
     p, s = m.init(jax.random.key(0))
     x = jnp.ones((batch, *shape), jnp.uint8)
     y = jnp.zeros((batch,), jnp.int32)
@@ -87,12 +88,12 @@ def sgd_step(workload: str, batch: int = 10):
     return step, p
 
 
-def step_dots(workload: str, batch: int = 10) -> list[dict]:
+def step_dots(workload: str, batch: int = 10, conv_impl: str = "auto") -> list[dict]:
     """The products of one SGD step (`sgd_step`), its convolutions in training mode (im2col
     matmuls)."""
     import jax
 
-    step, p = sgd_step(workload, batch)
+    step, p = sgd_step(workload, batch, conv_impl)
     return dots(jax.make_jaxpr(step)(p, jax.random.key(0)).jaxpr)
 
 
