@@ -36,16 +36,16 @@ def test_femnist_step_products_counted_by_hand(floor):
 
 
 def test_femnist_winograd_step_products_counted_by_hand(floor):
-    """The default CPU convolution: conv2 by Winograd F(2x2, 3x3), 16 tile positions x
-    (10 x 12 x 12 tiles) x 32 x 64 per product (forward, kernel and input gradient), plus
-    the kernel transform G g G^T (two products with G [4, 3], and two in its gradient)."""
+    """The default CPU convolution: conv2 by Winograd F(4x4, 3x3), 36 tile positions x
+    (10 x 6 x 6 tiles) x 32 x 64 per product (forward, kernel and input gradient), plus
+    the kernel transform G g G^T (two products with G [6, 3], and two in its gradient)."""
     dots = floor.step_dots("femnist", conv_impl="winograd_train")
     conv1 = 2 * 10 * 26 * 26 * 9 * 32
-    wino = 2 * 16 * (10 * 12 * 12) * 32 * 64
+    wino = 2 * 36 * (10 * 6 * 6) * 32 * 64
     dense = 2 * 10 * 9216 * 128 + 2 * 10 * 128 * 62
-    transform = [d for d in dots if (4, 3) in (d["lhs"], d["rhs"])]
+    transform = [d for d in dots if (6, 3) in (d["lhs"], d["rhs"])]
     assert len(transform) == 4 and len(dots) == 4 + 2 + 3 + 6
-    assert sorted(d["flops"] for d in dots if d["bmkn"][0] == 16) == [wino] * 3
+    assert sorted(d["flops"] for d in dots if d["bmkn"][0] == 36) == [wino] * 3
     assert sum(d["flops"] for d in dots if d not in transform) == (
         2 * conv1 + 3 * wino + 3 * dense)
 

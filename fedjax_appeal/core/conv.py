@@ -20,7 +20,7 @@ checkpoints and the same function with any implementation:
   * ``"patches_cf_train"``: ``"patches_cf"`` in training mode, ``"xla"`` in evaluation
     mode.
   * ``"winograd"``: a 3x3, stride-1 convolution with at least `WINOGRAD_MIN_CHANNELS` input
-    channels by Winograd's F(2x2, 3x3) (`core/winograd.py`: 2.25x fewer multiplies in the
+    channels by Winograd's F(4x4, 3x3) (`core/winograd.py`: 4x fewer multiplies in the
     products of the forward pass and both gradients); any other convolution (other kernel
     sizes, strides, or few input channels, where the products are small and the transforms
     cost more than they save) as ``"patches_cf"``.
@@ -38,10 +38,11 @@ times the layer's input in memory; hence the ``*_train`` forms. On a 2-core CPU 
 channels-first form lowered the FedAvg s/round of `simple_cnn`, `cnn`, `lenet5` and `cnn_bn`
 by 11-20% (medians) against the row form in the automatic layout, and `lenet5`'s by 24-29%
 with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RESULTS.md);
-Winograd's form lowered a `simple_cnn` SGD step in the local-steps scan from 10.5 to 9.2 ms
-(`benchmarks/conv_loop_diagnostic.py`) and the peer workloads' median s/round by 6%
-(FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs, so ``"auto"`` is ``"winograd_train"``
-there. The Winograd form's gradients are written out (`jax.custom_vjp`), so forward-mode
+Winograd's F(2x2, 3x3) lowered a `simple_cnn` SGD step in the local-steps scan from 10.5
+to 9.2 ms (`benchmarks/conv_loop_diagnostic.py`) and the peer workloads' median s/round by
+6% (FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs, and F(4x4, 3x3) lowered the step
+further (benchmarks/RESULTS.md), so ``"auto"`` is ``"winograd_train"`` (F(4x4, 3x3)) there.
+The Winograd form's gradients are written out (`jax.custom_vjp`), so forward-mode
 differentiation (`jax.jvp` of a training-mode loss) cannot go through it; choose
 ``"patches_cf_train"`` for that.
 
@@ -70,7 +71,8 @@ TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf",
                "winograd_train": "winograd"}
 AUTO = {"cpu": "winograd_train", "gpu": "patches_train"}
 # "winograd" takes 3x3 stride-1 convolutions with at least this many input channels (one
-# core, `simple_cnn`'s first layer: with 1 or 3 channels the step ran ~2% slower by Winograd)
+# core, `simple_cnn`'s first layer: with 1 or 3 channels the step ran ~2% slower by
+# Winograd F(2x2, 3x3))
 WINOGRAD_MIN_CHANNELS = 8
 DIMS = ("NHWC", "HWIO", "NHWC")
 
@@ -164,7 +166,7 @@ def patches_cf_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
 def winograd_cf_conv(x: jax.Array, kernel: jax.Array, strides: tuple[int, int],
                      padding: str | Sequence[tuple[int, int]]) -> jax.Array:
     """`patches_cf_conv`'s function and arguments: a 3x3, stride-1 convolution with at least
-    `WINOGRAD_MIN_CHANNELS` input channels by Winograd F(2x2, 3x3) (`core/winograd.py`), any
+    `WINOGRAD_MIN_CHANNELS` input channels by Winograd F(4x4, 3x3) (`core/winograd.py`), any
     other by `patches_cf_conv`."""
     kh, kw, c, _ = kernel.shape
     if (kh, kw) != (3, 3) or tuple(strides) != (1, 1) or c < WINOGRAD_MIN_CHANNELS:

@@ -1,138 +1,157 @@
-"""Winograd's minimal filtering F(2x2, 3x3) for a 3x3, stride-1 convolution (Lavin & Gray,
-"Fast Algorithms for Convolutional Neural Networks", CVPR 2016).
+"""Winograd's minimal filtering F(m x m, 3x3) for a 3x3, stride-1 convolution, m = 4 (the
+default) or 2 (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR 2016).
 
-Each 2x2 output tile is computed from a 4x4 input tile d and the 3x3 kernel g as
+Each m x m output tile is computed from an r x r input tile d (r = m + 2) and the 3x3
+kernel g as
 
     Y = A^T [ (G g G^T) (.) (B^T d B) ] A
 
-with the constant matrices `BT` (4x4), `G` (4x3) and `AT` (2x4) below. Summed over input
-channels, the element-wise product (.) becomes, for each of the 16 tile positions, one matmul
-[tiles, C] x [C, O]: 16 multiplies per 2x2 output tile and channel pair where the direct
-convolution (or im2col) takes 4 x 9 = 36, a 2.25x cut in the products of the forward pass
-and of both gradients. The input and output transforms only add and subtract.
+with the constant matrices of `MATRICES` (B^T r x r, G r x 3, A^T m x r; those of the
+paper's Sec. 4). Summed over input channels, the element-wise product (.) becomes, for each
+of the r^2 tile positions, one matmul [tiles, C] x [C, O]: per output tile and channel pair
+r^2 multiplies where the direct convolution (or im2col) takes 9 m^2, i.e. 16 against 36
+for F(2x2, 3x3) (2.25x fewer) and 36 against 144 for F(4x4, 3x3) (4x fewer), in the
+forward pass and in both gradients. The input and output transforms are sums with small
+constant weights.
 
 Layout: inputs NHWC, kernel HWIO, as `core/conv.py`. The input transform reads the padded
-input as 2x2 blocks ([N, H/2, 2, W/2, 2, C]), so each of the four block offsets of a tile
-is one contiguous slice; the transforms' gradients are written out (`jax.custom_vjp`): the
-transpose JAX derives for the slices is a sum of zero-padded copies of the whole input,
-which XLA:CPU ran slowly (a profile of one `simple_cnn` SGD step on FEMNIST, one core: that
-sum took 10.5 ms of a 25.5 ms step; with the gradients below the whole step took 11.8 ms). Hence
-forward-mode differentiation (`jax.jvp`, `jax.jacfwd`) cannot go through a Winograd
-convolution; reverse mode and forward-over-reverse (the Hessian-vector product of
-Per-FedAvg, `jax.hessian`) can.
+input as m x m blocks ([N, H/m, m, W/m, m, C]); tiles overlap by two rows (columns), so tile
+row i is block row t + i // m at offset i % m, one contiguous slice. The transforms'
+gradients are written out (`jax.custom_vjp`): the transpose JAX derives for the slices is
+a sum of zero-padded copies of the whole input, which XLA:CPU ran slowly (a profile of one
+`simple_cnn` SGD step on FEMNIST with F(2x2, 3x3), one core: that sum took 10.5 ms of a
+25.5 ms step; with the gradients below the whole step took 11.8 ms). Hence forward-mode
+differentiation (`jax.jvp`, `jax.jacfwd`) cannot go through a Winograd convolution; reverse
+mode and forward-over-reverse (the Hessian-vector product of Per-FedAvg, `jax.hessian`) can.
 
-Rounding: the transforms only add, subtract and halve (exact in binary), so the result
-differs from a direct convolution by float rounding of the sums (relative 1e-6 in fp32 on
-the layers of `simple_cnn`).
+Rounding: the result differs from a direct convolution by float rounding, larger for the
+larger tile, whose transforms weigh by up to 8 and 1/24 (fp32, `simple_cnn`'s 32 -> 64
+layer on random inputs: relative error 7e-7 with F(2x2, 3x3), 7e-6 with F(4x4, 3x3); the
+paper trains with F(4x4, 3x3) in fp32 without loss of accuracy).
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float32)
-G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float32)
-AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float32)
+# m -> (B^T [r, r], G [r, 3], A^T [m, r]), r = m + 2
+MATRICES = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+        np.array([[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]]),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]])),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                  [0, 1, -1, 8, -8, 1]])),
+}
+TILES = tuple(MATRICES)
 
 
-def _bt(v):
-    """B^T applied along a list of 4 arrays (one per tile row or column)."""
-    return [v[0] - v[2], v[1] + v[2], v[2] - v[1], v[1] - v[3]]
+def combine(matrix: np.ndarray, parts: list) -> list:
+    """`matrix` [p, q] applied along a list of q arrays -> p arrays (sums with the matrix's
+    weights; zero weights skipped, +-1 without a multiply)."""
+    out = []
+    for row in matrix:
+        acc = None
+        for weight, part in zip(row, parts, strict=True):
+            if weight == 0:
+                continue
+            term = part if weight == 1 else -part if weight == -1 else part * float(weight)
+            acc = term if acc is None else acc + term
+        out.append(acc)
+    return out
 
 
-def _bt_transposed(v):
-    """B applied along a list of 4 arrays: the transpose of `_bt`."""
-    return [v[0], v[1] - v[2] + v[3], v[2] + v[1] - v[0], -v[3]]
-
-
-def _at(v):
-    """A^T applied along a list of 4 arrays -> 2."""
-    return [v[0] + v[1] + v[2], v[1] - v[2] - v[3]]
-
-
-def _at_transposed(v):
-    """A applied along a list of 2 arrays -> 4: the transpose of `_at`."""
-    return [v[0], v[0] + v[1], v[0] - v[1], -v[1]]
-
-
-def _input_transform(x: jax.Array) -> jax.Array:
-    """[N, 2(th+1), 2(tw+1), C] -> B^T d B of every overlapping 4x4 tile: [4, 4, N, th, tw, C]."""
-    n, h, w, c = x.shape
-    th, tw = h // 2 - 1, w // 2 - 1
-    blocks = x.reshape(n, th + 1, 2, tw + 1, 2, c)
-    # tile row i of tile t is block row t + i // 2 at offset i % 2
-    rows = _bt([blocks[:, i // 2:i // 2 + th, i % 2] for i in range(4)])  # [N, th, W/2, 2, C]
-    v = [_bt([r[:, :, j // 2:j // 2 + tw, j % 2] for j in range(4)]) for r in rows]
-    return jnp.stack([jnp.stack(row) for row in v])
-
-
-def _overlap_add(parts, axis: int) -> jax.Array:
-    """The transpose of reading tile elements 0..3 from blocks: 4 arrays of length t on
-    `axis` -> the blocks they came from, [..., t + 1, 2, ...] (offset axis after `axis`)."""
+def _overlap_add(parts: list, m: int, axis: int) -> jax.Array:
+    """The transpose of reading tile rows 0..r-1 from m-row blocks: r arrays of length t on
+    `axis` -> the blocks they came from, [..., t + 1, m, ...] (offset axis after `axis`)."""
     def shifted(v, lo):
         pads = [(0, 0)] * v.ndim
         pads[axis] = (lo, 1 - lo)
         return jnp.pad(v, pads)
-    return jnp.stack([shifted(parts[k], 0) + shifted(parts[2 + k], 1) for k in range(2)],
-                     axis=axis + 1)
+    blocks = []
+    for k in range(m):  # offset k of a block: tile row k (same block), row m + k (next)
+        b = shifted(parts[k], 0)
+        if m + k < len(parts):
+            b = b + shifted(parts[m + k], 1)
+        blocks.append(b)
+    return jnp.stack(blocks, axis=axis + 1)
 
 
-def _input_transform_fwd(x):
-    return _input_transform(x), x.shape
+def _transform_functions(m: int):
+    """(input transform, its gradient, output transform, its gradient) of F(m x m, 3x3):
+
+      input: [N, m(th+1), m(tw+1), C] -> B^T d B of every overlapping r x r tile,
+        [r, r, N, th, tw, C];
+      output: [r, r, N, th, tw, O] -> A^T M A of every tile, in place: [N, m th, m tw, O].
+    """
+    bt, _, at = MATRICES[m]
+    r = m + 2
+
+    def input_transform(x):
+        n, h, w, c = x.shape
+        th, tw = h // m - 1, w // m - 1
+        blocks = x.reshape(n, th + 1, m, tw + 1, m, c)
+        rows = combine(bt, [blocks[:, i // m:i // m + th, i % m] for i in range(r)])
+        v = [combine(bt, [q[:, :, j // m:j // m + tw, j % m] for j in range(r)]) for q in rows]
+        return jnp.stack([jnp.stack(row) for row in v])
+
+    def input_bwd(shape, g):
+        rows = [_overlap_add(combine(bt.T, [g[a, b] for b in range(r)]), m, 2)
+                for a in range(r)]  # [N, th, tw + 1, m, C] each
+        return (_overlap_add(combine(bt.T, rows), m, 1).reshape(shape),)
+
+    def output_transform(mm):
+        n, th, tw, o = mm.shape[2:]
+        cols = [combine(at, [mm[a, b] for a in range(r)]) for b in range(r)]  # cols[b][i]
+        y = [combine(at, [cols[b][i] for b in range(r)]) for i in range(m)]  # y[i][j]
+        y = jnp.stack([jnp.stack(yi, axis=3) for yi in y], axis=2)  # [N, th, m, tw, m, O]
+        return y.reshape(n, m * th, m * tw, o)
+
+    def output_bwd(_, g):
+        n, h, w, o = g.shape
+        g = g.reshape(n, h // m, m, w // m, m, o)
+        gi = [combine(at.T, [g[:, :, i, :, j] for j in range(m)]) for i in range(m)]
+        gb = [combine(at.T, [gi[i][b] for i in range(m)]) for b in range(r)]  # gb[b][a]
+        return (jnp.stack([jnp.stack([gb[b][a] for b in range(r)]) for a in range(r)]),)
+
+    return input_transform, input_bwd, output_transform, output_bwd
 
 
-def _input_transform_bwd(shape, g):
-    g = [[g[a, b] for b in range(4)] for a in range(4)]  # [N, th, tw, C] each
-    rows = [_overlap_add(_bt_transposed(ga), 2) for ga in g]  # [N, th, tw + 1, 2, C]
-    return (_overlap_add(_bt_transposed(rows), 1).reshape(shape),)
+@cache
+def transforms(m: int):
+    """(input transform, output transform) of F(m x m, 3x3) (`_transform_functions`), each a
+    `jax.custom_vjp` with its written-out gradient."""
+    input_transform, input_bwd, output_transform, output_bwd = _transform_functions(m)
+    fin = jax.custom_vjp(input_transform)
+    fin.defvjp(lambda x: (input_transform(x), x.shape), input_bwd)
+    fout = jax.custom_vjp(output_transform)
+    fout.defvjp(lambda mm: (output_transform(mm), None), output_bwd)
+    return fin, fout
 
 
-input_transform = jax.custom_vjp(_input_transform)
-input_transform.defvjp(_input_transform_fwd, _input_transform_bwd)
-
-
-def _output_transform(m: jax.Array) -> jax.Array:
-    """[4, 4, N, th, tw, O] -> A^T m A of every tile, in place: [N, 2 th, 2 tw, O]."""
-    _, _, n, th, tw, o = m.shape
-    cols = [_at([m[a, b] for a in range(4)]) for b in range(4)]  # cols[b][i]
-    y = [_at([cols[b][i] for b in range(4)]) for i in range(2)]  # y[i][j]: [N, th, tw, O]
-    y = jnp.stack([jnp.stack(yi, axis=3) for yi in y], axis=2)  # [N, th, 2, tw, 2, O]
-    return y.reshape(n, 2 * th, 2 * tw, o)
-
-
-def _output_transform_fwd(m):
-    return _output_transform(m), None
-
-
-def _output_transform_bwd(_, g):
-    n, h, w, o = g.shape
-    g = g.reshape(n, h // 2, 2, w // 2, 2, o)
-    gi = [_at_transposed([g[:, :, i, :, j] for j in range(2)]) for i in range(2)]  # gi[i][b]
-    gb = [_at_transposed([gi[i][b] for i in range(2)]) for b in range(4)]  # gb[b][a]
-    return (jnp.stack([jnp.stack([gb[b][a] for b in range(4)]) for a in range(4)]),)
-
-
-output_transform = jax.custom_vjp(_output_transform)
-output_transform.defvjp(_output_transform_fwd, _output_transform_bwd)
-
-
-def kernel_transform(kernel: jax.Array) -> jax.Array:
-    """[3, 3, C, O] -> G g G^T: [4, 4, C, O]."""
-    g = jnp.asarray(G, kernel.dtype)
+def kernel_transform(kernel: jax.Array, m: int = 4) -> jax.Array:
+    """[3, 3, C, O] -> G g G^T: [r, r, C, O]."""
+    g = jnp.asarray(MATRICES[m][1], kernel.dtype)
     return jnp.einsum("ai,ijco,bj->abco", g, kernel, g)
 
 
 def winograd_conv(x: jax.Array, kernel: jax.Array,
-                  pads: tuple[tuple[int, int], tuple[int, int]]) -> jax.Array:
-    """A 3x3, stride-1 convolution by Winograd F(2x2, 3x3).
+                  pads: tuple[tuple[int, int], tuple[int, int]], m: int = 4) -> jax.Array:
+    """A 3x3, stride-1 convolution by Winograd F(m x m, 3x3).
 
     Args:
       x: [N, H, W, C] inputs.
       kernel: [3, 3, C, O] weights (HWIO).
       pads: ((top, bottom), (left, right)) zero padding, as `lax.conv_general_dilated`'s
         explicit padding.
+      m: output tile size, 4 (the default) or 2.
 
     Returns:
       [N, H_out, W_out, O], H_out = H + top + bottom - 2 (W_out alike): the same function as
@@ -141,13 +160,18 @@ def winograd_conv(x: jax.Array, kernel: jax.Array,
     kh, kw, c, o = kernel.shape
     if (kh, kw) != (3, 3):
         raise ValueError(f"winograd_conv takes a 3x3 kernel; got {kh}x{kw}")
+    if m not in MATRICES:
+        raise ValueError(f"winograd_conv's tile m must be one of {TILES}; got {m}")
     (top, bottom), (left, right) = pads
     n, h, w, _ = x.shape
     ho, wo = h + top + bottom - 2, w + left + right - 2
-    # an odd output size gets one more row / column of zeros (a partial last tile), cut below
-    x = jnp.pad(x, ((0, 0), (top, bottom + ho % 2), (left, right + wo % 2), (0, 0)))
-    th, tw = (ho + 1) // 2, (wo + 1) // 2
-    v = input_transform(x).reshape(16, n * th * tw, c)
-    u = kernel_transform(kernel).reshape(16, c, o)
-    m = jax.lax.dot_general(v, u, (((2,), (1,)), ((0,), (0,))))  # 16 x [tiles, C] @ [C, O]
-    return output_transform(m.reshape(4, 4, n, th, tw, o))[:, :ho, :wo]
+    th, tw = -(-ho // m), -(-wo // m)
+    # zeros up to whole tiles and one more block (partial last tiles are cut below)
+    x = jnp.pad(x, ((0, 0), (top, bottom + m * th - ho + m - 2),
+                    (left, right + m * tw - wo + m - 2), (0, 0)))
+    input_transform, output_transform = transforms(m)
+    r = m + 2
+    v = input_transform(x).reshape(r * r, n * th * tw, c)
+    u = kernel_transform(kernel, m).reshape(r * r, c, o)
+    prods = jax.lax.dot_general(v, u, (((2,), (1,)), ((0,), (0,))))  # r^2 x [tiles, C] @ [C, O]
+    return output_transform(prods.reshape(r, r, n, th, tw, o))[:, :ho, :wo]
