@@ -40,8 +40,10 @@ by 11-20% (medians) against the row form in the automatic layout, and `lenet5`'s
 with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RESULTS.md);
 Winograd's F(2x2, 3x3) lowered a `simple_cnn` SGD step in the local-steps scan from 10.5
 to 9.2 ms (`benchmarks/conv_loop_diagnostic.py`) and the peer workloads' median s/round by
-6% (FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs, and F(4x4, 3x3) lowered the step
-further (benchmarks/RESULTS.md), so ``"auto"`` is ``"winograd_train"`` (F(4x4, 3x3)) there.
+6% (FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs; F(4x4, 3x3) took the step in the
+scan from 9.9 to 7.8 ms against the channels-first im2col (but vmapped over clients from 9.1
+to 12.7 ms: a cohort vmapped on one device may run faster with ``"patches_cf_train"``), so
+``"auto"`` is ``"winograd_train"`` (F(4x4, 3x3)) there.
 The Winograd form's gradients are written out (`jax.custom_vjp`), so forward-mode
 differentiation (`jax.jvp` of a training-mode loss) cannot go through it; choose
 ``"patches_cf_train"`` for that.
