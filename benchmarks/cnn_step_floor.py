@@ -90,7 +90,7 @@ def sgd_step(workload: str, batch: int = 10, conv_impl: str = "auto"):
 
 def step_dots(workload: str, batch: int = 10, conv_impl: str = "auto") -> list[dict]:
     """The products of one SGD step (`sgd_step`), its convolutions in training mode (im2col
-    matmuls)."""
+    or Winograd matmuls)."""
     import jax
 
     step, p = sgd_step(workload, batch, conv_impl)

@@ -350,7 +350,7 @@ class RunConfig:
     conv_impl: str = _f("auto", "how convolutional models convolve (core/conv.py): xla "
                                 "(lax.conv), patches (im2col slices + matmul), patches_cf "
                                 "(the same, channels-first), winograd (3x3 stride-1 layers by "
-                                "Winograd F(2x2,3x3), others as patches_cf) or patches_train / "
+                                "Winograd F(4x4,3x3), others as patches_cf) or patches_train / "
                                 "patches_cf_train / winograd_train (that form in training, xla "
                                 "in evaluation: XLA on CPU runs a convolution's gradient inside "
                                 "a loop tens of times slower, benchmarks/RESULTS.md); auto = "
