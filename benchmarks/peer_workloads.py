@@ -96,7 +96,7 @@ from fedjax_appeal.data.pool import register_partition  # noqa: E402
 from fedjax_appeal.evaluate.evaluation import evaluate_split  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
 from fedjax_appeal.execute.executor import Executor  # noqa: E402
-from fedjax_appeal.execute.layout import auto_split  # noqa: E402
+from fedjax_appeal.execute.layout import auto_split, conv_impl_for  # noqa: E402
 from fedjax_appeal.run.driver import make_chunk, split_key  # noqa: E402
 
 FLOWER_VENV = HERE / ".flower_venv"
@@ -206,7 +206,8 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     steps = min(steps, w.max_local_steps or steps)
     cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds, local_unroll=local_unroll,
                               conv_impl=conv_impl, client_lanes=client_lanes)
-    model = model_for(cfg.model, data, ds, cfg.conv_impl)
+    # "auto" resolved as `fedjax-appeal run` resolves it for this layout (`assemble`)
+    model = model_for(cfg.model, data, ds, conv_impl_for(cfg, devices))
     mesh = make_mesh(devices) if devices > 1 else None
     alg = build("fedavg", model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))

@@ -353,7 +353,8 @@ def test_cpu_devices_shard_the_cohort_and_keep_the_history(tmp_path):
     assert res["auto"]["environment"]["devices"] == (d if d > 1 else 1)
     assert res["auto"]["layout"] == {
         "mode": "auto", "devices": d, "client_lanes": 1 if d > 1 else 0,
-        "cpu_devices": d, "backend": "cpu", "why": res["auto"]["layout"]["why"]}
+        "cpu_devices": d, "backend": "cpu", "why": res["auto"]["layout"]["why"],
+        "conv_impl": None}  # an MLP: no convolution
     assert (res["auto"]["config"]["devices"], res["auto"]["config"]["layout"]) == (d, "auto")
     for other in ("two", "auto"):
         for a, b in zip(res["one"]["history"], res[other]["history"], strict=True):

@@ -4,6 +4,7 @@ configuration, and the CPU split the command line makes before JAX runs."""
 from __future__ import annotations
 
 import jax
+import jax.extend
 import pytest
 
 from fedjax_appeal.cli.commands import cpu_devices_for, make_parser
@@ -94,3 +95,77 @@ def test_auto_split_keeps_a_running_jax(monkeypatch):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["3", "3", "3"]  # the largest divisor of 6 among 4 cores; asked twice
+
+
+def _dot_widths(jaxpr) -> set[int]:
+    """The leading size of every 2-D left operand of a dot_general in `jaxpr` (and in the
+    programs it calls): the clients one vmapped `x @ w` takes side by side (1 = unbatched)."""
+    out = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            shape = eqn.invars[0].aval.shape
+            out.add(shape[0] if len(shape) == 2 else 1)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            out |= _dot_widths(sub)
+    return out
+
+
+@pytest.mark.parametrize("cohort, lanes", [(6, 0), (6, 1), (6, 2), (6, 4), (6, 6), (6, 9),
+                                           (1, 0), (5, 3)])
+def test_vmap_width_is_what_over_rows_runs(cohort, lanes):
+    """On one device, the width `vmap_width` reports is the widest vmap that
+    `distributed.over_rows` traces (read from the program's matmuls; a lax.map whose groups
+    do not divide the cohort adds a narrower one for the remainder)."""
+    import jax.numpy as jnp
+
+    from fedjax_appeal.execute.distributed import over_rows
+    from fedjax_appeal.execute.layout import vmap_width
+
+    w = jnp.ones((3, 3))
+    rows = jnp.ones((cohort, 3))
+    jaxpr = jax.make_jaxpr(lambda r: over_rows(lambda x, s: x @ s, r, lanes, shared=w))(rows)
+    assert max(_dot_widths(jaxpr.jaxpr)) == vmap_width(cohort, 1, lanes)
+
+
+def test_vmap_width_by_hand():
+    from fedjax_appeal.execute.layout import vmap_width
+
+    assert vmap_width(10, 2, 1) == 1  # the CPU's automatic layout: one client at a time
+    assert vmap_width(10, 2, 0) == 5  # each device's share in one vmap
+    assert vmap_width(10, 2, 5) == 5 and vmap_width(10, 2, 2) == 2
+    assert vmap_width(9, 2, 1) == 5  # 2 does not divide 9: one sharded vmap
+    assert vmap_width(10, 1, 1, client_chunk=4) == 4  # chunks of 4, each one vmap
+    assert vmap_width(10, 1, 1, client_chunk=10) == 1  # a chunk of the whole cohort: none
+
+
+def test_conv_impl_follows_the_layout():
+    """"auto" convolves by Winograd where each device trains one client at a time, by the
+    channels-first im2col where a device trains several in one vmap (CPU); a name given
+    is kept; the GPU's form does not depend on the layout."""
+    from fedjax_appeal.execute.layout import conv_impl_for
+
+    split = RunConfig(cohort=10, devices=2, client_lanes=1)
+    assert conv_impl_for(split, backend="cpu") == "winograd_train"
+    assert conv_impl_for(RunConfig(cohort=10), backend="cpu") == "patches_cf_train"
+    assert conv_impl_for(RunConfig(cohort=1), backend="cpu") == "winograd_train"
+    assert conv_impl_for(RunConfig(cohort=10, client_lanes=1), backend="cpu") == "winograd_train"
+    assert conv_impl_for(split.replace(client_chunk=4), backend="cpu") == "patches_cf_train"
+    assert conv_impl_for(split, 1, backend="cpu") == "winograd_train"  # one device, in turn
+    odd = RunConfig(cohort=9, devices=2, client_lanes=1)  # 2 does not divide 9: one vmap
+    assert conv_impl_for(odd, backend="cpu") == "patches_cf_train"
+    assert conv_impl_for(RunConfig(cohort=10, conv_impl="winograd"), backend="cpu") == "winograd"
+    for cfg in (split, RunConfig(cohort=10)):
+        assert conv_impl_for(cfg, backend="gpu") == "patches_train"
+        assert conv_impl_for(cfg, backend="tpu") == "xla"
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's rule")
+@pytest.mark.parametrize("lanes, want", [(1, "winograd_train"), (0, "patches_cf_train")])
+def test_assemble_builds_the_model_with_the_layouts_convolution(lanes, want):
+    """What a run and a sweep build (`assemble`): the model convolves as its layout says."""
+    from fedjax_appeal.run.assemble import assemble
+
+    cfg = RunConfig(dataset="mnist", model="simple_cnn", partition="dirichlet", clients=8,
+                    unseen_clients=0, cohort=4, max_samples=400, layout="manual",
+                    client_lanes=lanes)
+    assert assemble(cfg).model.module.conv_impl == want

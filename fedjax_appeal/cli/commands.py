@@ -371,6 +371,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     from ..core.models import model_for
     from ..data import load_federated
     from ..execute.distributed import is_main
+    from ..execute.layout import conv_impl_for
     from ..run.experiment import run_config
     from ..run.export import model_writers
     from ..run.report import run_writers, write_outputs
@@ -379,14 +380,17 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
 
     main = is_main()
     data, dataset = load_federated(cfg)  # data problems surface before any output
-    model = model_for(cfg.model, data, dataset, cfg.conv_impl)  # ... and a model that misfits
+    # ... and a model that misfits; built as the run builds it (`assemble`)
+    model = model_for(cfg.model, data, dataset, conv_impl_for(cfg))
     if getattr(args, "overwrite", False):
         clear_old_run(cfg.out, RUN_FILES)
     if main:
         print(f"fedjax-appeal: {cfg.algorithm} on {cfg.dataset} ({cfg.partition}), "
               f"{data.num_clients} clients + {data.num_unseen} unseen, cohort {cfg.cohort}, "
               f"{cfg.rounds} rounds, {appeal_reason(cfg)} -> {cfg.out}", file=sys.stderr)
-        print(f"fedjax-appeal: {layout.describe()}", file=sys.stderr)
+        conv = getattr(model.module, "conv_impl", None)
+        print(f"fedjax-appeal: {layout.describe()}"
+              + (f"; convolutions: {conv}" if conv else ""), file=sys.stderr)
         if cfg.dp != "off":
             from ..aggregate.accounting import HEADER_OPTIONS as ACCOUNTING
             from ..aggregate.accounting import header as dp_header

@@ -354,7 +354,9 @@ class RunConfig:
                                 "patches_cf_train / winograd_train (that form in training, xla "
                                 "in evaluation: XLA on CPU runs a convolution's gradient inside "
                                 "a loop tens of times slower, benchmarks/RESULTS.md); auto = "
-                                "winograd_train on CPU, patches_train on GPU, xla elsewhere",
+                                "winograd_train on CPU (patches_cf_train where a device "
+                                "trains several clients in one vmap), patches_train on GPU, "
+                                "xla elsewhere",
                         ("auto", "xla", "patches", "patches_train", "patches_cf",
                          "patches_cf_train", "winograd", "winograd_train"), group="algorithm")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",

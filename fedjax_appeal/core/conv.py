@@ -41,9 +41,13 @@ with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RE
 Winograd's F(2x2, 3x3) lowered a `simple_cnn` SGD step in the local-steps scan from 10.5
 to 9.2 ms (`benchmarks/conv_loop_diagnostic.py`) and the peer workloads' median s/round by
 6% (FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs; F(4x4, 3x3) took the step in the
-scan from 9.9 to 7.8 ms against the channels-first im2col (but vmapped over clients from 9.1
-to 12.7 ms: a cohort vmapped on one device may run faster with ``"patches_cf_train"``), so
-``"auto"`` is ``"winograd_train"`` (F(4x4, 3x3)) there.
+scan from 9.9 to 7.8 ms against the channels-first im2col, so ``"auto"`` is
+``"winograd_train"`` (F(4x4, 3x3)) there. Vmapped over clients, F(4x4, 3x3) was the slower
+one (12.1-13.0 against 9.0-10.3 ms per client step at cohorts 2, 4 and 10), so where a
+device trains several clients side by side in one vmap (`execute.layout.vmap_width` > 1: an
+odd cohort on 2 cores, `--client-lanes 0`, chunks of clients, a sweep's cohort) ``"auto"``
+is ``"patches_cf_train"`` on the CPU (`AUTO_VMAPPED`; a run resolves it for its layout with
+`execute.layout.conv_impl_for`).
 The Winograd form's gradients are written out (`jax.custom_vjp`), so forward-mode
 differentiation (`jax.jvp` of a training-mode loss) cannot go through it; choose
 ``"patches_cf_train"`` for that.
@@ -72,6 +76,10 @@ CONV_IMPLS = ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_
 TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf",
                "winograd_train": "winograd"}
 AUTO = {"cpu": "winograd_train", "gpu": "patches_train"}
+# "auto" where a device trains several clients side by side in one vmap (per backend; the
+# others as `AUTO`): on the CPU, F(4x4, 3x3) vmapped over clients ran slower than the
+# channels-first im2col (`benchmarks/conv_loop_diagnostic.py`, vmapped scan)
+AUTO_VMAPPED = {"cpu": "patches_cf_train"}
 # "winograd" takes 3x3 stride-1 convolutions with at least this many input channels (one
 # core, `simple_cnn`'s first layer: with 1 or 3 channels the step ran ~2% slower by
 # Winograd F(2x2, 3x3))
@@ -79,15 +87,20 @@ WINOGRAD_MIN_CHANNELS = 8
 DIMS = ("NHWC", "HWIO", "NHWC")
 
 
-def resolve_conv_impl(impl: str, backend: str | None = None) -> str:
-    """``"auto"`` -> ``"winograd_train"`` on the CPU, ``"patches_train"`` on the GPU,
-    ``"xla"`` elsewhere."""
+def resolve_conv_impl(impl: str, backend: str | None = None,
+                      clients_vmapped: bool = False) -> str:
+    """``"auto"`` -> ``"winograd_train"`` on the CPU (``"patches_cf_train"`` where
+    `clients_vmapped`: a device trains several clients in one vmap), ``"patches_train"``
+    on the GPU, ``"xla"`` elsewhere; any other name is returned as it is."""
     if impl not in CONV_IMPLS:
         raise ValueError(f"unknown conv implementation '{impl}'; choose one of: "
                          f"{', '.join(CONV_IMPLS)}")
     if impl != "auto":
         return impl
-    return AUTO.get(backend or jax.default_backend(), "xla")
+    backend = backend or jax.default_backend()
+    if clients_vmapped and backend in AUTO_VMAPPED:
+        return AUTO_VMAPPED[backend]
+    return AUTO.get(backend, "xla")
 
 
 def _pads(x_shape, window, strides, padding) -> tuple[tuple[int, int], ...]:

@@ -203,7 +203,9 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     """Build a registered model; `name='auto'` takes the dataset's default.
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
-    "auto" = "patches_cf_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere.
+    "auto" = "winograd_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere
+    (`core.conv.resolve_conv_impl`; a run resolves "auto" for its layout before it builds
+    the model, `execute.layout.conv_impl_for`).
     Models without a `conv_impl` field (the MLPs, user-registered modules) ignore it.
     """
     if name == "auto":

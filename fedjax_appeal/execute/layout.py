@@ -127,6 +127,36 @@ def choose(cohort: int, *, backend: str | None = None, device_count: int | None 
     return d, 0, f"cohort {cohort} split {cohort // d} per device over {d} devices"
 
 
+def vmap_width(cohort: int, devices: int, lanes: int, client_chunk: int = 0) -> int:
+    """How many of the cohort's clients one device trains side by side in one vmap (at
+    most; a last group may be narrower), as `distributed.over_rows` (and a chunked round,
+    `cohort.chunk_size`) runs them."""
+    if 0 < client_chunk < cohort:  # chunks of that many clients, each chunk one vmap
+        return client_chunk
+    d = max(1, devices)
+    if lanes <= 0 or cohort % d or lanes >= cohort // d:
+        return -(-cohort // d)  # one vmap (sharded over the devices)
+    return lanes
+
+
+def conv_impl_for(cfg, devices: int | None = None, backend: str | None = None) -> str:
+    """The convolution a run of `cfg` builds its model with (`RunConfig.conv_impl`, with
+    "auto" resolved by `core.conv.resolve_conv_impl` for the layout: a device that trains
+    several clients in one vmap takes the vmapped form of its backend).
+
+    Args:
+      cfg: a `RunConfig` whose layout is resolved (`resolve_layout`).
+      devices: the devices the cohort is sharded over (default: `cfg.devices`, 0 = all).
+      backend: default `jax.default_backend()`.
+    """
+    from ..core.conv import resolve_conv_impl
+
+    if devices is None:
+        devices = jax.device_count() if cfg.devices == 0 else cfg.devices
+    width = vmap_width(cfg.cohort, devices, cfg.client_lanes, cfg.client_chunk)
+    return resolve_conv_impl(cfg.conv_impl, backend, clients_vmapped=width > 1)
+
+
 def resolve_layout(cfg, *, algorithm_layouts: bool = True):
     """(cfg with the layout fields filled in, Layout). The one place a run's layout is
     decided: `experiment.run_config` calls it before building the mesh and the executor.

@@ -2,7 +2,8 @@
 
 `experiment.run_config` (the `run` command and `reproduce`) and `sweep.sweep` both call
 `assemble`, so a configuration means the same composition wherever it runs: the data
-loaded and partitioned from `cfg` (seeded), the model `cfg.model` for those data, the
+loaded and partitioned from `cfg` (seeded), the model `cfg.model` for those data (with the
+convolution its layout resolves, `layout.conv_impl_for`), the
 registered algorithm `cfg.algorithm` with its executor (`cfg.client_chunk`, the given mesh)
 and, with `cfg.appeal`, the appeal protocol of MaxFL around it (`appeal.with_appeal`).
 """
@@ -18,6 +19,7 @@ from ..core.config import RunConfig, appeal_on
 from ..core.models import Model, model_for
 from ..data import Dataset, load_federated
 from ..execute.executor import Executor
+from ..execute.layout import conv_impl_for
 from ..protocols.appeal import appeal
 from ..protocols.appeal.appeal import with_appeal
 
@@ -45,7 +47,8 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     if data is None:
         data, dataset = load_federated(cfg)
     load_s = time.perf_counter() - t0
-    model = model_for(cfg.model, data, dataset, cfg.conv_impl)
+    devices = 1 if mesh is None else int(mesh.devices.size)
+    model = model_for(cfg.model, data, dataset, conv_impl_for(cfg, devices))
     alg = build(cfg.algorithm, model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     if appeal_on(cfg):  # the appeal protocol around the algorithm

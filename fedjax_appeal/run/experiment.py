@@ -86,7 +86,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         **({"privacy": privacy_summary(cfg.view(ACCOUNTING, "the privacy accounting"), hp,
                                       data.num_clients, cfg.rounds)}
            if cfg.dp != "off" else {}),
-        "layout": layout._asdict(),
+        "layout": {**layout._asdict(), "conv_impl": getattr(model.module, "conv_impl", None)},
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,
                         "backend": jax.default_backend(), "devices": jax.device_count(),
                         "python": platform.python_version(),
