@@ -398,6 +398,12 @@ def per_device(fn, rows, shared, mesh: Mesh, own: bool = False):
     return jax.tree.map(lambda a: a.reshape(n, *a.shape[2:]), out)
 
 
+def one_vmap(n: int, d: int, lanes: int) -> bool:
+    """Whether `over_rows` runs n rows on d devices with `lanes` as one vmap (sharded over
+    the devices) rather than `lanes` at a time on each device."""
+    return lanes <= 0 or n % d != 0 or lanes >= n // d
+
+
 def over_rows(fn, rows, lanes: int = 0, mesh: Mesh | None = None, shared=(),
               own: bool = False):
     """Inside jit: `fn(row, shared)` over the leading axis (length n) of every leaf of `rows`.
@@ -412,7 +418,7 @@ def over_rows(fn, rows, lanes: int = 0, mesh: Mesh | None = None, shared=(),
     """
     n = jax.tree.leaves(rows)[0].shape[0]
     d = 1 if mesh is None else int(mesh.devices.size)
-    if lanes <= 0 or n % d or lanes >= n // d:
+    if one_vmap(n, d, lanes):
         return jax.vmap(fn, in_axes=(0, None))(rows, shared)
 
     def mapped(share, sh):

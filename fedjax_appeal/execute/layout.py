@@ -131,12 +131,12 @@ def vmap_width(cohort: int, devices: int, lanes: int, client_chunk: int = 0) -> 
     """How many of the cohort's clients one device trains side by side in one vmap (at
     most; a last group may be narrower), as `distributed.over_rows` (and a chunked round,
     `cohort.chunk_size`) runs them."""
+    from .distributed import one_vmap
+
     if 0 < client_chunk < cohort:  # chunks of that many clients, each chunk one vmap
         return client_chunk
     d = max(1, devices)
-    if lanes <= 0 or cohort % d or lanes >= cohort // d:
-        return -(-cohort // d)  # one vmap (sharded over the devices)
-    return lanes
+    return -(-cohort // d) if one_vmap(cohort, d, lanes) else lanes
 
 
 def conv_impl_for(cfg, devices: int | None = None, backend: str | None = None) -> str:
