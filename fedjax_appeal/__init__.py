@@ -7,7 +7,10 @@ The public API to run simulations (imported on first use, so `import fedjax_appe
 light): `RunConfig`, `HParams`, `run_config(cfg, hp)` (one run with the CLI's outputs),
 `simulate`, `sweep`, `load_federated`, the error types, the report helpers the CLI and
 experiment scripts share, and `split_cpu` / `make_mesh` (the host CPU as several JAX devices
-and a mesh over them, over which `sweep(..., mesh=...)` shards its grid). Components
+and a mesh over them, over which `sweep(..., mesh=...)` shards its grid),
+`enable_compilation_cache` / `enable_determinism` (what the commands set up before JAX
+starts; importing the package changes no setting of JAX), `CompileLog` and
+`command_split` (where a command's wall time went). Components
 (registries, algorithm builders, models, data types) are in `fedjax_appeal.extend`.
 """
 
@@ -30,6 +33,12 @@ _EXPORTS: dict[str, str] = {
     "NonFiniteError": ".run.checkpoint", "load_federated": ".data",
     # execution layout of scripts that call `sweep` themselves
     "split_cpu": ".execute.distributed", "make_mesh": ".execute.distributed",
+    # compilation, determinism and where a command's time goes
+    "enable_compilation_cache": ".execute.runtime", "enable_determinism": ".execute.runtime",
+    "runtime_record": ".execute.runtime", "program_cache_folder": ".execute.runtime",
+    "CompileLog": ".execute.runtime", "CommandClock": ".run.wallclock",
+    "command_split": ".run.wallclock", "split_text": ".run.wallclock",
+    "time_split": ".run.wallclock",
     # outputs
     "write_outputs": ".run.report", "to_jsonable": ".run.report", "plot_lines": ".run.report",
     "check_out": ".run.validate", "cache_dir": ".data.sources",

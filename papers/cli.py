@@ -77,7 +77,8 @@ def cmd(args: argparse.Namespace) -> int:
     ctx = Context(args.name, seeds, out, args.quick,
                   args.data_dir, args.fmnist_dir, args.cache_dir,
                   command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
-                  reuse=not args.fresh, options=options, robustness=args.robustness)
+                  reuse=not args.fresh, options=options, robustness=args.robustness,
+                  clock=getattr(args, "clock", None))
     fn(ctx)
     print(f"wrote {ctx.out}")
     return 0

@@ -43,6 +43,7 @@ class Context:
     robustness: bool = False  # `--robustness`: the shared-lr check instead of the table
     client_lr: float | None = None  # set: every run's client lr (`papers.shared_lr`)
     t0: float = dataclasses.field(default_factory=time.perf_counter)
+    clock: Any = None  # the command's `CommandClock` (its start and compile log), if any
 
     def base(self, **kw) -> RunConfig:
         """A RunConfig with this context's data locations, then `kw`."""
@@ -77,7 +78,7 @@ class Context:
         that share a configuration (e.g. the FedAvg/MaxFL runs of several appeal tables)
         compute it once; a run served from the cache returns None as simulation result.
         """
-        from fedjax_appeal import run_config
+        from fedjax_appeal import program_cache_folder, run_config
 
         if self.client_lr is not None:
             hp = hp.replace(client_lr=self.client_lr)
@@ -88,6 +89,7 @@ class Context:
             self.log(f"{what}: finished earlier with this code (cached in {path.parent})")
             return results, None
         self.log(f"{what}: {cfg.rounds} rounds ...")
+        kw.setdefault("program_cache", program_cache_folder())
         results, sim = run_config(cfg, hp, **kw)
         last = results["history"][-1]
         self.log(f"{what}: done, test_acc_seen {last.get('test_acc_seen', float('nan')):.4f}")

@@ -138,7 +138,7 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
     {metric: value}}]}}} (None for a setting not run in --quick mode), keeping every metric
     of the table.
     """
-    from fedjax_appeal import data_fields, load_federated, sweep
+    from fedjax_appeal import data_fields, load_federated, program_cache_folder, sweep
     from fedjax_appeal.extend import ALGORITHMS
     from papers.runner import hparams
 
@@ -181,7 +181,7 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                     ctx.log(f"{what}: sweeping client lr {list(lrs)}, {cfg.rounds} rounds")
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp,
                                 metric=metrics[0], max_parallel=1, data=data, dataset=ds,
-                                progress=ctx.log)
+                                progress=ctx.log, program_cache=program_cache_folder())
                     runs = [{"seed": seed, "client_lr": float(r["hparams"]["client_lr"]),
                              "final": {k: float(r["final"].get(k, math.nan)) for k in metrics},
                              "diverged_round": r.get("diverged_round")} for r in res.rows]

@@ -208,3 +208,34 @@ def test_debian_fmnist_files():
                     "-m 'not data'", pytrace=False)
     ds = sources.load_fmnist()
     assert ds.x.shape == (70000, 28, 28) and np.bincount(ds.y).tolist() == [7000] * 10
+
+
+def _stats_by_float64_copy(x: np.ndarray, scale: float):
+    """The reference: mean and std over a float64 copy of every pixel."""
+    mean = np.asarray(x.mean(dtype=np.float64) * scale, np.float32)
+    std = np.asarray(x.std(dtype=np.float64) * scale, np.float32)
+    return mean, np.maximum(std, 1e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_image_stats_from_value_counts_equal_the_float64_reference(seed):
+    rng = np.random.default_rng(seed)
+    shape = [(50, 28, 28), (7, 16, 16), (3, 5, 5), (1000, 8, 8), (2, 2, 2), (40, 32, 32)][seed]
+    x = rng.integers(0, 256 if seed % 2 else 40, size=shape).astype(np.uint8)
+    got, want = sources._image_stats(x, 1 / 255), _stats_by_float64_copy(x, 1 / 255)
+    assert got[0].dtype == want[0].dtype == np.float32
+    assert got[0] == want[0] and got[1] == want[1]
+    flat = np.full((4, 3, 3), 7, np.uint8)  # a constant image: std floored at 1e-6
+    assert sources._image_stats(flat, 1 / 255)[1] == np.float32(1e-6)
+
+
+@pytest.mark.data
+def test_image_stats_of_the_shipped_datasets_equal_the_float64_reference():
+    d = shared_data_dir()
+    for z in (np.load(Path(d) / "mnist.npz"), np.load(Path(d) / "usps.npz")):
+        x = np.concatenate([z["x_train"], z["x_test"]])
+        got, want = sources._image_stats(x, 1 / 255), _stats_by_float64_copy(x, 1 / 255)
+        assert got[0] == want[0] and got[1] == want[1]
+    ds = sources.load_fmnist()
+    want = _stats_by_float64_copy(ds.x, 1 / 255)
+    assert ds.mean == want[0] and ds.std == want[1]

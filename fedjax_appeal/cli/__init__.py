@@ -4,6 +4,30 @@ commands (run, list, install-data; the table of subcommands and the entry-point 
 `fedjax_appeal.commands` through which other packages add theirs), sweep, compare.
 """
 
-from .commands import ENTRY_POINT_GROUP, Subcommand, main
+import time
 
-__all__ = ["ENTRY_POINT_GROUP", "Subcommand", "main"]
+STARTED = time.perf_counter()  # the command's wall clock starts before its imports
+
+from .commands import ENTRY_POINT_GROUP, Subcommand, main  # noqa: E402
+
+__all__ = ["ENTRY_POINT_GROUP", "Subcommand", "console", "main"]
+
+
+def console() -> None:
+    """The `fedjax-appeal` program: `main()`, then exit without the interpreter's teardown.
+
+    Once the command has returned, its files are written and closed; the exit handlers
+    still run (trackers, JAX's multi-process shutdown), then the process ends at once: the
+    interpreter's own teardown of JAX's runtime took 0.28 s of a 5 s warm FedAvg run.
+    """
+    import atexit
+    import os
+    import sys
+
+    code = main(started=STARTED)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)

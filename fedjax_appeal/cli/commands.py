@@ -367,6 +367,8 @@ def run_layout(cfg: RunConfig, given: set[str]):
 
 def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     """`cmd_run` once the configuration is checked and the output folder is ours."""
+    import time
+
     from ..core.config import appeal_reason
     from ..core.models import model_for
     from ..data import load_federated
@@ -379,7 +381,9 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     from ..run.validate import RUN_FILES
 
     main = is_main()
+    t0 = time.perf_counter()
     data, dataset = load_federated(cfg)  # data problems surface before any output
+    load_s = time.perf_counter() - t0
     # ... and a model that misfits; built as the run builds it (`assemble`)
     model = model_for(cfg.model, data, dataset, conv_impl_for(cfg))
     if getattr(args, "overwrite", False):
@@ -407,10 +411,17 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
                           Path(cfg.out).name, recorded_config(cfg, model.name),
                           recorded_hparams(cfg, hp))
     printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
+    if main:
+        from ..run.report import prefetch_plotting
+
+        prefetch_plotting()
     try:
+        from ..execute.runtime import program_cache_folder
+
         results, sim = run_config(cfg, hp, data=data, dataset=dataset,
                                   on_eval=(printer if tracker is None else
-                                           lambda e: (printer(e), tracker.eval(e))))
+                                           lambda e: (printer(e), tracker.eval(e))),
+                                  program_cache=program_cache_folder())
     except BaseException:
         if tracker is not None:
             tracker.close()
@@ -420,6 +431,13 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     if not main:  # the other processes computed the same results; process 0 writes them
         return 0
     title = f"{cfg.algorithm} on {cfg.dataset} ({cfg.partition})"
+    clock = getattr(args, "clock", None)
+    t = results["timing"]
+    if clock is not None:  # the process up to the writing of the results
+        from ..run.wallclock import command_split
+
+        results["timing"]["process"] = command_split(clock, t["train_total_s"],
+                                                     t["eval_total_s"], load_s)
     try:
         out = write_outputs(cfg.out, {**run_writers(results, title),
                                       **model_writers(model, sim.final_state.params,
@@ -431,7 +449,6 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
         raise WriteFailed(f"could not write the results to {cfg.out} ({reason(e)}); "
                           f"{keep_final_state(cfg, hp, sim)}") from None
     last = results["history"][-1]
-    t = results["timing"]
     empty = sum(1 for a in results["round_metrics"].get("available", []) if a == 0)
     if empty:
         print(f"fedjax-appeal: warning: {empty} of {cfg.rounds} rounds had no available client "
@@ -446,7 +463,17 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
           + (f"  ({spr:.4f} s/round, " if spr is not None else "  (no round trained, ")
           + f"compile {t['compile_s']:.1f}s); wrote {out}/results.json, history.csv, "
           "accuracy.png, model.msgpack (load_model)")
+    if clock is not None:
+        print_split(clock, t["train_total_s"], t["eval_total_s"], load_s)
     return 0
+
+
+def print_split(clock, train_s: float, eval_s: float, data_s: float) -> None:
+    """The last line of a command: where its wall time went (`run.wallclock`)."""
+    from ..run.wallclock import command_split, split_text
+
+    s = command_split(clock, train_s, eval_s, data_s)
+    print(split_text(s, s["programs"]), file=sys.stderr)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -500,12 +527,16 @@ def cmd_install_data(args: argparse.Namespace) -> int:
 
 class Subcommand(NamedTuple):
     """A subcommand: `configure(parser)` adds its arguments, `run(args)` returns the exit
-    status; `listings` adds lines to `fedjax-appeal list` (label -> function giving names)."""
+    status; `listings` adds lines to `fedjax-appeal list` (label -> function giving names);
+    `computes`: the command runs JAX programs, so it gets `--compile-cache` and
+    `--deterministic` (`add_runtime_flags`), set up before JAX starts, and `args.clock`
+    (a `run.wallclock.CommandClock`: the command's start and its `CompileLog`)."""
 
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     help: str
     listings: dict[str, Callable[[], list[str]]] | None = None
+    computes: bool = True
 
 
 # The library's subcommands, in `--help` order. A "module:function" entry is imported when
@@ -514,9 +545,10 @@ SUBCOMMANDS: dict[str, Subcommand | str] = {
     "run": Subcommand(lambda p: (add_config_flags(p), add_process_flags(p)), cmd_run,
                       "run one simulation and write its results"),
     "list": Subcommand(lambda p: None, cmd_list,
-                       "list algorithms, datasets, partitions, models"),
+                       "list algorithms, datasets, partitions, models", computes=False),
     "install-data": Subcommand(lambda p: None, cmd_install_data,
-                               "install Debian's Fashion-MNIST package if it is missing"),
+                               "install Debian's Fashion-MNIST package if it is missing",
+                               computes=False),
     "compare": "fedjax_appeal.cli.compare:subcommand",
     "sweep": "fedjax_appeal.cli.sweep:subcommand",
 }
@@ -579,9 +611,11 @@ def listings() -> dict[str, Callable[[], list[str]]]:
 def make_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedjax-appeal", description="JAX-vectorized federated-learning simulator")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name, (configure, handler, help_, _) in all_commands().items():
+    for name, (configure, handler, help_, _, computes) in all_commands().items():
         sp = sub.add_parser(name, help=help_, description=help_)
         configure(sp)
+        if computes:
+            add_runtime_flags(sp)
         sp.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                         help="import MODULE (a module name, or a .py file) first, so that "
                              "the components it registers can be named (repeatable; also "
@@ -642,7 +676,54 @@ def load_plugins(names: list[str]) -> None:
                               f"{e}); pass an importable module name or a .py file") from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    """--compile-cache and --deterministic (see `execute.runtime`)."""
+    from ..execute.runtime import COMPILE_CACHE_ENV, DETERMINISTIC_ENV
+
+    g = p.add_argument_group("compilation and determinism")
+    g.add_argument("--compile-cache", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep every compiled program in $FEDJAX_APPEAL_CACHE/xla and reuse it "
+                        "when a later run compiles the same program (default: on; "
+                        f"{COMPILE_CACHE_ENV}=off turns it off; JAX_COMPILATION_CACHE_DIR "
+                        "names another folder)")
+    g.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None,
+                   help="XLA's deterministic GPU kernels, so that a seeded run repeats bit for "
+                        "bit in every process (default: on; --no-deterministic or "
+                        f"{DETERMINISTIC_ENV}=off trades that for speed on GPUs; XLA:CPU is "
+                        "deterministic either way)")
+
+
+def prepare_runtime(args: argparse.Namespace) -> None:
+    """Before JAX starts: the compilation cache and deterministic kernels as the flags (or
+    their environment variables) say; both on by default."""
+    from ..execute.runtime import (
+        COMPILE_CACHE_ENV,
+        DETERMINISTIC_ENV,
+        enable_compilation_cache,
+        enable_determinism,
+        env_setting,
+    )
+
+    cache = args.compile_cache if args.compile_cache is not None else env_setting(
+        COMPILE_CACHE_ENV)
+    det = args.deterministic if args.deterministic is not None else env_setting(
+        DETERMINISTIC_ENV)
+    if det:  # where JAX already runs (a caller's process) it is recorded as not in effect
+        enable_determinism(strict=False)
+    if cache:
+        enable_compilation_cache()
+
+
+def main(argv: list[str] | None = None, started: float | None = None) -> int:
+    """Run the command line `argv` (default: the process's); `started` is the
+    `time.perf_counter()` value from which the command's wall clock counts (default:
+    now; the `fedjax-appeal` program passes its start, before its imports)."""
+    import time
+
+    from ..execute.runtime import CompileLog
+    from ..run.wallclock import CommandClock
+
+    started = time.perf_counter() if started is None else started
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         load_plugins(plugin_names(argv))
@@ -652,7 +733,12 @@ def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     received: list[int] = []  # the signal that stopped the run (SIGINT raises by itself)
     previous = _stop_on_signals(received)
+    log = None
     try:
+        if hasattr(args, "compile_cache"):
+            prepare_runtime(args)
+            log = CompileLog().__enter__()
+            args.clock = CommandClock(started, log)
         start_processes(args)
         return args.func(args)
     except ConfigError as e:
@@ -670,6 +756,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return peer_failed(args, e)
     finally:
+        if log is not None:
+            log.__exit__(None, None, None)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -75,4 +75,5 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def subcommand() -> Subcommand:
     return Subcommand(configure, cmd_compare,
-                      "put several runs and seeds in one figure (mean and band) and one table")
+                      "put several runs and seeds in one figure (mean and band) and one table",
+                      computes=False)

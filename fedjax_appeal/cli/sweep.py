@@ -253,10 +253,17 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
         if main:
             print(f"fedjax-appeal: {msg}", file=sys.stderr, flush=True)
 
+    from ..execute.runtime import program_cache_folder, runtime_record
+    from ..run.report import prefetch_plotting
+
+    if main:
+        prefetch_plotting()
+    folder = program_cache_folder()
     try:
         res = sweep(cfg, checked, seeds, hp=hp, metric=metric, mode=mode,
                     max_parallel=max_par, progress=say, checkpoint=ckpt,
-                    resume=bool(spec), mesh=make_mesh(cfg.devices), lanes=args.lanes)
+                    resume=bool(spec), mesh=make_mesh(cfg.devices), lanes=args.lanes,
+                    program_cache=None if folder is None else str(folder))
     except KeyboardInterrupt:
         raise Interrupted(f"finished combinations are kept in {ck_dir}: continue with "
                           f"`fedjax-appeal sweep --resume {cfg.out}`") from None
@@ -268,7 +275,12 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
                "hparams": sweep_hparams(cfg, hp, checked),
                "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
                "grid": grid, "seeds": seeds, "metric": metric, "best": res.best,
-               "summary": res.summary, "rows": res.rows, "timing": res.timing}
+               "summary": res.summary, "rows": res.rows, "timing": res.timing,
+               "runtime": {**runtime_record(),
+                           "program_cache": None if folder is None else str(folder)}}
+    clock = getattr(args, "clock", None)
+    if clock is not None:  # the process up to the writing of the results
+        res.timing["process"] = _process_split(clock, res.timing)
     writers = {
         "sweep.json": lambda p: p.write_text(json.dumps(to_jsonable(results), indent=1,
                                                         allow_nan=False)),
@@ -303,7 +315,21 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
           f"{mean_std_text(b[f'{metric}_mean'], b[f'{metric}_std'])}; {len(res.rows)} runs in "
           f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
           "sweep.png")
+    if clock is not None:
+        from ..run.wallclock import split_text
+
+        s = _process_split(clock, res.timing)
+        print(split_text(s, s["programs"]), file=sys.stderr)
     return 0
+
+
+def _process_split(clock, timing: dict[str, Any]) -> dict[str, Any]:
+    """The sweep's wall clock so far: compile / train / eval / data / other."""
+    from ..run.wallclock import command_split
+
+    groups = timing["groups"]
+    return command_split(clock, sum(g["run_s"] for g in groups),
+                         sum(g["eval_s"] for g in groups), timing["data_s"])
 
 
 def sweep_hparams(cfg, hp, grid: dict[str, list]) -> dict[str, float]:

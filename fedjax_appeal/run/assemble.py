@@ -54,3 +54,22 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     if appeal_on(cfg):  # the appeal protocol around the algorithm
         alg = with_appeal(alg, model, cfg.view(appeal.OPTIONS, "the appeal protocol"))
     return Assembled(alg, model, data, dataset, load_s)
+
+
+# RunConfig fields that never enter a compiled program (where results go, logging,
+# checkpoint schedule): a program cache ignores them
+OUTSIDE_PROGRAMS = ("out", "resume", "log", "checkpoint_every")
+
+
+def program_context(cfg: RunConfig, model: Model, data: FederatedData) -> str:
+    """What built the programs of `assemble(cfg)` (`execute.programs.ProgramCache`'s
+    context): every field of `cfg` but `OUTSIDE_PROGRAMS`, the model as built (its flax
+    module with every attribute: normalisation constants, convolution form, classes) and
+    a digest of the federation's small arrays (labels, offsets, counts)."""
+    import dataclasses
+
+    from ..execute.programs import arrays_digest
+
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in OUTSIDE_PROGRAMS}
+    return repr((sorted(fields.items()), model.name, repr(model.module), model.input_shape,
+                 str(model.input_dtype), model.objective, arrays_digest(data)))

@@ -112,8 +112,10 @@ class Driver:
       keep_metric: which per-round metrics the driver keeps (name, host array) -> bool.
       account: `alg.account` of DP runs: privacy entries added to each history entry.
       before_training: called once, with the state and the number of per-round metric
-        values a round returns (all runs together), after the first chunk is lowered and
+        values a round returns (all runs together), after the first chunk is compiled and
         before it runs (the free-space check of checkpointed runs).
+      programs: an `execute.programs.ProgramCache` for the functions of `alg` (its context
+        names what built them): programs found there are neither traced nor compiled.
     """
 
     def __init__(self, alg: FederatedAlgorithm, data: FederatedData, hp: HParams,
@@ -121,8 +123,12 @@ class Driver:
                  compiled: dict | None = None,
                  keep_metric: Callable[[str, np.ndarray], bool] | None = None,
                  account: Callable | None = None,
-                 before_training: Callable[[Any, int], None] | None = None):
+                 before_training: Callable[[Any, int], None] | None = None,
+                 programs=None):
         self.alg, self.runs, self.mesh = alg, runs, mesh
+        self.programs = programs
+        self.layout = repr((runs, lanes, None if mesh is None else
+                            (tuple(mesh.shape.items()), mesh.devices.tolist())))
         self.compiled = {} if compiled is None else compiled
         self.keep_metric, self.account = keep_metric, account
         self.before_training = before_training
@@ -165,6 +171,17 @@ class Driver:
             return contextlib.nullcontext()
         return jax.set_mesh(self.mesh)
 
+    def _compile(self, role: str, fn, args: tuple):
+        """`jax.jit(fn)` lowered for `args` (in the driver's scope) and compiled, or its
+        executable read back from `programs`."""
+        def lower():
+            with self._scope():
+                return jax.jit(fn, **self._out).lower(*args)
+
+        if self.programs is None:
+            return lower().compile()
+        return self.programs.compiled(f"{role} {self.layout}", args, lower)
+
     def _vmapped(self, fn, in_axes):
         return fn if self.runs is None else jax.vmap(fn, in_axes=in_axes)
 
@@ -172,10 +189,9 @@ class Driver:
         """The initial server state(s)."""
         if "init" not in self.compiled:
             t = time.perf_counter()
-            with self._scope():
-                self.compiled["init"] = jax.jit(
-                    self._vmapped(self.alg.init, (0, None, 0)), **self._out).lower(
-                        self.k_init, self.data, self.hp).compile()
+            self.compiled["init"] = self._compile(
+                "init", self._vmapped(self.alg.init, (0, None, 0)),
+                (self.k_init, self.data, self.hp))
             self.timing["init_compile_s"] += time.perf_counter() - t
         return _block(self.compiled["init"](self.k_init, self.data, self.hp))
 
@@ -192,10 +208,9 @@ class Driver:
         """The host-side evaluation of every run (per-client arrays)."""
         if "eval" not in self.compiled:
             t = time.perf_counter()
-            with self._scope():
-                self.compiled["eval"] = jax.jit(
-                    self._vmapped(self.alg.evaluate, (0, None, 0)), **self._out).lower(
-                        state, self.data, self.hp).compile()
+            self.compiled["eval"] = self._compile(
+                "eval", self._vmapped(self.alg.evaluate, (0, None, 0)),
+                (state, self.data, self.hp))
             self.timing["eval_compile_s"] += time.perf_counter() - t
         t0 = time.perf_counter()
         ev = fetch(self.compiled["eval"](state, self.data, self.hp))
@@ -222,16 +237,14 @@ class Driver:
         ck = ("chunk", length)
         if ck not in self.compiled:
             t0 = time.perf_counter()
-            with self._scope():
-                lowered = jax.jit(self._chunk, **self._out).lower(state, self.data,
-                                                                  self.k_train, self.hp, rarr)
+            self.compiled[ck] = self._compile(f"chunk {length}", self._chunk,
+                                              (state, self.data, self.k_train, self.hp, rarr))
+            self.timing["compile_s"] += time.perf_counter() - t0
             if self.before_training is not None:
                 values = sum(int(np.prod(a.shape)) for a in
-                             jax.tree.leaves(lowered.out_info[1])) // length
+                             jax.tree.leaves(self.compiled[ck].out_info[1])) // length
                 self.before_training(state, values)
                 self.before_training = None
-            self.compiled[ck] = lowered.compile()
-            self.timing["compile_s"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         new_state, metrics = self.compiled[ck](state, self.data, self.k_train, self.hp, rarr)
         _block(new_state)

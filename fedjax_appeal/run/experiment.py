@@ -19,9 +19,10 @@ from ..core.arrays import FederatedData
 from ..core.config import ConfigError, HParams, RunConfig, appeal_on, appeal_reason
 from ..data import Dataset
 from ..execute.distributed import fetch
+from ..execute.runtime import runtime_record
 from ..protocols.appeal.appeal import OPTIONS as APPEAL
 from ..protocols.appeal.appeal import personalize
-from .assemble import assemble
+from .assemble import assemble, program_context
 from .publish import covered_entry, restrict
 from .records import recorded_config, recorded_hparams
 from .simulate import SimulationResult, simulate
@@ -48,7 +49,8 @@ def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: Federate
 
 def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None,
                dataset: Dataset | None = None,
-               on_eval: Callable[[dict[str, float]], None] | None = None
+               on_eval: Callable[[dict[str, float]], None] | None = None,
+               program_cache: str | Path | None = None
                ) -> tuple[dict[str, Any], SimulationResult]:
     """Run `cfg` with hyperparameters `hp`; returns (results dict, raw simulation result).
 
@@ -56,7 +58,9 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     algorithms); otherwise the data are loaded and partitioned from `cfg` (seeded).
     The results' `config` holds the resolved model and appeal setting and `hparams` the
     hyperparameters the configuration uses (`records.recorded_config`,
-    `records.recorded_hparams`).
+    `records.recorded_hparams`). `program_cache`: a folder of compiled programs
+    (`execute.programs.ProgramCache`); a program compiled there before for the same
+    configuration, data and code is read back instead of traced and compiled.
     """
     validate(cfg, hp)
     dp_restricted = cfg.dp != "off" and not cfg.dp_publish_client_stats
@@ -66,9 +70,14 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     cfg, layout = run_layout(cfg)  # the layout is decided once, here
     ckpt, mesh = _scale_options(cfg, hp)  # ... and the mesh built once
     alg, model, data, dataset, load_s = assemble(cfg, data=data, dataset=dataset, mesh=mesh)
+    programs = None
+    if program_cache:
+        from ..execute.programs import ProgramCache
+
+        programs = ProgramCache(program_cache, program_context(cfg, model, data))
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
-                   resume=bool(cfg.resume), mesh=mesh)
+                   resume=bool(cfg.resume), mesh=mesh, programs=programs)
     personalized = finetune_report(model, cfg, sim, data, hp) if appeal_on(cfg) else None
     results = {
         "config": recorded_config(cfg, model.name),
@@ -87,6 +96,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
                                       data.num_clients, cfg.rounds)}
            if cfg.dp != "off" else {}),
         "layout": {**layout._asdict(), "conv_impl": getattr(model.module, "conv_impl", None)},
+        "runtime": {**runtime_record(),
+                    "program_cache": None if programs is None else str(programs.folder)},
         "environment": {"fedjax_appeal": __version__, "jax": jax.__version__,
                         "backend": jax.default_backend(), "devices": jax.device_count(),
                         "python": platform.python_version(),

@@ -13,6 +13,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,24 @@ def history_csv(history: list[dict[str, float]]) -> str:
     for h in history:
         w.writerow({k: h.get(k, "") for k in cols})
     return buf.getvalue()
+
+
+def prefetch_plotting() -> threading.Thread:
+    """Import matplotlib (Agg) and pyplot in a daemon thread, so that a command's figures
+    do not wait for the import at the end: it overlaps with compiling and training, which
+    release the GIL (measured: 0.55 s of a FedAvg run's writing). Returns the thread."""
+    def load():
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot  # noqa: F401
+        except Exception:  # noqa: BLE001 - the writer imports it again and reports
+            pass
+
+    t = threading.Thread(target=load, name="fedjax-appeal-prefetch-matplotlib", daemon=True)
+    t.start()
+    return t
 
 
 def plot_lines(path: Path, x_key: str, history: list[dict[str, float]],

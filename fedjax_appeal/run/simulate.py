@@ -40,7 +40,7 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
              on_eval: Callable[[dict[str, float]], None] | None = None,
              state: ServerState | None = None, start_round: int = 0,
              checkpoint: Checkpointer | None = None, resume: bool = False,
-             nan_guard: bool = True, mesh=None) -> SimulationResult:
+             nan_guard: bool = True, mesh=None, programs=None) -> SimulationResult:
     """Train for `rounds` rounds, evaluating every client every `eval_every` rounds.
 
     One run of the shared `driver.Driver` (no runs axis).
@@ -71,13 +71,15 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
       nan_guard: stop with `checkpoint.NonFiniteError` naming the round in which the server
         parameters became NaN/Inf (the last good checkpoint is kept / written).
       mesh: a `distributed` mesh; data and server state are replicated over it.
+      programs: an `execute.programs.ProgramCache` whose context names what built `alg`
+        (`run.assemble.program_context`): programs found there are not traced again.
     """
     hp = hp.as_arrays()
     drv = Driver(alg, data, hp, key, mesh=mesh,
                  account=(None if alg.account is None else
                           lambda r: alg.account(r, hp, data.num_clients)),
                  before_training=None if checkpoint is None else checkpoint.check_space_for(
-                     rounds))
+                     rounds), programs=programs)
     t = time.perf_counter()
     if state is None:
         state = drv.init()
@@ -140,6 +142,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
         timing["sec_per_round"] = float(np.median(drv.round_times))
         timing["sec_per_round_min"] = float(np.min(drv.round_times))
     timing["eval_s"] = float(np.median(drv.eval_times)) if drv.eval_times else 0.0
+    timing["train_total_s"] = drv.train_s  # every chunk of rounds, compiling excluded
+    timing["eval_total_s"] = float(sum(drv.eval_times))  # every evaluation, the same
     return SimulationResult(history, drv.round_metrics(), state, per_client(dict(last_eval)),
                             timing)
 

@@ -35,6 +35,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -47,7 +48,7 @@ from ..core.memory import memory_budget
 from ..core.tunables import TUNABLES
 from ..data import Dataset, load_federated
 from ..evaluate.metrics import summarize
-from .assemble import assemble
+from .assemble import assemble, program_context
 from .driver import Driver, eval_rounds
 from .records import sample_std
 from .validate import validate
@@ -207,8 +208,8 @@ def auto_lanes() -> int:
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
               eval_every: int, compiled: dict, progress: Callable[[str], None] | None = None,
               label: str = "", mesh=None, restore: Callable | None = None,
-              save: Callable | None = None, save_every: int = 0, lanes: int = 0
-              ) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
+              save: Callable | None = None, save_every: int = 0, lanes: int = 0,
+              programs=None) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
     """Run P combinations (stacked `hps` [P], `seeds` [P]) as one compiled program of the
     shared `driver.Driver`; a batch of one combination runs without the runs axis, so it is
     the same program as `simulate` (and `fedjax-appeal run`) and gives the same numbers bit
@@ -228,6 +229,7 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
         raised again).
       lanes: combinations trained side by side (`driver.combine_lanes`; 0 = all P; with a
         mesh, of each device's P / D); the rest follows inside the same program.
+      programs: an `execute.programs.ProgramCache` for `alg` (see `driver.Driver`).
     """
     p = int(seeds.shape[0])
     one = p == 1
@@ -235,7 +237,8 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
     if one:  # no runs axis: the program of a single run
         hps, keys = jax.tree.map(lambda a: a[0], (hps, keys))
     drv = Driver(alg, data, hps, keys, runs=None if one else p, lanes=lanes, mesh=mesh,
-                 compiled=compiled, keep_metric=lambda k, v: np.ndim(v) == (1 if one else 2))
+                 compiled=compiled, keep_metric=lambda k, v: np.ndim(v) == (1 if one else 2),
+                 programs=programs)
     state = drv.init()
     restored = restore(state) if restore is not None else None
     if restored is not None:
@@ -340,8 +343,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
           hp: HParams | None = None, metric: str = "test_acc_seen", mode: str = "auto",
           max_parallel: int = 0, data: FederatedData | None = None,
           dataset: Dataset | None = None, progress: Callable[[str], None] | None = None,
-          checkpoint=None, resume: bool = False, mesh=None, lanes: int | None = None
-          ) -> SweepResult:
+          checkpoint=None, resume: bool = False, mesh=None, lanes: int | None = None,
+          program_cache: str | Path | None = None) -> SweepResult:
     """Run every (grid point, seed) of `cfg.algorithm`; HParams keys share one program.
 
     Args:
@@ -365,6 +368,9 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
       lanes: combinations of a batch trained side by side in one vmap; the others of the
         batch follow in a `lax.map` inside the same compiled program (None = `auto_lanes`:
         1 on CPU, all on accelerators; 0 = all).
+      program_cache: a folder of compiled programs (`execute.programs.ProgramCache`): a
+        group's programs compiled there before for the same configuration, data and code
+        are read back instead of traced and compiled.
     """
     hp = hp or HParams()
     grid = check_grid(grid)
@@ -405,7 +411,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     if data is not None:
         data_cache[data_key(cfg)] = (data, dataset)
     rows: list[dict[str, Any]] = []
-    timing: dict[str, Any] = {"groups": []}
+    timing: dict[str, Any] = {"groups": [], "data_s": 0.0}
     t_all = time.perf_counter()
     n_runs = len(statics) * len(points) * len(seeds)
     done = checkpoint.finished() if (checkpoint is not None and resume) else {}
@@ -414,7 +420,9 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     for gi, (st, cfg_g, hps) in enumerate(groups):
         dk = data_key(cfg_g)
         if dk not in data_cache:
+            t_data = time.perf_counter()
             data_cache[dk] = load_federated(cfg_g)
+            timing["data_s"] += time.perf_counter() - t_data
         gdata, gds = data_cache[dk]
         # the grid, not the cohort, is sharded in a sweep: the algorithm gets no mesh;
         # `assemble` composes it exactly as `experiment.run_config` does
@@ -422,6 +430,11 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         alg, model, _, _, _ = assemble(cfg_b, data=gdata, dataset=gds, mesh=None)
         # rows record what the group resolved: the model built, the appeal protocol on/off
         resolved = {"model": model.name, "appeal": "on" if appeal_on(cfg_g) else "off"}
+        programs = None
+        if program_cache:
+            from ..execute.programs import ProgramCache
+
+            programs = ProgramCache(program_cache, program_context(cfg_b, model, gdata))
         if gi == 0:
             check_metric(alg, gdata, hps[0], metric)
             say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
@@ -467,7 +480,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
             hist, rm, t = run_batch(alg, gdata, stacked, bseeds, rounds=cfg_g.rounds,
                                     eval_every=cfg_g.eval_every, compiled=compiled,
                                     progress=say, label=label, mesh=mesh, lanes=lanes,
-                                    **ck_kw)
+                                    programs=programs, **ck_kw)
             for k in ("compile_s", "run_s", "eval_s"):
                 g_t[k] += t[k]
             first = len(rows)

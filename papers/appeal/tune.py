@@ -60,7 +60,7 @@ def choose(points: list[dict[str, Any]]) -> dict[str, Any]:
 @experiment("appeal-tune", "grid search (lr x tau) of every appeal-table algorithm on the two "
             "FMNIST settings; chosen values for appeal.TUNED")
 def appeal_tune(ctx: Context) -> None:
-    from fedjax_appeal import load_federated, sweep
+    from fedjax_appeal import load_federated, program_cache_folder, sweep
     from fedjax_appeal.extend import ALGORITHMS
 
     grid = GRID_QUICK if ctx.quick else GRID
@@ -87,7 +87,8 @@ def appeal_tune(ctx: Context) -> None:
             else:
                 ctx.log(f"{name}: sweeping {v.label} over {grid}")
                 res = sweep(scfg, grid, [TUNE_SEED], hp=shp, metric="test_acc_seen",
-                            data=data, dataset=ds, progress=ctx.log)
+                            data=data, dataset=ds, progress=ctx.log,
+                            program_cache=program_cache_folder())
                 points = [{"client_lr": float(r["hparams"]["client_lr"]),
                            "local_steps": int(r["static"]["local_steps"]),
                            **{k: float(r["final"].get(k, float("nan"))) for k in KEYS}}

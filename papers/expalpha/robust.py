@@ -41,7 +41,7 @@ def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
                    ) -> dict[str, dict[str, dict[float, dict]]]:
     """{backbone: {aggregation: {lr: {seed: final metric}}}} at every lr of `lrs_of`, for
     the setting's backbones (only those named in `labels` when given)."""
-    from fedjax_appeal import load_federated, sweep
+    from fedjax_appeal import load_federated, program_cache_folder, sweep
 
     lrs = lrs_of(ctx)
     gkey = hashlib.sha256(json.dumps(list(lrs)).encode()).hexdigest()[:8]
@@ -64,7 +64,8 @@ def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
                         data, ds = load_federated(cfg)
                     ctx.log(f"{what}: sweeping client lr {list(lrs)}, {cfg.rounds} rounds")
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp, metric=METRIC,
-                                max_parallel=1, data=data, dataset=ds)
+                                max_parallel=1, data=data, dataset=ds,
+                                program_cache=program_cache_folder())
                     got = {str(float(r["hparams"]["client_lr"])):
                            float(r["final"].get(METRIC, math.nan)) for r in res.rows}
                     if ctx.reuse:

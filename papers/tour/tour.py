@@ -80,12 +80,13 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
     """One family's sweep and what the tour keeps of it: per arm and seed the final
     metrics and the curve at the shown (shared) lr, the paired verdict, the lr grid's
     verdicts, the arms' settings and the sweep's timing."""
-    from fedjax_appeal import sweep
+    from fedjax_appeal import program_cache_folder, sweep
 
     cfg = ctx.base(**{**fam.cfg, **(TINY[fam.key] if tiny else {}), "seed": seeds[0]})
     lr = fam.hp["client_lr"]
     res = sweep(cfg, _grid(fam), seeds, hp=HParams(**fam.hp), metric=fam.metric,
-                mode="min" if fam.want == "-" else "max", mesh=mesh)
+                mode="min" if fam.want == "-" else "max", mesh=mesh,
+                program_cache=program_cache_folder())
     label = {v: lab for lab, v in fam.arms}
     runs: dict[float, dict[str, dict[int, dict]]] = {}
     for row in res.rows:
@@ -126,7 +127,8 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
             "lr_grid": grid if fam.lr_grid else None,
             "held_at": list(held_at(grid)) if fam.lr_grid else None,
             "settings": settings, "runs": {str(k): v for k, v in runs.items()},
-            "timing": {"groups": groups, "total_s": res.timing["total_s"]}}
+            "timing": {"groups": groups, "total_s": res.timing["total_s"],
+                       "data_s": res.timing["data_s"]}}
 
 
 def plot_tour(path: Path, fams: list[Family], out: dict[str, dict]) -> None:
@@ -221,6 +223,20 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
     return "\n".join(parts)
 
 
+def time_line(ctx: Context, out: dict[str, dict], tp: dict[str, Any], wall: float) -> str:
+    """Where the tour's wall time went: compile / train / eval / data / other, from the
+    command's clock (since the process started, every program it compiled) when it has
+    one, else from the sweeps' own timings (since the tour started)."""
+    from fedjax_appeal import command_split, split_text, time_split
+
+    data_s = sum(rec["timing"]["data_s"] for rec in out.values())
+    if ctx.clock is not None:
+        s = command_split(ctx.clock, tp["train_s"], tp["eval_s"], data_s)
+        return split_text(s, s["programs"])
+    return split_text(time_split(wall, compile_s=tp["compile_s"], train_s=tp["train_s"],
+                            eval_s=tp["eval_s"], data_s=data_s))
+
+
 @experiment("tour", "a short tour: Exp-α, MaxFL and DivFL each against its baseline on the "
             "same seeds with one shared lr, per-seed signs and whether each holds",
             options=OPTIONS)
@@ -247,8 +263,7 @@ def tour(ctx: Context) -> None:
     footer = [
         f"throughput: {tp['client_steps_per_s']:,.0f} client-steps/s, "
         f"{tp['rounds_per_s']:.1f} rounds/s while training ({tp['runs']} runs)",
-        f"time: {wall:.0f} s in all; compiling {tp['compile_s']:.1f} s, training "
-        f"{tp['train_s']:.1f} s, evaluating {tp['eval_s']:.1f} s",
+        time_line(ctx, out, tp, wall),
         f"layout: runs sharded over {layout['devices']} {layout['backend']} device(s) "
         f"({layout['why']}), {layout['lanes']} at a time each",
         scorecard_line(counts, "results/README.md")]

@@ -1,0 +1,210 @@
+"""What a process sets up before JAX compiles anything, and what its compiling cost.
+
+* `enable_compilation_cache(folder)`: JAX's persistent compilation cache in the project's
+  cache folder (`$FEDJAX_APPEAL_CACHE/xla`, default `~/.cache/fedjax_appeal/xla`). A
+  program compiled before (the same lowered module, compile options, jax/jaxlib version and
+  device kind) is read back from disk instead of compiled again, by a later process or by
+  the same process (the two arms of a comparison often share their evaluation program).
+  The executable read back is the one the compiler wrote, so no value changes.
+* `enable_determinism()`: XLA's deterministic GPU kernels (`--xla_gpu_deterministic_ops`:
+  no atomics in scatters and reductions, only deterministic GEMM / convolution
+  algorithms), so that a seeded run repeats bit for bit in every process. XLA reads its
+  flags when the backend starts: call it before JAX's first operation. XLA:CPU is
+  deterministic without it; the flag changes nothing there.
+* `CompileLog`: while open, counts the programs XLA compiled or read from the cache and
+  the seconds spent tracing, lowering and in XLA (JAX's monitoring events).
+
+The commands (`run`, `sweep`, `reproduce`) turn both settings on unless told otherwise
+(`--no-compile-cache` / `FEDJAX_APPEAL_COMPILE_CACHE=off`, `--no-deterministic` /
+`FEDJAX_APPEAL_DETERMINISTIC=off`) and record `runtime_record()` in their results. Importing
+the library changes no setting of JAX.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..core.config import ConfigError
+
+COMPILE_CACHE_ENV = "FEDJAX_APPEAL_COMPILE_CACHE"
+DETERMINISTIC_ENV = "FEDJAX_APPEAL_DETERMINISTIC"
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
+_OFF = ("0", "off", "false", "no")
+
+
+def env_setting(name: str, default: bool = True) -> bool:
+    """An on/off environment variable (`0`, `off`, `false`, `no` = off; unset = default)."""
+    v = os.environ.get(name, "").strip().lower()
+    return default if not v else v not in _OFF
+
+
+def default_cache_folder() -> Path:
+    """`$FEDJAX_APPEAL_CACHE/xla` (default `~/.cache/fedjax_appeal/xla`)."""
+    from ..data.sources import cache_dir
+
+    return cache_dir() / "xla"
+
+
+def enable_compilation_cache(folder: str | Path | None = None) -> Path:
+    """Turn JAX's persistent compilation cache on, in `folder` (default
+    `default_cache_folder()`), and cache every program, however fast it compiled.
+
+    A cache folder the process already has (`JAX_COMPILATION_CACHE_DIR`, or an earlier
+    `jax.config.update("jax_compilation_cache_dir", ...)`) is kept. Returns the folder in
+    use. Call it before the first compilation: JAX decides once per process whether it
+    uses the cache.
+
+    Raises:
+      ConfigError: the folder cannot be created.
+    """
+    import jax
+
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return Path(current)
+    path = Path(folder).expanduser() if folder else default_cache_folder()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the compilation cache folder {path} "
+                          f"({e.strerror or e}): set {COMPILE_CACHE_ENV}=off or point "
+                          "FEDJAX_APPEAL_CACHE at a writable folder") from None
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    # measured on the tour: programs of 0.05 s and less are a third of its programs; reading
+    # one back costs about 10 ms
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return path
+
+
+def program_cache_folder() -> Path | None:
+    """`$FEDJAX_APPEAL_CACHE/programs` (`execute.programs.ProgramCache`) when the
+    persistent compilation cache is on in this process, else None: the commands keep their
+    compiled programs there, so that a second run of a command neither traces nor
+    compiles."""
+    from ..data.sources import cache_dir
+
+    return cache_dir() / "programs" if compilation_cache_folder() else None
+
+
+def compilation_cache_folder() -> str | None:
+    """The persistent compilation cache folder in effect, or None."""
+    import jax
+
+    if not jax.config.jax_enable_compilation_cache:
+        return None
+    return jax.config.jax_compilation_cache_dir or None
+
+
+def _backend_started() -> bool:
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+
+
+def enable_determinism(strict: bool = True) -> bool:
+    """Add `--xla_gpu_deterministic_ops=true` to `XLA_FLAGS` (unless it names that flag
+    already, which is then left as given). Returns whether the flag is in effect.
+
+    Args:
+      strict: raise when JAX's backend already started without the flag (it can no longer
+        take effect in this process); False returns False instead.
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_gpu_deterministic_ops" in flags:
+        return deterministic_ops()
+    if _backend_started():
+        if strict:
+            raise ConfigError("deterministic GPU kernels must be asked for before JAX starts: "
+                              "call fedjax_appeal.enable_determinism() before the first JAX "
+                              f"operation, or set XLA_FLAGS={DETERMINISTIC_FLAG}")
+        return False
+    os.environ["XLA_FLAGS"] = f"{flags} {DETERMINISTIC_FLAG}".strip()
+    return True
+
+
+def deterministic_ops() -> bool:
+    """Whether `XLA_FLAGS` asks for XLA's deterministic GPU kernels."""
+    for item in os.environ.get("XLA_FLAGS", "").split():
+        if item.startswith("--xla_gpu_deterministic_ops"):
+            _, _, v = item.partition("=")
+            return v.strip().lower() in ("", "true", "1")
+    return False
+
+
+def runtime_record() -> dict[str, Any]:
+    """What `results.json` records of the process: the compilation cache folder (None when
+    off), whether XLA's deterministic GPU kernels are on, and XLA_FLAGS as given."""
+    return {"compilation_cache": compilation_cache_folder(),
+            "deterministic_ops": deterministic_ops(),
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
+_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace_s",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower_s",
+           "/jax/core/compile/backend_compile_duration": "xla_s"}
+
+
+class CompileLog:
+    """Counts what JAX compiled while the log is open (a context manager).
+
+    Attributes (all since `__enter__`):
+      programs: programs handed to XLA (compiled, or read back from XLA's cache).
+      cache_hits: of those, programs read back from XLA's persistent cache.
+      reused, reuse_s: programs read back whole from a `programs.ProgramCache` (neither
+        traced nor handed to XLA), and the seconds that took.
+      trace_s, lower_s, xla_s: seconds tracing Python into jaxprs, lowering jaxprs to XLA
+        modules, and in XLA (compiling, or reading a cached executable).
+    """
+
+    def __init__(self):
+        self.programs = self.cache_hits = self.reused = 0
+        self.trace_s = self.lower_s = self.xla_s = self.reuse_s = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def compile_s(self) -> float:
+        """Tracing + lowering + XLA + reading whole programs back."""
+        return self.trace_s + self.lower_s + self.xla_s + self.reuse_s
+
+    def _duration(self, event: str, secs: float, **_: Any) -> None:
+        from .programs import LOAD_EVENT
+
+        if event == LOAD_EVENT:
+            with self._lock:
+                self.reused += 1
+                self.reuse_s += float(secs)
+            return
+        name = _EVENTS.get(event)
+        if name is None:
+            return
+        with self._lock:
+            setattr(self, name, getattr(self, name) + float(secs))
+            if name == "xla_s":
+                self.programs += 1
+
+    def _event(self, event: str, **_: Any) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            with self._lock:
+                self.cache_hits += 1
+
+    def __enter__(self) -> CompileLog:
+        from jax import monitoring
+
+        monitoring.register_event_duration_secs_listener(self._duration)
+        monitoring.register_event_listener(self._event)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from jax import monitoring
+
+        monitoring.unregister_event_duration_listener(self._duration)
+        monitoring.unregister_event_listener(self._event)
+
+    def record(self) -> dict[str, Any]:
+        return {"programs": self.programs, "cache_hits": self.cache_hits,
+                "compiled": self.programs - self.cache_hits, "reused": self.reused,
+                "compile_s": self.compile_s, "trace_s": self.trace_s,
+                "lower_s": self.lower_s, "xla_s": self.xla_s, "reuse_s": self.reuse_s}

@@ -1,0 +1,182 @@
+"""Paired comparisons of two arms run on the same seeds, and their verdict.
+
+For each seed the difference d_s = first − second of one metric; the report gives the
+per-seed differences, their mean and sample standard deviation, two 95% intervals for the
+mean difference, how many seeds lie on the paper's side, and a verdict:
+
+* the paired t interval: mean ± t(n−1, 0.975) · sd / √n;
+* the sign-flip permutation interval: every δ for which the exact two-sided sign-flip test
+  of the differences d_s − δ (all 2^n sign patterns for n ≤ 16, else 20,000 patterns drawn
+  with a fixed seed) does not reject at 5%. It assumes only that each seed's difference is
+  symmetric about δ; with fewer than 6 seeds no pattern can reach 5% (the smallest
+  two-sided p-value is 2 / 2^n), so the interval is the whole line.
+
+Verdict: **held** when both intervals lie strictly on the paper's side of 0, **reversed**
+when both lie strictly on the other side, **inconclusive** otherwise (an interval that
+touches 0, a disagreement between the two, fewer than two finite pairs). Requiring both
+keeps a verdict from resting on the normal approximation with few seeds (a t interval of
+identical differences has width 0) or on one extreme seed.
+
+One function (`paired_report`) computes it for the tour, the paper tables, the scorecard
+and `compare`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+
+VERDICTS = ("held", "reversed", "inconclusive")
+LEVEL = 0.95
+EXACT_UP_TO = 16  # seeds for which every sign pattern is enumerated
+DRAWN = 20_000  # sign patterns drawn beyond that (fixed seed)
+
+
+class PairedReport(NamedTuple):
+    """first − second per seed and what it says about the paper's direction `want`."""
+
+    seeds: tuple[int, ...]  # seeds with a finite value in both arms, in the given order
+    diffs: tuple[float, ...]  # first − second per seed
+    mean: float
+    sd: float  # sample standard deviation (ddof = 1); NaN below two seeds
+    t_interval: tuple[float, float]  # paired t, 95%
+    perm_interval: tuple[float, float]  # sign-flip permutation, 95%
+    toward: int  # seeds whose difference lies strictly on the paper's side
+    want: str  # "+" or "-": the sign of first − second the paper claims
+    verdict: str  # one of VERDICTS
+    missing: tuple[int, ...] = ()  # seeds without a finite value in one of the arms
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+
+def t_quantile(df: int, level: float = LEVEL) -> float:
+    """The two-sided Student-t quantile t(df, (1 + level) / 2)."""
+    from scipy.stats import t
+
+    return float(t.ppf((1 + level) / 2, df))
+
+
+def t_interval(d: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """mean ± t(n−1) · sd / √n of the differences `d` (NaN, NaN below two)."""
+    n = d.size
+    if n < 2:
+        return (math.nan, math.nan)
+    half = t_quantile(n - 1, level) * float(d.std(ddof=1)) / math.sqrt(n)
+    m = float(d.mean())
+    return (m - half, m + half)
+
+
+def _signs(n: int) -> np.ndarray:
+    """[P, n] sign patterns: all 2^n for n <= EXACT_UP_TO, else DRAWN with a fixed seed."""
+    if n <= EXACT_UP_TO:
+        return np.array(list(itertools.product((1.0, -1.0), repeat=n)))
+    rng = np.random.default_rng(0)
+    return rng.choice((1.0, -1.0), size=(DRAWN, n))
+
+
+def sign_flip_p(d: np.ndarray, delta: float = 0.0, signs: np.ndarray | None = None) -> float:
+    """Two-sided p-value of the sign-flip test that the differences are symmetric about
+    `delta`: the share of sign patterns s with |mean(s · (d − δ))| >= |mean(d − δ)|."""
+    x = d - delta
+    s = _signs(d.size) if signs is None else signs
+    stat = abs(x.mean())
+    flipped = np.abs(s @ x) / d.size
+    return float(np.mean(flipped >= stat * (1 - 1e-12)))  # ties count, up to rounding
+
+
+def perm_interval(d: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    """Every δ the sign-flip test does not reject at 1 − `level`, as [lo, hi]: the
+    endpoints found by bisection between the mean and the farthest difference (the set
+    is an interval for the mean statistic up to ties; NaN, NaN below two differences)."""
+    n = d.size
+    if n < 2:
+        return (math.nan, math.nan)
+    alpha = 1 - level
+    if n <= EXACT_UP_TO and 2 / 2 ** n > alpha:  # no sign pattern can reject: every δ
+        return (-math.inf, math.inf)
+    s = _signs(n)
+    m = float(d.mean())
+    spread = max(float(np.max(np.abs(d - m))), 1e-12 * max(1.0, abs(m)))
+
+    def accepted(delta: float) -> bool:
+        return sign_flip_p(d, delta, s) > alpha
+
+    def edge(direction: float) -> float:
+        inside, outside = m, m + direction * 2 * spread  # beyond every difference
+        if accepted(outside):  # (drawn patterns only) nothing rejects: unbounded
+            return direction * math.inf
+        for _ in range(60):
+            mid = (inside + outside) / 2
+            if accepted(mid):
+                inside = mid
+            else:
+                outside = mid
+        return inside
+
+    return (edge(-1.0), edge(1.0))
+
+
+def _side(lo: float, hi: float) -> str:
+    """'+' / '-' for an interval strictly above / below 0, else '0' (NaN bounds: '0')."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "0"
+    return "+" if lo > 0 else "-" if hi < 0 else "0"
+
+
+def paired_report(first: Mapping[int, float], second: Mapping[int, float], want: str,
+                  level: float = LEVEL) -> PairedReport:
+    """The paired comparison of `first` and `second` (seed -> value) under the paper's
+    direction `want` ("+": first above second; "-": below); see the module docstring.
+
+    Seeds present in only one arm are ignored; a seed with a non-finite value in either
+    arm is left out of the statistics and listed in `missing`.
+
+    Raises:
+      ValueError: `want` is not "+" or "-".
+    """
+    if want not in ("+", "-"):
+        raise ValueError(f"want must be '+' or '-' (got {want!r})")
+    common = [s for s in first if s in second]
+    seeds, diffs, missing = [], [], []
+    for s in common:
+        a, b = float(first[s]), float(second[s])
+        if math.isfinite(a) and math.isfinite(b):
+            seeds.append(s)
+            diffs.append(a - b)
+        else:
+            missing.append(s)
+    d = np.asarray(diffs, np.float64)
+    ti, pi = t_interval(d, level), perm_interval(d, level)
+    sides = {_side(*ti), _side(*pi)}
+    other = "-" if want == "+" else "+"
+    verdict = ("held" if sides == {want} else "reversed" if sides == {other}
+               else "inconclusive")
+    toward = int(np.sum(d > 0)) if want == "+" else int(np.sum(d < 0))
+    return PairedReport(tuple(seeds), tuple(float(x) for x in d),
+                        float(d.mean()) if d.size else math.nan,
+                        float(d.std(ddof=1)) if d.size > 1 else math.nan,
+                        ti, pi, toward, want, verdict, tuple(missing))
+
+
+def fmt_signed(v: float, scale: float = 1.0, digits: int = 2) -> str:
+    return "n/a" if not math.isfinite(v) else f"{v * scale:+.{digits}f}"
+
+
+def interval_text(r: PairedReport, scale: float = 1.0, digits: int = 2) -> str:
+    """'mean +0.54, 95% t [+0.31, +0.78], sign-flip [+0.45, +0.64]'."""
+    t = ", ".join(fmt_signed(v, scale, digits) for v in r.t_interval)
+    p = ", ".join(fmt_signed(v, scale, digits) for v in r.perm_interval)
+    return f"mean {fmt_signed(r.mean, scale, digits)}, 95% t [{t}], sign-flip [{p}]"
+
+
+def verdict_text(r: PairedReport) -> str:
+    """'held (10 seeds, 9 in the paper's direction)' and the like."""
+    more = (f"; {len(r.missing)} seed(s) without a finite value left out" if r.missing
+            else "")
+    return f"{r.verdict} ({r.n} seeds, {r.toward} in the paper's direction{more})"

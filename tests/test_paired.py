@@ -1,0 +1,108 @@
+"""The paired comparison report (`run.paired`): t and sign-flip intervals against
+hand-computed numbers and brute force, and the verdict rule."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from fedjax_appeal.run.paired import (
+    paired_report,
+    perm_interval,
+    sign_flip_p,
+    t_interval,
+    t_quantile,
+)
+
+
+def _brute_p(d, delta):
+    """Sign-flip p-value by enumerating every pattern (independent of the module)."""
+    x = [v - delta for v in d]
+    obs = abs(sum(x))
+    hits = sum(abs(sum(s * v for s, v in zip(signs, x, strict=True))) >= obs - 1e-12
+               for signs in itertools.product((1, -1), repeat=len(x)))
+    return hits / 2 ** len(x)
+
+
+def test_t_quantiles_match_the_table():
+    # Student-t table, two-sided 95%
+    for df, q in ((1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452)):
+        assert t_quantile(df) == pytest.approx(q, abs=1e-4)
+
+
+def test_t_interval_by_hand():
+    # d = 1, 2, 3: mean 2, sd 1, half-width 4.302653 / sqrt(3) = 2.484138
+    lo, hi = t_interval(np.array([1.0, 2.0, 3.0]))
+    assert lo == pytest.approx(2 - 2.484138, abs=1e-6)
+    assert hi == pytest.approx(2 + 2.484138, abs=1e-6)
+    assert all(math.isnan(v) for v in t_interval(np.array([1.0])))
+
+
+def test_sign_flip_p_by_hand_and_brute_force():
+    # 1..6 all positive: only the all-+ and all-- patterns reach |sum| = 21: p = 2/64
+    assert sign_flip_p(np.arange(1.0, 7.0)) == pytest.approx(2 / 64)
+    rng = np.random.default_rng(3)
+    for n in (4, 7, 9):
+        d = rng.normal(0.3, 1.0, n)
+        for delta in (0.0, 0.2, -0.5):
+            assert sign_flip_p(d, delta) == pytest.approx(_brute_p(d, delta))
+
+
+def test_perm_interval_endpoints_are_where_the_test_starts_to_reject():
+    rng = np.random.default_rng(0)
+    for n in (6, 8, 10):
+        d = rng.normal(0.5, 1.0, n)
+        lo, hi = perm_interval(d)
+        assert lo < d.mean() < hi
+        eps = 1e-6
+        assert _brute_p(d, lo + eps) > 0.05 and _brute_p(d, lo - eps) <= 0.05
+        assert _brute_p(d, hi - eps) > 0.05 and _brute_p(d, hi + eps) <= 0.05
+
+
+def test_fewer_than_six_seeds_cannot_reject_so_the_interval_is_the_line():
+    assert perm_interval(np.array([1.0, 2.0, 3.0, 4.0, 5.0])) == (-math.inf, math.inf)
+    r = paired_report({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 1: 0.0, 2: 0.0}, "+")
+    assert r.t_interval[0] < 0 < r.t_interval[1]  # [-0.48, 4.48]
+    assert r.verdict == "inconclusive" and r.toward == 3
+
+
+def test_verdicts_held_reversed_inconclusive():
+    seeds = range(10)
+    base = {s: 0.5 for s in seeds}
+    up = {s: 0.5 + 0.01 * (s + 1) for s in seeds}  # +0.01 .. +0.10
+    r = paired_report(up, base, "+")
+    assert r.verdict == "held" and r.toward == 10 and r.n == 10
+    assert r.mean == pytest.approx(0.055)
+    assert r.sd == pytest.approx(np.std([0.01 * (s + 1) for s in seeds], ddof=1))
+    assert paired_report(up, base, "-").verdict == "reversed"
+    assert paired_report(up, base, "-").toward == 0
+    mixed = {s: 0.5 + (0.02 if s % 2 else -0.02) for s in seeds}
+    assert paired_report(mixed, base, "+").verdict == "inconclusive"
+
+
+def test_both_intervals_must_agree():
+    # 9 of 10 seeds +1, one seed -9: the t interval straddles 0 (mean 0), so inconclusive
+    first = {s: (1.0 if s else -9.0) for s in range(10)}
+    r = paired_report(first, {s: 0.0 for s in range(10)}, "+")
+    assert r.t_interval[0] < 0 < r.t_interval[1] and r.verdict == "inconclusive"
+
+
+def test_identical_differences_need_six_seeds():
+    # a coarse metric (one client of 20 = 0.05) with the same difference in every seed: the
+    # t interval has width 0; only the sign-flip interval decides
+    for n, want in ((5, "inconclusive"), (6, "held")):
+        r = paired_report({s: 0.15 for s in range(n)}, {s: 0.10 for s in range(n)}, "+")
+        assert r.t_interval == pytest.approx((0.05, 0.05))
+        assert r.verdict == want
+
+
+def test_non_finite_values_are_left_out_and_listed():
+    first = {0: 1.0, 1: float("nan"), 2: 2.0, 3: 1.5, 7: 3.0}
+    second = {0: 0.0, 1: 0.0, 2: float("inf"), 3: 0.5}
+    r = paired_report(first, second, "+")
+    assert r.seeds == (0, 3) and r.missing == (1, 2) and r.diffs == (1.0, 1.0)
+    with pytest.raises(ValueError, match="want must be"):
+        paired_report(first, second, "up")
