@@ -39,6 +39,10 @@ _EXPORTS: dict[str, str] = {
     "CompileLog": ".execute.runtime", "CommandClock": ".run.wallclock",
     "command_split": ".run.wallclock", "split_text": ".run.wallclock",
     "time_split": ".run.wallclock",
+    # paired comparisons of two arms on the same seeds, and their verdict
+    "paired_report": ".run.paired", "PairedReport": ".run.paired",
+    "interval_text": ".run.paired", "verdict_text": ".run.paired",
+    "t_quantile": ".run.paired", "metric_range": ".run.compare",
     # outputs
     "write_outputs": ".run.report", "to_jsonable": ".run.report", "plot_lines": ".run.report",
     "check_out": ".run.validate", "cache_dir": ".data.sources",

@@ -18,9 +18,12 @@ from fedjax_appeal.cli import Subcommand
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`)")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
-    p.add_argument("--out", default="", help="output folder (default results/NAME; "
-                   "results/NAME-quick with --quick)")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds (default: the experiment's, `reproduce list`; "
+                        "the tour 0..9, the paper tables 0,1,2)")
+    p.add_argument("--out", default="", help="output folder (default runs/reproduce/NAME; "
+                   "runs/reproduce/NAME-quick with --quick; --out results/NAME replaces the "
+                   "committed report)")
     p.add_argument("--quick", action="store_true",
                    help="a short variant (fewer rounds/clients) that finishes in minutes")
     p.add_argument("--data-dir", default="", help="npz data directory (default "
@@ -45,12 +48,22 @@ def configure(p: argparse.ArgumentParser) -> None:
 def cmd(args: argparse.Namespace) -> int:
     from fedjax_appeal import ConfigError, check_out, did_you_mean
 
-    from .reproduce import EXPERIMENTS, OPTIONS, ROBUST, Context, load_modules, parse_options
+    from .reproduce import (
+        EXPERIMENTS,
+        OPTIONS,
+        ROBUST,
+        SEEDS,
+        Context,
+        load_modules,
+        parse_options,
+    )
 
     load_modules()
     if args.name == "list":
         for n, (_, h) in sorted(EXPERIMENTS.items()):
-            print(f"{n:24s} {h}" + (" [--robustness]" if n in ROBUST else ""))
+            seeds = ",".join(map(str, SEEDS.get(n, ())))
+            print(f"{n:24s} {h}" + (" [--robustness]" if n in ROBUST else "")
+                  + f" (seeds {seeds})")
             for k, oh in OPTIONS.get(n, {}).items():
                 print(f"{'':24s}   --set {k}=...: {oh}")
         return 0
@@ -61,7 +74,8 @@ def cmd(args: argparse.Namespace) -> int:
                           + (f"did you mean '{guess}'? " if guess else "")
                           + f"choose one of: {', '.join(names) or '(none registered)'}")
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        seeds = ([int(s) for s in args.seeds.split(",") if s.strip()]
+                 if args.seeds is not None else list(SEEDS[args.name]))
     except ValueError:
         raise ConfigError(f"--seeds must be comma-separated integers (got {args.seeds!r})"
                           ) from None
@@ -72,7 +86,8 @@ def cmd(args: argparse.Namespace) -> int:
         raise ConfigError(f"reproduce {args.name} has no --robustness mode; tables with one: "
                           f"{', '.join(sorted(ROBUST)) or '(none)'}")
     options = parse_options(args.name, args.options)
-    out = Path(args.out or Path("results") / (args.name + ("-quick" if args.quick else "")))
+    out = Path(args.out or Path("runs") / "reproduce" / (args.name + ("-quick" if args.quick
+                                                                    else "")))
     check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
     ctx = Context(args.name, seeds, out, args.quick,
                   args.data_dir, args.fmnist_dir, args.cache_dir,

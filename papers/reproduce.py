@@ -3,8 +3,9 @@
 An experiment is a function `fn(ctx) -> None` registered with `@experiment(name, help)`;
 it runs its configurations through `ctx.run(...)` (progress shown), then writes its files
 (a markdown table with the paper's numbers beside ours, a JSON of all numbers, plots) with
-`ctx.write(...)`, all-or-nothing, into `ctx.out` (default `results/NAME`, or
-`results/NAME-quick` with `--quick`, so a quick check never replaces a full report).
+`ctx.write(...)`, all-or-nothing, into `ctx.out` (default `runs/reproduce/NAME`, or
+`runs/reproduce/NAME-quick` with `--quick`: a user's own folder, so running an experiment
+never rewrites the committed reports in `results/`; `--out results/NAME` does, when asked).
 """
 
 from __future__ import annotations
@@ -168,13 +169,18 @@ MODULES: list[str] = [
 ]
 
 
+DEFAULT_SEEDS = (0, 1, 2)
+SEEDS: dict[str, tuple[int, ...]] = {}  # experiment -> its default seeds
+
+
 def experiment(name: str, help: str, options: dict[str, str] | None = None,
-               robustness: bool = False, shared_lr: Any = None):
+               robustness: bool = False, shared_lr: Any = None,
+               seeds: Sequence[int] = DEFAULT_SEEDS):
     """Register experiment `name`; `options` declares what `--set KEY=VALUE` may set for it
     (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`; `robustness`: it reads
     `ctx.robustness` (`reproduce NAME --robustness`); `shared_lr` (a
     `papers.shared_lr.SharedLr`): `--robustness` reruns the whole experiment at each of its
-    lrs (its `check`)."""
+    lrs (its `check`); `seeds`: the seeds it runs without `--seeds`."""
     def deco(fn: Callable[[Context], None]):
         def run(ctx: Context) -> None:
             if ctx.robustness and shared_lr is not None:
@@ -184,6 +190,7 @@ def experiment(name: str, help: str, options: dict[str, str] | None = None,
 
         EXPERIMENTS[name] = (run if shared_lr is not None else fn, help)
         OPTIONS[name] = dict(options or {})
+        SEEDS[name] = tuple(int(s) for s in seeds)
         if robustness or shared_lr is not None:
             ROBUST.add(name)
         return fn

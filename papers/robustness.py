@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from papers import pairs
 from papers.reproduce import Context, markdown_table, mean_std, run_cache, run_key
 from papers.spec import Table
 
@@ -60,8 +61,9 @@ def compare(values: Mapping[str, Mapping[int, float]], target: str) -> dict[str,
     Returns:
       {"best_other", "seeds", "diff" (target − best other per seed), "signs" ("+", "−",
       "0" per seed; "?" for NaN), "held"}: the best other arm is the one with the highest
-      mean over seeds (arms with a NaN rank last); `held` only when every difference is
-      > 0 (a tie or NaN is not held).
+      mean over seeds (arms with a NaN rank last); `held` when the verdict of the
+      differences is "held" (`papers.pairs.verdict_of`: the 95% t interval above 0; a NaN
+      seed makes it inconclusive).
     """
     t = values[target]
     others = {a: v for a, v in values.items() if a != target and v}
@@ -77,15 +79,15 @@ def compare(values: Mapping[str, Mapping[int, float]], target: str) -> dict[str,
     diff = [float(t[s]) - float(others[best][s]) for s in seeds]
     signs = " ".join("?" if not math.isfinite(d) else "+" if d > 0 else "−" if d < 0 else "0"
                      for d in diff)
-    held = bool(diff) and all(math.isfinite(d) and d > 0 for d in diff)
-    return {"best_other": best, "seeds": seeds, "diff": diff, "signs": signs, "held": held}
+    return {"best_other": best, "seeds": seeds, "diff": diff, "signs": signs,
+            "held": pairs.held(diff, "+")}
 
 
 def verdict(held_by_lr: Sequence[bool], tuned_held: bool | None) -> dict[str, Any]:
     """The robustness verdict of one metric from its per-lr results.
 
     Args:
-      held_by_lr: for each shared lr, whether the direction held in every seed.
+      held_by_lr: for each shared lr, whether the verdict there is "held".
       tuned_held: whether it held at the tuned (per-arm) lrs; None when not known.
 
     Returns:
@@ -242,7 +244,7 @@ def markdown(ctx: Context, table: Table, rows: list[dict[str, Any]], lrs: Sequen
              "tuned over); at each lr every arm uses it (solo models too), everything else "
              "as in the table. Per lr: mean ± std over seeds of each arm (accuracies in %), "
              f"and {target} minus the best other arm at that lr (by mean), seed by seed; a "
-             "direction counts as held only when every seed is > 0 (a tie is not held). "
+             f"{pairs.RULE}. "
              "\"Tuned\": the same arms and seeds in the table's own run at each arm's tuned "
              "lr (`results.json` of this folder, as written by its last run); a shared-lr "
              "row at an arm's tuned lr is a separate run of the current code (a sweep) and "
@@ -251,7 +253,7 @@ def markdown(ctx: Context, table: Table, rows: list[dict[str, Any]], lrs: Sequen
         arms = list(r["per_lr"][0]["means"])
         body = [[f"{p['client_lr']:g}"] + [p["means"][a] for a in arms]
                 + [p["best_other"] or "—", ", ".join(f"{d:+.2f}" for d in p["diff"]),
-                   p["signs"], "held" if p["held"] else "not held"] for p in r["per_lr"]]
+                   p["signs"], pairs.verdict_of(p["diff"], "+")] for p in r["per_lr"]]
         t = r["tuned"]
         if t is not None:
             lrs_t = ", ".join(f"{a} {x:g}" for a, x in t.get("client_lr", {}).items()
@@ -259,7 +261,7 @@ def markdown(ctx: Context, table: Table, rows: list[dict[str, Any]], lrs: Sequen
             body.append([f"tuned (table's run{': ' + lrs_t if lrs_t else ''})"]
                         + [t["means"].get(a, "—") for a in arms]
                         + [t["best_other"], ", ".join(f"{d:+.2f}" for d in t["diff"]),
-                           t["signs"], "held" if t["held"] else "not held"])
+                           t["signs"], pairs.verdict_of(t["diff"], "+")])
         parts.append(f"\n## {r['column']}: {r['metric']}\n\n" + markdown_table(
             ["client lr"] + arms + ["best other", f"{target} − best other, per seed", "signs",
                                     "held"], body)

@@ -9,9 +9,10 @@ claim's paired per-seed differences from the rerun's `results.json` (the record 
 `Claim.path`, as `papers.pairs.paired` writes it). At the table's own lr the table's
 `results.json` in its folder is used when present (the same runs).
 
-A claim holds at an lr only when every seed's difference has the paper's sign
-(`Claim.want`); the verdict text is `papers.robustness.verdict`'s ("held at k of n shared
-lrs", with the table's lr as the "tuned" one). Output, into the table's folder:
+A claim holds at an lr when the verdict of its per-seed differences under the paper's sign
+(`Claim.want`) is "held" (`papers.pairs.verdict_of`); the verdict text is
+`papers.robustness.verdict`'s ("held at k of n shared lrs", with the table's lr as the
+"tuned" one). Output, into the table's folder:
 `robustness.md` and `robustness.json`.
 """
 
@@ -65,12 +66,13 @@ def lookup(data: dict, path: str) -> dict | None:
 
 
 def judge(rec: dict | None, want: str) -> dict[str, Any]:
-    """{"diffs", "signs", "held"} of one claim at one lr (held: every seed has `want`)."""
+    """{"diffs", "signs", "held"} of one claim at one lr (held: the verdict of the
+    differences under `want` is "held", `papers.pairs.verdict_of`)."""
     if rec is None:
         return {"diffs": [], "signs": "", "held": False}
     signs = rec.get("signs") or "".join(pairs.sign(d) for d in rec["diffs"])
     return {"diffs": [float(d) for d in rec["diffs"]], "signs": signs,
-            "held": pairs.verdict({"signs": signs}, want) == "held"}
+            "held": pairs.held(rec["diffs"], want)}
 
 
 def rerun_dir(ctx: Context, lr: float) -> Path:
@@ -109,7 +111,7 @@ def run_shared_lr(ctx: Context, fn: Callable[[Context], None], spec: SharedLr) -
                                                else ""),
                          f"{d.mean():+.3g} ± {d.std():.2g}" if d.size else "not in the run",
                          ", ".join(f"{x:+.3g}" for x in d), j["signs"],
-                         "held" if j["held"] else "not held"])
+                         pairs.verdict_of(j["diffs"], c.want)])
     lines = "\n".join(f"- {v['claim']} (paper: {v['want']}): {v['text']}" for v in verdicts)
     md = (f"# Robustness to the shared client lr: {ctx.name}\n\n"
           f"Command: `{ctx.command}`\n\n"
@@ -117,7 +119,7 @@ def run_shared_lr(ctx: Context, fn: Callable[[Context], None], spec: SharedLr) -
           f"experiment reruns with every run's client lr set to each of "
           f"{', '.join(f'{x:g}' for x in spec.lrs)}, everything else (seeds, schedule) as in "
           f"the table. {spec.note}Differences are the table's paired per-seed differences; "
-          "held at an lr only when every seed has the paper's sign (a tie is not held). "
+          f"{pairs.RULE}. "
           "Source per lr: " + ", ".join(f"{lr:g}: {src}" for lr, (_, src) in got.items())
           + ".\n\n"
           + markdown_table(["claim", "client lr", "mean ± std", "per seed", "signs", "held"],

@@ -52,9 +52,16 @@ def test_groups_and_bands_match_hand_numbers(runs, tmp_path, band, capsys):
     half = {"std": sd, "ci95": T975_2 * sd / math.sqrt(3)}
     if band == "minmax":
         assert fa["low"][-1] == pytest.approx(0.4) and fa["high"][-1] == pytest.approx(0.9)
-    else:
+    elif band == "std":  # 0.6 ± 0.265 lies inside [0, 1]
         assert fa["high"][-1] - 0.6 == pytest.approx(half[band])
         assert 0.6 - fa["low"][-1] == pytest.approx(half[band])
+    else:  # 0.6 ± 0.657 leaves [0, 1] on both sides: an accuracy band is clipped to it
+        assert 0.6 + half[band] > 1.0 and 0.6 - half[band] < 0.0
+        assert fa["high"][-1] == 1.0 and fa["low"][-1] == 0.0
+        # maxfl: 0.6, 0.7, 0.8 (std 0.1): 0.7 ± 4.303·0.1/sqrt(3) = 0.7 ± 0.248, not clipped
+        ma = g["algorithm=maxfl"]
+        assert ma["high"][-1] - 0.7 == pytest.approx(T975_2 * 0.1 / math.sqrt(3))
+        assert 0.7 - ma["low"][-1] == pytest.approx(T975_2 * 0.1 / math.sqrt(3))
     assert fa["low"][0] == pytest.approx(0.1) == fa["high"][0]  # identical seeds: no band
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "compare.svg").read_text().lstrip().startswith(("<?xml", "<svg"))

@@ -67,6 +67,10 @@ def test_fewer_than_six_seeds_cannot_reject_so_the_interval_is_the_line():
     r = paired_report({0: 1.0, 1: 2.0, 2: 3.0}, {0: 0.0, 1: 0.0, 2: 0.0}, "+")
     assert r.t_interval[0] < 0 < r.t_interval[1]  # [-0.48, 4.48]
     assert r.verdict == "inconclusive" and r.toward == 3
+    # three consistent seeds: the t interval [2.50, 3.50] decides
+    r = paired_report({0: 3.0, 1: 2.9, 2: 3.1}, {0: 0.0, 1: 0.0, 2: 0.0}, "+")
+    assert r.t_interval == pytest.approx((3 - 0.248414, 3 + 0.248414), abs=1e-5)
+    assert r.verdict == "held" and r.perm_interval == (-math.inf, math.inf)
 
 
 def test_verdicts_held_reversed_inconclusive():
@@ -83,20 +87,22 @@ def test_verdicts_held_reversed_inconclusive():
     assert paired_report(mixed, base, "+").verdict == "inconclusive"
 
 
-def test_both_intervals_must_agree():
+def test_the_t_interval_decides():
     # 9 of 10 seeds +1, one seed -9: the t interval straddles 0 (mean 0), so inconclusive
     first = {s: (1.0 if s else -9.0) for s in range(10)}
     r = paired_report(first, {s: 0.0 for s in range(10)}, "+")
     assert r.t_interval[0] < 0 < r.t_interval[1] and r.verdict == "inconclusive"
 
 
-def test_identical_differences_need_six_seeds():
+def test_identical_differences_are_decided_by_the_sign_flip_interval():
     # a coarse metric (one client of 20 = 0.05) with the same difference in every seed: the
-    # t interval has width 0; only the sign-flip interval decides
+    # t interval has width 0 and says nothing; the sign-flip interval needs 6 seeds
     for n, want in ((5, "inconclusive"), (6, "held")):
         r = paired_report({s: 0.15 for s in range(n)}, {s: 0.10 for s in range(n)}, "+")
         assert r.t_interval == pytest.approx((0.05, 0.05))
         assert r.verdict == want
+    zero = paired_report({s: 0.1 for s in range(8)}, {s: 0.1 for s in range(8)}, "+")
+    assert zero.verdict == "inconclusive"  # no difference at all
 
 
 def test_non_finite_values_are_left_out_and_listed():
@@ -106,3 +112,14 @@ def test_non_finite_values_are_left_out_and_listed():
     assert r.seeds == (0, 3) and r.missing == (1, 2) and r.diffs == (1.0, 1.0)
     with pytest.raises(ValueError, match="want must be"):
         paired_report(first, second, "up")
+
+
+def test_a_verdict_does_not_hang_on_float_rounding():
+    # the same +0.05 per seed, computed from float32 metrics in two ways: rounding leaves a
+    # spread of ~1e-9, which must not turn "the sign-flip decides" into a width-0 t interval
+    a = np.float32([0.15, 0.35, 0.55, 0.2, 0.9, 0.45]).astype(np.float64)
+    b = (np.float32([0.15, 0.35, 0.55, 0.2, 0.9, 0.45]) - np.float32(0.05)).astype(np.float64)
+    assert np.std(a - b) > 0  # not exactly equal
+    for n in (3, 6):
+        r = paired_report(dict(enumerate(a[:n])), dict(enumerate(b[:n])), "+")
+        assert r.verdict == ("inconclusive" if n == 3 else "held")

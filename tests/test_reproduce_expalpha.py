@@ -43,25 +43,57 @@ def test_paired_signs_censoring_and_rows_by_hand():
     assert (p0["acc_half"], p0["acc_final"]) == (0.41, 0.6)
     pr = S.paired([4, 6], [2, 8], lower_better=True, censor=11)
     assert pr["diff"] == [-2.0, 2.0] and pr["signs"] == "−+" and not pr["held"]
-    assert pr["mean"] == 0.0 and pr["std"] == 2.0
-    # a target never reached counts as R + 1 = 11
+    assert pr["verdict"] == "inconclusive"
+    # sample std (ddof = 1): sqrt((2² + 2²) / 1) = 2·sqrt(2)
+    assert pr["mean"] == 0.0 and pr["std"] == pytest.approx(2 * np.sqrt(2))
+    # a target never reached counts as R + 1 = 11; two seeds both below: too few seeds (the
+    # sign-flip interval of fewer than 6 is the whole line), so inconclusive, not held
     pr = S.paired([8, None], [6, 10], lower_better=True, censor=11)
-    assert pr["diff"] == [-2.0, -1.0] and pr["signs"] == "−−" and pr["held"]
+    assert pr["diff"] == [-2.0, -1.0] and pr["signs"] == "−−"
+    assert pr["verdict"] == "inconclusive" and not pr["held"]
+    assert pr["std"] == pytest.approx(np.sqrt(0.5))  # ((0.5)² + (0.5)²) / 1
+    pr = S.paired([8, None, 8], [6, 10, 6], lower_better=True, censor=11)  # 3 seeds
+    assert pr["signs"] == "−−−" and pr["verdict"] == "inconclusive" and not pr["held"]
+    # the same pattern over 6 seeds: held. Δ = -2, -1, -2, -1, -2, -2: mean -5/3, all below
+    # 0 (the 6-seed sign-flip interval is [min, max] = [-2, -1]); t interval
+    # -5/3 ± 2.571·sqrt(4/15)/sqrt(6) = [-2.21, -1.12]
+    pr = S.paired([8, None, 6, 6, 8, 4], [6, 10, 4, 5, 6, 2], lower_better=True, censor=11)
+    assert pr["diff"] == [-2.0, -1.0, -2.0, -1.0, -2.0, -2.0] and pr["signs"] == "−−−−−−"
+    assert pr["verdict"] == "held" and pr["held"]
+    assert pr["mean"] == pytest.approx(-5 / 3) and pr["std"] == pytest.approx(np.sqrt(4 / 15))
+    # the other way round (Exp-α needs more rounds in every seed): reversed
+    pr = S.paired([6, 10, 4, 5, 6, 2], [8, None, 6, 6, 8, 4], lower_better=True, censor=11)
+    assert pr["verdict"] == "reversed" and not pr["held"]
+    # one seed without a value (None with no censor) makes it inconclusive
+    pr = S.paired([8, None, 6, 6, 8, 4], [6, 10, 4, 5, 6, 2], lower_better=True)
+    assert pr["signs"] == "−?−−−−" and pr["verdict"] == "inconclusive"
     pr = S.paired([0.5, 0.6], [0.55, 0.6], lower_better=False)
-    assert pr["signs"] == "+0" and not pr["held"]
+    assert pr["signs"] == "+0" and not pr["held"] and pr["verdict"] == "inconclusive"
+    # a tie among 6 seeds keeps 0 in the sign-flip interval: inconclusive
+    pr = S.paired([0.5, 0.6, 0.5, 0.5, 0.5, 0.5], [0.55, 0.6, 0.55, 0.6, 0.55, 0.6],
+                  lower_better=False)
+    assert pr["signs"] == "+0++++" and pr["verdict"] == "inconclusive" and not pr["held"]
     paper = {a: ES.PAPER["imbalance"][("FedAvg", a)] for a in ES.AGGREGATIONS}
     rows = S.paired_rows("FedAvg", [p0, p1], [e0, e1], 10, xs, paper)
     assert len(rows) == 4 and len(rows[0]) == len(S.PAIRED_HEADER)
-    # acc40: prop 4, 6 ; Exp-α 2, 8 -> Δ -2, +2
+    # acc40: prop 4, 6 ; Exp-α 2, 8 -> Δ -2, +2 (sample std 2.83)
     assert rows[0][:7] == ["FedAvg", "acc40 (rounds)", "5 ± 1 (4, 6)", "5 ± 3 (2, 8)",
-                           "+0.0 ± 2.0", "−+", "not held"]
+                           "+0.0 ± 2.8", "−+", "inconclusive"]
     assert rows[0][7] == "-5.33 (acc40)"
-    # acc50: prop 8, never ; Exp-α 6, 10 -> Δ -2, 10 - 11 = -1
+    # acc50: prop 8, never ; Exp-α 6, 10 -> Δ -2, 10 - 11 = -1 (sample std 0.71); two seeds
     assert rows[1][2] == "8 ± 0 [1/2 reached] (8, >10)"
-    assert rows[1][4:7] == ["-1.5 ± 0.5", "−−", "held"]
-    # final accuracy: 60 vs 62, 48 vs 50 -> +2, +2
+    assert rows[1][4:7] == ["-1.5 ± 0.7", "−−", "inconclusive"]
+    # final accuracy: 60 vs 62, 48 vs 50 -> +2, +2; two seeds
     assert rows[3][1] == "acc @ R=10 (%)"
-    assert rows[3][4:8] == ["+2.00 ± 0.00", "++", "held", "+2.26 (final)"]
+    assert rows[3][4:8] == ["+2.00 ± 0.00", "++", "inconclusive", "+2.26 (final)"]
+    # the same two seeds three times over (6 seeds): acc50 (−−−−−−) and the final accuracy
+    # (++++++) held, acc40 (−+−+−+) still inconclusive
+    rows = S.paired_rows("FedAvg", [p0, p1] * 3, [e0, e1] * 3, 10, xs, paper)
+    # acc40: Δ ±2 alternating: sample std sqrt(6·4 / 5) = 2.19
+    assert rows[0][4:7] == ["+0.0 ± 2.2", "−+−+−+", "inconclusive"]
+    # acc50: Δ -2, -1 alternating: mean -1.5, sample std sqrt(6·0.25 / 5) = 0.55
+    assert rows[1][4:7] == ["-1.5 ± 0.5", "−−−−−−", "held"]
+    assert rows[3][4:7] == ["+2.00 ± 0.00", "++++++", "held"]
 
 
 def test_adapt_rows_and_mean_traces():

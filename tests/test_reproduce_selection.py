@@ -15,8 +15,32 @@ def test_reproduce_paired_differences_window_share_and_divergence():
     p = pairs.paired(a, b, "x")
     assert p["diffs"] == [0.5, 0.0, -1.0] and p["signs"] == "+0-"
     assert p["mean"] == pytest.approx(np.mean([0.5, 0.0, -1.0]))
-    assert pairs.verdict(p, "-") == "not held"
-    assert pairs.verdict(pairs.paired(b[1:2], a[:1], "x"), "-") == "held"
+    assert p["seeds"] == [0, 1, 2]
+    # sample std (ddof = 1): deviations from -1/6 are 2/3, 1/6, -5/6 -> sqrt((7/6) / 2)
+    assert p["std"] == pytest.approx(np.sqrt(7 / 12))
+    # mean ± t(2, 0.975)·std/sqrt(3), t(2, 0.975) = 4.303; sign-flip of 3 seeds: every value
+    half = 4.302652729911275 * np.sqrt(7 / 12) / np.sqrt(3)
+    assert p["t_interval"] == pytest.approx([-1 / 6 - half, -1 / 6 + half])
+    assert p["perm_interval"] == [-np.inf, np.inf]
+    assert pairs.verdict(p, "-") == "inconclusive" == pairs.verdict(p, "+")
+    # six seeds all below: held for "-", reversed for "+"; with six seeds the sign-flip test
+    # rejects a δ only when every d - δ has one sign, so its interval is [min d, max d]
+    a6 = [{"seed": s, "x": 0.0} for s in range(6)]
+    b6 = [{"seed": s, "x": float(1 + s % 3)} for s in range(6)]
+    p6 = pairs.paired(a6, b6, "x")
+    assert p6["diffs"] == [-1.0, -2.0, -3.0, -1.0, -2.0, -3.0] and p6["signs"] == "------"
+    assert p6["mean"] == -2.0 and p6["std"] == pytest.approx(np.sqrt(0.8))
+    half = 2.570581835636314 * np.sqrt(0.8) / np.sqrt(6)  # t(5, 0.975) = 2.571
+    assert p6["t_interval"] == pytest.approx([-2.0 - half, -2.0 + half])
+    assert p6["perm_interval"] == pytest.approx([-3.0, -1.0], abs=1e-9)
+    assert pairs.verdict(p6, "-") == "held" and pairs.verdict(p6, "+") == "reversed"
+    # the same pattern over only 3 seeds: inconclusive either way
+    p3 = pairs.paired(a6[:3], b6[:3], "x")
+    assert p3["signs"] == "---" and pairs.verdict(p3, "-") == "inconclusive"
+    assert pairs.verdict(p3, "+") == "inconclusive"
+    # one seed above zero among six: 0 lies in [min, max], inconclusive
+    b6[4]["x"] = -1.0
+    assert pairs.verdict(pairs.paired(a6, b6, "x"), "-") == "inconclusive"
     cohorts = np.array([[0, 1], [1, 2], [3, 4], [0, 4]])
     # round 1: {1} of {0,1}; round 2: none of {1,2} (u=1); round 3: {4} of {3,4}
     assert rs._window_picks(cohorts, 1) == pytest.approx(2 / 6)
@@ -43,8 +67,18 @@ def test_lambda_slopes_and_other_dissimilarity_definitions_by_hand():
     assert rs._paper_slope(specs.TABLE_II.paper, "mnist", (0.01, 0.95)) == pytest.approx(-1.0)
     a = [{"seed": 0, "dissimilarity_mad": 2.0, "dissimilarity_range": 10.0}]
     b = [{"seed": 0, "dissimilarity_mad": 1.5, "dissimilarity_range": 12.0}]
-    assert rs._other_definitions(a, b) == ("mean abs. pairwise difference +0.50 ± 0.00 (+); "
-                                           "range -2.00 ± 0.00 (-)")
+    # one seed: no interval
+    assert rs._other_definitions(a, b) == ("mean abs. pairwise difference +0.50 (+); "
+                                           "range -2.00 (-)")
+    # three seeds: Δ mad 0.4, 0.5, 0.6 (std 0.1), Δ range -1, -2, -3 (std 1); the 95% t
+    # interval is mean ± 4.303·std/sqrt(3): 0.5 ± 0.248, -2 ± 2.484
+    a = [{"seed": s, "dissimilarity_mad": m, "dissimilarity_range": 10.0}
+         for s, m in ((0, 2.0), (1, 2.5), (2, 3.0))]
+    b = [{"seed": s, "dissimilarity_mad": m, "dissimilarity_range": r}
+         for s, m, r in ((2, 2.4, 13.0), (0, 1.6, 11.0), (1, 2.0, 12.0))]
+    assert rs._other_definitions(a, b) == (
+        "mean abs. pairwise difference +0.50 [t +0.25, +0.75] (+++); "
+        "range -2.00 [t -4.48, +0.48] (---)")
 
 
 def test_selection_options_are_declared_per_table():

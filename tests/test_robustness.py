@@ -9,22 +9,36 @@ import json
 import numpy as np
 import pytest
 
+from papers.pairs import verdict_of
 from papers.robustness import analyse, compare, verdict
 
 
 def test_compare_best_other_by_mean_and_per_seed_signs():
-    vals = {"FedAvg": {0: 0.1, 1: 0.2, 2: 0.3}, "MW-Fed": {0: 0.3, 1: 0.0, 2: 0.0},
-            "MaxFL": {0: 0.5, 1: 0.6, 2: 0.7}}
+    # six seeds; FedAvg's mean 0.2 beats MW-Fed's 0.1; MaxFL − FedAvg 0.4 or 0.5 in every seed
+    vals = {"FedAvg": {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.1, 4: 0.2, 5: 0.3},
+            "MW-Fed": {0: 0.3, 1: 0.0, 2: 0.0, 3: 0.3, 4: 0.0, 5: 0.0},
+            "MaxFL": {0: 0.5, 1: 0.6, 2: 0.7, 3: 0.6, 4: 0.6, 5: 0.8}}
     c = compare(vals, "MaxFL")
+    assert c["best_other"] == "FedAvg" and c["seeds"] == [0, 1, 2, 3, 4, 5]
+    np.testing.assert_allclose(c["diff"], [0.4, 0.4, 0.4, 0.5, 0.4, 0.5])
+    assert c["signs"] == "+ + + + + +" and c["held"]
+    # the same pattern over only three seeds: every seed above, but inconclusive
+    c = compare({a: {s: v[s] for s in range(3)} for a, v in vals.items()}, "MaxFL")
     assert c["best_other"] == "FedAvg" and c["seeds"] == [0, 1, 2]
     np.testing.assert_allclose(c["diff"], [0.4, 0.4, 0.4])
-    assert c["signs"] == "+ + +" and c["held"]
+    assert c["signs"] == "+ + +" and not c["held"]
+    assert verdict_of(c["diff"], "+") == "inconclusive"
 
 
 def test_one_flipped_seed_is_not_held():
     c = compare({"FedAvg": {0: 0.1, 1: 0.2, 2: 0.3}, "MaxFL": {0: 0.5, 1: 0.1, 2: 0.7}},
                 "MaxFL")
     assert c["signs"] == "+ − +" and not c["held"]
+    # six seeds, one below: 0 lies in the sign-flip interval [min, max], inconclusive
+    c = compare({"FedAvg": {s: 0.1 for s in range(6)},
+                 "MaxFL": {0: 0.5, 1: 0.0, 2: 0.7, 3: 0.5, 4: 0.6, 5: 0.7}}, "MaxFL")
+    assert c["signs"] == "+ − + + + +" and not c["held"]
+    assert verdict_of(c["diff"], "+") == "inconclusive"
 
 
 def test_ties_and_nan_are_not_held():
@@ -32,9 +46,29 @@ def test_ties_and_nan_are_not_held():
     assert tie["signs"] == "0 +" and not tie["held"]
     nan = compare({"FedAvg": {0: 0.1, 1: 0.1}, "MaxFL": {0: float("nan"), 1: 0.2}}, "MaxFL")
     assert nan["signs"] == "? +" and not nan["held"]
-    # an arm with a NaN ranks last as "best other"
-    c = compare({"A": {0: float("nan")}, "B": {0: 0.1}, "MaxFL": {0: 0.2}}, "MaxFL")
+    # six seeds, five above and one tie: flipping the tied seed's sign matches the observed
+    # mean, so p = 4/64 > 0.05 at 0 and 0 stays in the sign-flip interval: inconclusive
+    tie = compare({"FedAvg": {s: 0.0 for s in range(6)},
+                   "MaxFL": {0: 0.0, 1: 0.2, 2: 0.3, 3: 0.2, 4: 0.3, 5: 0.2}}, "MaxFL")
+    assert tie["signs"] == "0 + + + + +" and not tie["held"]
+    assert verdict_of(tie["diff"], "+") == "inconclusive"
+    # six seeds, five above and one NaN: inconclusive, not dropped
+    nan = compare({"FedAvg": {s: 0.1 for s in range(6)},
+                   "MaxFL": {0: float("nan"), **{s: 0.2 + s / 100 for s in range(1, 6)}}},
+                  "MaxFL")
+    assert nan["signs"] == "? + + + + +" and not nan["held"]
+    assert verdict_of(nan["diff"], "+") == "inconclusive"
+    # an arm with a NaN ranks last as "best other" (A would otherwise be best, and above
+    # MaxFL); against B, MaxFL is above in all six seeds: held
+    c = compare({"A": {0: float("nan"), **{s: 0.9 for s in range(1, 6)}},
+                 "B": {s: 0.1 for s in range(6)},
+                 "MaxFL": {s: 0.2 + s / 50 for s in range(6)}}, "MaxFL")
     assert c["best_other"] == "B" and c["held"]
+    np.testing.assert_allclose(c["diff"], [0.1, 0.12, 0.14, 0.16, 0.18, 0.2])
+    # the same over three seeds: inconclusive
+    c = compare({"A": {0: float("nan"), 1: 0.9, 2: 0.9}, "B": {s: 0.1 for s in range(3)},
+                 "MaxFL": {s: 0.2 + s / 50 for s in range(3)}}, "MaxFL")
+    assert c["best_other"] == "B" and not c["held"]
 
 
 def test_verdict_strings():
@@ -57,17 +91,27 @@ def test_analyse_flips_one_seed_at_one_lr():
         return [{"seed": s, "client_lr": lr, "final": {"gm": x}}
                 for lr, xs in by_lr.items() for s, x in enumerate(xs)]
 
-    grid = {"col": {"FedAvg": {"runs": runs({0.1: [0.1, 0.1, 0.1], 0.01: [0.0, 0.3, 0.0]})},
-                    "MaxFL": {"runs": runs({0.1: [0.3, 0.2, 0.4], 0.01: [0.2, 0.2, 0.2]})}}}
-    tuned = {"col": {"FedAvg": {"gm": {0: 0.0, 1: 0.0, 2: 0.0}},
-                     "MaxFL": {"gm": {0: 0.5, 1: 0.4, 2: 0.6}}}}
+    # six seeds: MaxFL above FedAvg in every seed at lr 0.1, below in seed 1 at lr 0.01
+    grid = {"col": {"FedAvg": {"runs": runs({0.1: [0.1] * 6,
+                                             0.01: [0.0, 0.3, 0.0, 0.0, 0.0, 0.0]})},
+                    "MaxFL": {"runs": runs({0.1: [0.3, 0.2, 0.4] * 2, 0.01: [0.2] * 6})}}}
+    tuned = {"col": {"FedAvg": {"gm": {s: 0.0 for s in range(6)}},
+                     "MaxFL": {"gm": dict(enumerate([0.5, 0.4, 0.6] * 2))}}}
     (row,) = analyse(grid, lrs, ["gm"], "MaxFL", tuned)
-    assert [p["signs"] for p in row["per_lr"]] == ["+ + +", "+ − +"]
+    assert [p["signs"] for p in row["per_lr"]] == ["+ + + + + +", "+ − + + + +"]
     assert [p["held"] for p in row["per_lr"]] == [True, False]
-    assert row["tuned"]["held"] and row["tuned"]["signs"] == "+ + +"
+    assert row["tuned"]["held"] and row["tuned"]["signs"] == "+ + + + + +"
     assert row["text"] == "held at 1 of 2 shared lrs (and at the tuned lrs)"
     (row,) = analyse(grid, lrs, ["gm"], "MaxFL", {})
     assert row["tuned"] is None and row["text"].endswith("(tuned lrs not run)")
+    # the same pattern over seeds 0-2 only: nothing can be held with three seeds
+    grid3 = {"col": {arm: {"runs": [r for r in rec["runs"] if r["seed"] < 3]}
+                     for arm, rec in grid["col"].items()}}
+    (row,) = analyse(grid3, lrs, ["gm"], "MaxFL", tuned)
+    assert [p["signs"] for p in row["per_lr"]] == ["+ + +", "+ − +"]
+    assert [p["held"] for p in row["per_lr"]] == [False, False]
+    assert row["tuned"]["signs"] == "+ + +" and not row["tuned"]["held"]
+    assert row["text"] == "held at 0 of 2 shared lrs (not at the tuned lrs)"
 
 
 @pytest.mark.slow
@@ -110,10 +154,15 @@ def test_robustness_end_to_end(tmp_path, monkeypatch):
         assert got == sorted((lr, s) for lr in (0.1, 0.05, 0.01) for s in (0, 1))
     (row,) = res["verdicts"]
     assert [p["client_lr"] for p in row["per_lr"]] == [0.1, 0.05, 0.01]
-    assert row["tuned"]["held"] and row["n"] == 3
-    assert row["text"].startswith(f"held at {row['k']} of 3 shared lrs")
+    # two seeds: the tuned run (MaxFL +20 pp in both) and every shared lr are inconclusive
+    # (the sign-flip interval of fewer than 6 seeds is the whole line)
+    assert row["tuned"]["signs"] == "+ +" and row["tuned"]["diff"] == pytest.approx([20, 20])
+    assert not row["tuned"]["held"] and row["n"] == 3 and row["k"] == 0
+    assert not any(p["held"] for p in row["per_lr"])
+    assert row["text"] == "held at 0 of 3 shared lrs (not at the tuned lrs)"
     text = (out / "robustness.md").read_text()
     assert "Verdict" in text and "0.005" not in text and row["text"] in text
+    assert "inconclusive" in text and "not held" not in text
     # a second run is served from the run cache (same numbers)
     assert cli.cmd(args) == 0
     assert json.loads((out / "robustness.json").read_text())["grid"] == res["grid"]
@@ -125,20 +174,34 @@ def test_robustness_end_to_end(tmp_path, monkeypatch):
 
 
 def test_expalpha_robustness_verdicts_by_hand():
-    """Exp-α vs proportional at three shared lrs: held where every seed is above, not held
-    where one seed is below or ties; the table's lr (0.05) is the "tuned" one."""
+    """Exp-α vs proportional at three shared lrs over six seeds: held where every seed is
+    above, inconclusive where one seed ties (or is below); the table's lr (0.05) is the
+    "tuned" one. With two seeds nothing is held."""
     from papers.expalpha.robust import analyse
 
-    ea = {0.01: {0: 0.80, 1: 0.81}, 0.05: {0: 0.85, 1: 0.84}, 0.1: {0: 0.86, 1: 0.80}}
-    pr = {0.01: {0: 0.79, 1: 0.80}, 0.05: {0: 0.83, 1: 0.83}, 0.1: {0: 0.85, 1: 0.80}}
-    out = analyse({"FedAvg": {"exp-alpha": ea, "proportional": pr}}, (0.01, 0.05, 0.1), 0.05)
-    r = out["FedAvg"]
+    six = lambda *xs: dict(enumerate(xs))
+    ea = {0.01: six(0.80, 0.81, 0.80, 0.81, 0.80, 0.81),
+          0.05: six(0.85, 0.84, 0.85, 0.84, 0.85, 0.84),
+          0.1: six(0.86, 0.80, 0.86, 0.82, 0.86, 0.82)}
+    pr = {0.01: six(0.79, 0.80, 0.79, 0.80, 0.79, 0.80),
+          0.05: six(0.83, 0.83, 0.83, 0.83, 0.83, 0.83),
+          0.1: six(0.85, 0.80, 0.85, 0.80, 0.85, 0.80)}
+    runs = {"FedAvg": {"exp-alpha": ea, "proportional": pr}}
+    r = analyse(runs, (0.01, 0.05, 0.1), 0.05)["FedAvg"]
     assert [r["per_lr"][lr]["held"] for lr in (0.01, 0.05, 0.1)] == [True, True, False]
-    assert r["per_lr"][0.1]["signs"] == "+ 0"
+    assert r["per_lr"][0.1]["signs"] == "+ 0 + + + +"
+    assert verdict_of(r["per_lr"][0.1]["diff"], "+") == "inconclusive"
     assert r["verdict"]["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
-    ea[0.05] = {0: 0.82, 1: 0.84}  # below at the table's lr: "not at the tuned lrs"
-    r = analyse({"FedAvg": {"exp-alpha": ea, "proportional": pr}}, (0.01, 0.05, 0.1),
-                0.05)["FedAvg"]
+    # the same numbers for seeds 0 and 1 only: inconclusive at every lr
+    two = {bb: {agg: {lr: {s: v[s] for s in (0, 1)} for lr, v in by.items()}
+                for agg, by in aggs.items()} for bb, aggs in runs.items()}
+    r = analyse(two, (0.01, 0.05, 0.1), 0.05)["FedAvg"]
+    assert r["per_lr"][0.01]["signs"] == "+ +" and not r["per_lr"][0.01]["held"]
+    assert r["verdict"]["text"] == "held at 0 of 3 shared lrs (not at the tuned lrs)"
+    # below in every seed at the table's lr: reversed there, "not at the tuned lrs"
+    ea[0.05] = six(0.82, 0.81, 0.82, 0.81, 0.82, 0.81)
+    r = analyse(runs, (0.01, 0.05, 0.1), 0.05)["FedAvg"]
+    assert verdict_of(r["per_lr"][0.05]["diff"], "+") == "reversed"
     assert r["verdict"]["text"] == "held at 1 of 3 shared lrs (not at the tuned lrs)"
 
 
@@ -169,10 +232,10 @@ def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeyp
 
     monkeypatch.setattr("fedjax_appeal.run_config", fake_run_config)
 
-    def table(ctx):  # "B − A" per seed = 10·lr − 0.5 + seed/10: positive for lr ≥ 0.05
+    def table(ctx):  # "B − A" per seed = 10·lr − 0.5 + seed/100: < 0 at 0.01, > 0 at 0.1
         ctx.run(RunConfig(dataset="synthetic"), HParams(client_lr=0.05))
         lr = ctx.client_lr
-        diffs = [10 * lr - 0.5 + s / 10 for s in ctx.seeds]
+        diffs = [10 * lr - 0.5 + s / 100 for s in ctx.seeds]
         ctx.write({"results.json": {"opt": ctx.option("k"), "paired": {"B − A": {
             "diffs": diffs, "signs": "".join("+" if d > 0 else "-" if d < 0 else "0"
                                              for d in diffs)}}}})
@@ -183,12 +246,13 @@ def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeyp
     reproduce.experiment("tiny-shared", "tiny", options={"k": "x"}, shared_lr=spec)(table)
     monkeypatch.setattr(reproduce, "load_modules", lambda: None)
     out = tmp_path / "out"
-    out.mkdir()  # the table's own run at 0.05: held in both seeds
+    out.mkdir()  # the table's own run at 0.05: above in all six seeds
     (out / "results.json").write_text(json.dumps({"paired": {"B − A": {
-        "diffs": [0.3, 0.2], "signs": "++"}}}))
+        "diffs": [0.3, 0.2, 0.3, 0.2, 0.3, 0.2], "signs": "++++++"}}}))
     p = argparse.ArgumentParser()
     cli.configure(p)
-    args = p.parse_args(["tiny-shared", "--robustness", "--seeds", "0,1", "--out", str(out),
+    args = p.parse_args(["tiny-shared", "--robustness", "--seeds", "0,1,2,3,4,5", "--out",
+                         str(out),
                          "--cache-dir", str(tmp_path / "cache"), "--fresh"])
     try:
         assert cli.cmd(args) == 0
@@ -201,11 +265,18 @@ def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeyp
     assert res["sources"] == {"0.01": "rerun", "0.05": "the table's own run", "0.1": "rerun"}
     v = {x["claim"]: x for x in res["verdicts"]}
     b = v["B above A"]
-    assert b["per_lr"]["0.01"]["diffs"] == pytest.approx([-0.4, -0.3])
+    assert b["per_lr"]["0.01"]["diffs"] == pytest.approx([-0.4, -0.39, -0.38, -0.37, -0.36,
+                                                          -0.35])
+    assert b["per_lr"]["0.1"]["diffs"] == pytest.approx([0.5, 0.51, 0.52, 0.53, 0.54, 0.55])
     assert [b["per_lr"][k]["held"] for k in ("0.01", "0.05", "0.1")] == [False, True, True]
     assert b["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
     assert "absent" not in v and res["absent"] == ["absent"]
-    assert "Not in these runs: absent." in (out / "robustness.md").read_text()
+    md = (out / "robustness.md").read_text()
+    assert "Not in these runs: absent." in md
+    # the table's rows: below in every seed at 0.01 (reversed), above at 0.05 and 0.1
+    verdicts = [line.rstrip(" |").rsplit("| ", 1)[1] for line in md.splitlines()
+                if line.startswith("| B above A |")]
+    assert verdicts == ["reversed", "held", "held"]
     rerun = tmp_path / "cache" / "shared-lr" / "tiny-shared" / "lr-0.1" / "results.json"
     assert json.loads(rerun.read_text())["opt"] == "forced"
     # the pieces by hand
@@ -214,6 +285,12 @@ def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeyp
     assert judge({"diffs": [-1.0, 0.0]}, "-") == {"diffs": [-1.0, 0.0], "signs": "-0",
                                                   "held": False}
     assert judge(None, "+")["held"] is False
+    six = [0.3, 0.2, 0.3, 0.2, 0.3, 0.2]
+    assert judge({"diffs": six}, "+")["held"] and not judge({"diffs": six}, "-")["held"]
+    # the same pattern over three seeds (or two): not held
+    assert not judge({"diffs": six[:3]}, "+")["held"]
+    assert not judge({"diffs": [0.3, 0.2], "signs": "++"}, "+")["held"]
+    assert verdict_of(six[:3], "+") == "inconclusive"
 
 
 def test_privacy_compress_robustness_pairs_each_lr(tmp_path, monkeypatch):
@@ -238,17 +315,36 @@ def test_privacy_compress_robustness_pairs_each_lr(tmp_path, monkeypatch):
     out = tmp_path / "compression"
     out.mkdir()
     (out / "results.json").write_text(json.dumps({"runs": {
-        arm: [{"seed": s, "history": [{"round": 1, "test_acc_seen": 0.6 + b}]} for s in (0, 1)]
+        arm: [{"seed": s, "history": [{"round": 1, "test_acc_seen": 0.6 + b + s / 1000}]}
+              for s in range(6)]
         for arm, b in (("fedavg", 0.0), ("qsgd-s4", 0.001), ("topk-1pc-ef", 0.0),
                        ("topk-1pc", 0.01))}}))
-    assert pc.main(["compress", str(out), "--seeds", "0", "1", "--robustness",
+    six = [str(s) for s in range(6)]
+    assert pc.main(["compress", str(out), "--seeds", *six, "--robustness",
                     "--lrs", "0.02,0.1,0.2", "--runs", str(tmp_path / "runs")]) == 0
     assert {lr for _, _, lr in calls} == {0.02, 0.2}  # 0.1: the table's runs
-    assert (tmp_path / "runs" / "qsgd-s4-lr0.2-s1.json").is_file()
+    assert (tmp_path / "runs" / "qsgd-s4-lr0.2-s5.json").is_file()
     res = json.loads((out / "robustness.json").read_text())
     q, t = res["claims"]
+    # six seeds, the same sign in every seed at every lr: held or reversed
     assert [q["per_lr"][k]["held"] for k in ("0.02", "0.1", "0.2")] == [True, True, False]
-    assert q["per_lr"]["0.1"]["diffs"] == pytest.approx([0.1, 0.1])
+    assert q["per_lr"]["0.1"]["diffs"] == pytest.approx([0.1] * 6)
+    assert q["per_lr"]["0.2"]["diffs"] == pytest.approx([-1.0] * 6)
     assert q["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
     assert [t["per_lr"][k]["held"] for k in ("0.02", "0.1", "0.2")] == [True, False, True]
+    assert t["per_lr"]["0.1"]["diffs"] == pytest.approx([-1.0] * 6)
     assert t["text"] == "held at 2 of 3 shared lrs (not at the tuned lrs)"
+    md = (out / "robustness.md").read_text()
+    cells = [line.rstrip(" |").rsplit("| ", 1)[1] for line in md.splitlines()
+             if line.startswith(("| QSGD", "| top-1%"))]
+    assert cells == ["held", "held", "reversed", "held", "reversed", "held"]
+    # the same runs for seeds 0-2 only: every lr inconclusive, nothing held
+    assert pc.main(["compress", str(out), "--seeds", "0", "1", "2", "--robustness",
+                    "--lrs", "0.02,0.1,0.2", "--runs", str(tmp_path / "runs")]) == 0
+    res = json.loads((out / "robustness.json").read_text())
+    q, t = res["claims"]
+    assert q["per_lr"]["0.02"]["signs"] == "+++" and q["per_lr"]["0.2"]["signs"] == "---"
+    assert not any(c["per_lr"][k]["held"] for c in (q, t) for k in ("0.02", "0.1", "0.2"))
+    assert q["text"] == "held at 0 of 3 shared lrs (not at the tuned lrs)"
+    md = (out / "robustness.md").read_text()
+    assert md.count("| inconclusive |") == 6 and "| held |" not in md

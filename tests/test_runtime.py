@@ -210,3 +210,30 @@ def test_second_run_reuses_programs_and_repeats_the_history(tmp_path):
     rt = json.loads((out / "results.json").read_text())["runtime"]
     assert rt["compilation_cache"] is None and rt["program_cache"] is None
     assert rt["deterministic_ops"] is False
+
+
+def test_out_of_memory_is_one_line_naming_the_size_and_the_options(tmp_path, capsys,
+                                                                   monkeypatch):
+    import fedjax_appeal.run.experiment as experiment
+    from fedjax_appeal.cli.commands import main
+
+    def exhausted(*a, **k):
+        raise jax.errors.JaxRuntimeError(
+            "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.\n"
+            "BufferAssignment OOM Debugging.\n...")
+
+    monkeypatch.setattr(experiment, "run_config", exhausted)
+    out = tmp_path / "r"
+    assert main(["run", *TINY, "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "fedjax-appeal: error: the device ran out of memory asking for 16.00 GiB "
+        "(17,179,869,184 bytes): lower what runs at once with --client-chunk N (clients "
+        "trained at once; 0 = the whole cohort), a smaller --cohort or --batch-size, or "
+        "--devices to spread the cohort")
+    assert not any("Traceback" in x for x in err)
+    assert not (out / "results.json").exists()
+    sweep_msg = runtime.out_of_memory_message(RuntimeError("out of memory"), "sweep")
+    assert sweep_msg.startswith("the device ran out of memory: lower what runs at once with "
+                                "--max-parallel N")
+    assert not runtime.out_of_memory(ValueError("out of memory in my own code"))

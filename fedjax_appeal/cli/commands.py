@@ -30,6 +30,7 @@ from ..core.config import (
 )
 
 EXIT_USAGE = 2
+EXIT_OUT_OF_MEMORY = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -749,9 +750,14 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
         print(f"fedjax-appeal: interrupted by {signal.Signals(sig).name}; no results written"
               f"{'; ' + str(e) if str(e) else ''}", file=sys.stderr)
         return 128 + int(sig)  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
-    except Exception as e:  # noqa: BLE001 - only the runtime's peer failures are handled
+    except Exception as e:  # noqa: BLE001 - only peer failures and memory are handled
         from ..execute.distributed import is_peer_failure
+        from ..execute.runtime import out_of_memory, out_of_memory_message
 
+        if out_of_memory(e):
+            print(f"fedjax-appeal: error: {out_of_memory_message(e, args.command)}",
+                  file=sys.stderr)
+            return EXIT_OUT_OF_MEMORY
         if not is_peer_failure(e):
             raise
         return peer_failed(args, e)

@@ -16,6 +16,8 @@ from ..run.compare import (
     group_runs,
     load_runs,
     markdown_table,
+    paired_rows,
+    paired_table,
     summarise,
     write_figure,
 )
@@ -35,6 +37,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formats", default="png,pdf",
                    help=f"comma list of figure formats ({', '.join(FORMATS)})")
     p.add_argument("--title", default=None)
+    p.add_argument("--baseline", default=None, metavar="GROUP",
+                   help="compare every other group with this one seed by seed on the final "
+                        "metric: mean difference, 95%% paired t and sign-flip intervals, and "
+                        "better / worse / inconclusive (the t interval above, below or around 0)")
     p.add_argument("--out", required=True, help="folder for compare.* (written all-or-nothing)")
 
 
@@ -54,16 +60,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
             else default_group_keys(runs))
     rows = summarise(group_runs(runs, keys), args.metric, args.band, args.x)
     title = args.title or f"{args.metric} by {', '.join(keys) or 'run'}"
+    pairs = paired_rows(rows, args.baseline, args.metric) if args.baseline else []
     result = {"metric": args.metric, "band": args.band, "group_by": keys, "x": args.x,
-              "groups": rows}
+              "groups": rows, **({"paired": pairs} if args.baseline else {})}
 
     def figure(fmt: str):
         return lambda p: write_figure(p.with_suffix(""), rows, args.metric, args.band, args.x,
                                       title, [fmt])
 
     writers = {f"compare.{fmt}": figure(fmt) for fmt in formats}
-    writers["compare.md"] = lambda p: p.write_text(f"# {title}\n\n"
-                                                   + markdown_table(rows, args.metric))
+    writers["compare.md"] = lambda p: p.write_text(
+        f"# {title}\n\n" + markdown_table(rows, args.metric)
+        + (f"\nPaired with {args.baseline} (seed by seed; better = the 95% paired t "
+           "interval on the better side of 0):\n\n" + paired_table(pairs, args.metric) if pairs else ""))
     writers["compare.csv"] = lambda p: p.write_text(csv_text(rows, args.x))
     writers["compare.json"] = lambda p: p.write_text(json.dumps(to_jsonable(result), indent=1,
                                                                 allow_nan=False))

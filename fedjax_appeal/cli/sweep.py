@@ -328,7 +328,7 @@ def _process_split(clock, timing: dict[str, Any]) -> dict[str, Any]:
     from ..run.wallclock import command_split
 
     groups = timing["groups"]
-    return command_split(clock, sum(g["run_s"] for g in groups),
+    return command_split(clock, sum(g["run_s"] + g["init_s"] for g in groups),
                          sum(g["eval_s"] for g in groups), timing["data_s"])
 
 

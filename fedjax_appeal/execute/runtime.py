@@ -208,3 +208,33 @@ class CompileLog:
                 "compiled": self.programs - self.cache_hits, "reused": self.reused,
                 "compile_s": self.compile_s, "trace_s": self.trace_s,
                 "lower_s": self.lower_s, "xla_s": self.xla_s, "reuse_s": self.reuse_s}
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is XLA running out of device memory (RESOURCE_EXHAUSTED)."""
+    import jax
+
+    text = str(exc)
+    return isinstance(exc, jax.errors.JaxRuntimeError) and (
+        "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+
+
+def out_of_memory_message(exc: BaseException, command: str) -> str:
+    """One line for an out-of-memory error: how much XLA asked for, and the options of
+    `command` that lower it."""
+    import re
+
+    text = str(exc)
+    m = (re.search(r"allocat\w*\s+([0-9][0-9,]*)\s*bytes", text)
+         or re.search(r"([0-9][0-9,]*)\s*bytes", text))
+    asked = ""
+    if m:
+        n = int(m.group(1).replace(",", ""))
+        asked = f" asking for {n / 2**30:.2f} GiB ({n:,} bytes)"
+    fixes = ("--client-chunk N (clients trained at once; 0 = the whole cohort), a smaller "
+             "--cohort or --batch-size, or --devices to spread the cohort")
+    if command == "sweep":
+        fixes = "--max-parallel N (runs per vmapped batch), --lanes N, " + fixes
+    elif command == "reproduce":
+        fixes = "--quick or fewer --seeds, or run the table on a device with more memory"
+    return f"the device ran out of memory{asked}: lower what runs at once with {fixes}"

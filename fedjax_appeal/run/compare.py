@@ -144,16 +144,37 @@ def band(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     return mean, mean - half, mean + half
 
 
+def metric_range(metric: str) -> tuple[float, float]:
+    """The values a history metric can take, which a band never leaves: accuracies and
+    shares of clients (appeal, preferred-model accuracy) lie in [0, 1]; losses, the client
+    dissimilarity (a standard deviation), epsilon and counts in [0, inf); anything else is
+    unbounded."""
+    name = metric.lower()
+    if any(w in name for w in ("acc", "appeal", "preferred", "share", "frac")):
+        return (0.0, 1.0)
+    if any(w in name for w in ("loss", "dissimilarity", "epsilon", "count", "rounds")):
+        return (0.0, math.inf)
+    return (-math.inf, math.inf)
+
+
+def lower_is_better(metric: str) -> bool:
+    """Losses and the client dissimilarity: smaller is better."""
+    return any(w in metric.lower() for w in ("loss", "dissimilarity"))
+
+
 def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
               x_key: str = "round") -> list[dict[str, Any]]:
-    """Per group: the aligned curve with its band, and the final value per seed."""
+    """Per group: the aligned curve with its band (clipped to `metric_range`), and the
+    final value per seed."""
     out = []
+    lo_m, hi_m = metric_range(metric)
     for label, rs in groups.items():
         xs, vals = curves(rs, metric, x_key)
         if xs.size == 0:
             raise ConfigError(f"group {label!r} has no common {x_key} with {metric!r}: "
                               "compare runs evaluated at the same rounds")
         mean, lo, hi = band(vals, kind)
+        lo, hi = np.clip(lo, lo_m, hi_m), np.clip(hi, lo_m, hi_m)
         final = vals[:, -1]
         out.append({"label": label, "n": len(rs), "seeds": [r["seed"] for r in rs],
                     "x": xs.tolist(), "mean": mean.tolist(), "low": lo.tolist(),
@@ -161,6 +182,48 @@ def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
                     "final_mean": float(final.mean()), "final_std": sample_std(final),
                     "sources": [r["source"] for r in rs]})
     return out
+
+
+def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str
+                ) -> list[dict[str, Any]]:
+    """Every other group against `baseline`, seed by seed on the final value
+    (`paired.paired_report`; "better" is higher, or lower for `lower_is_better` metrics):
+    per group the report and "better" / "worse" / "inconclusive"."""
+    from .paired import paired_report
+
+    by = {r["label"]: r for r in rows}
+    if baseline not in by:
+        from ..core.registry import did_you_mean
+
+        guess = did_you_mean(baseline, list(by))
+        raise ConfigError(f"--baseline {baseline!r} is not a group"
+                          + (f" (did you mean {guess!r}?)" if guess else "")
+                          + f"; the groups: {', '.join(by)}")
+    base = dict(zip(by[baseline]["seeds"], by[baseline]["final"], strict=True))
+    want = "-" if lower_is_better(metric) else "+"
+    out = []
+    for r in rows:
+        if r["label"] == baseline:
+            continue
+        rep = paired_report(dict(zip(r["seeds"], r["final"], strict=True)), base, want)
+        out.append({"label": r["label"], "baseline": baseline, "report": rep._asdict(),
+                    "verdict": {"held": "better", "reversed": "worse"}.get(
+                        rep.verdict, "inconclusive")})
+    return out
+
+
+def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
+    """compare.md's paired table (`paired_rows`)."""
+    from .paired import PairedReport, interval_text
+
+    lines = [f"| group − baseline | seeds | final {metric}: mean and 95% intervals | "
+             "per seed | verdict |", "|---|---|---|---|---|"]
+    for p in pairs:
+        rep = PairedReport(**p["report"])
+        per = ", ".join(f"{s}: {d:+.4f}" for s, d in zip(rep.seeds, rep.diffs, strict=True))
+        lines.append(f"| {p['label']} − {p['baseline']} | {rep.n} | "
+                     f"{interval_text(rep, 1.0, 4)} | {per} | {p['verdict']} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_figure(stem: Path, rows: list[dict[str, Any]], metric: str, kind: str, x_key: str,

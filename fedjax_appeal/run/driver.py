@@ -136,6 +136,7 @@ class Driver:
         self.eval_times: list[float] = []
         self.round_times: list[float] = []  # seconds per round of each chunk
         self.train_s = 0.0  # seconds of all chunks
+        self.init_s = 0.0  # seconds running the init program (compiling excluded)
         self.start = 0  # the round the current `run` started from
         self.histories: list[list[dict]] = [[] for _ in range(runs or 1)]
         self.per_round: list[dict[str, np.ndarray]] = []
@@ -193,7 +194,10 @@ class Driver:
                 "init", self._vmapped(self.alg.init, (0, None, 0)),
                 (self.k_init, self.data, self.hp))
             self.timing["init_compile_s"] += time.perf_counter() - t
-        return _block(self.compiled["init"](self.k_init, self.data, self.hp))
+        t = time.perf_counter()
+        state = _block(self.compiled["init"](self.k_init, self.data, self.hp))
+        self.init_s += time.perf_counter() - t  # what init trains (solo models, features)
+        return state
 
     def place(self, state):
         """A state read from a checkpoint, laid out as the driver's own."""

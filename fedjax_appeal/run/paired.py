@@ -11,11 +11,13 @@ mean difference, how many seeds lie on the paper's side, and a verdict:
   symmetric about δ; with fewer than 6 seeds no pattern can reach 5% (the smallest
   two-sided p-value is 2 / 2^n), so the interval is the whole line.
 
-Verdict: **held** when both intervals lie strictly on the paper's side of 0, **reversed**
-when both lie strictly on the other side, **inconclusive** otherwise (an interval that
-touches 0, a disagreement between the two, fewer than two finite pairs). Requiring both
-keeps a verdict from resting on the normal approximation with few seeds (a t interval of
-identical differences has width 0) or on one extreme seed.
+Verdict, from the paired t interval: **held** when it lies strictly on the paper's side of
+0, **reversed** when it lies strictly on the other side, **inconclusive** when it contains 0
+(or fewer than two finite pairs). When the differences have no spread beyond rounding
+(every seed the same difference, as a coarse metric can give; a spread below a millionth of
+the mean) the t interval is a point and says nothing about the uncertainty; the sign-flip
+interval decides then (it needs at least 6 seeds to exclude 0). The sign-flip interval is reported beside the t interval in every case, as a check that
+needs no normality.
 
 One function (`paired_report`) computes it for the tour, the paper tables, the scorecard
 and `compare`.
@@ -153,10 +155,12 @@ def paired_report(first: Mapping[int, float], second: Mapping[int, float], want:
             missing.append(s)
     d = np.asarray(diffs, np.float64)
     ti, pi = t_interval(d, level), perm_interval(d, level)
-    sides = {_side(*ti), _side(*pi)}
-    other = "-" if want == "+" else "+"
-    verdict = ("held" if sides == {want} else "reversed" if sides == {other}
-               else "inconclusive")
+    # the t interval decides; with no spread beyond rounding (a millionth of the mean
+    # difference: float32 metrics differ in their 7th digit) it is a point, and the
+    # sign-flip interval decides
+    flat = d.size > 1 and float(d.std()) <= 1e-6 * max(abs(float(d.mean())), 1e-12)
+    side = _side(*(pi if flat else ti))
+    verdict = ("held" if side == want else "inconclusive" if side == "0" else "reversed")
     toward = int(np.sum(d > 0)) if want == "+" else int(np.sum(d < 0))
     return PairedReport(tuple(seeds), tuple(float(x) for x in d),
                         float(d.mean()) if d.size else math.nan,
@@ -165,7 +169,12 @@ def paired_report(first: Mapping[int, float], second: Mapping[int, float], want:
 
 
 def fmt_signed(v: float, scale: float = 1.0, digits: int = 2) -> str:
-    return "n/a" if not math.isfinite(v) else f"{v * scale:+.{digits}f}"
+    """'+0.54'; an unbounded end '-inf' / '+inf'; NaN 'n/a'."""
+    if math.isnan(v):
+        return "n/a"
+    if math.isinf(v):
+        return "+inf" if v > 0 else "-inf"
+    return f"{v * scale:+.{digits}f}"
 
 
 def interval_text(r: PairedReport, scale: float = 1.0, digits: int = 2) -> str:

@@ -142,27 +142,39 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
         timing["sec_per_round"] = float(np.median(drv.round_times))
         timing["sec_per_round_min"] = float(np.min(drv.round_times))
     timing["eval_s"] = float(np.median(drv.eval_times)) if drv.eval_times else 0.0
-    timing["train_total_s"] = drv.train_s  # every chunk of rounds, compiling excluded
+    # every chunk of rounds and the init program (solo models, selector features),
+    # compiling excluded
+    timing["train_total_s"] = drv.train_s + drv.init_s
     timing["eval_total_s"] = float(sum(drv.eval_times))  # every evaluation, the same
     return SimulationResult(history, drv.round_metrics(), state, per_client(dict(last_eval)),
                             timing)
 
 
 def progress_printer(alg_name: str, total: int, stream=None) -> Callable:
-    """An `on_eval` callback printing one line per evaluation with elapsed time and ETA."""
+    """An `on_eval` callback printing one line per evaluation with elapsed time and ETA.
+
+    The ETA is the pace of the latest stretch between two evaluations after the first one
+    (which holds the compilation of the chunk of rounds) times the rounds left, so it
+    counts training and evaluation only; the first evaluation after round 0 shows none.
+    """
     t0 = time.perf_counter()
+    seen: list[tuple[float, int]] = []  # (elapsed, round) of each evaluation
 
     def show(entry: dict[str, float]):
         r = int(entry["round"])
         el = time.perf_counter() - t0
-        eta = el / r * (total - r) if r else float("nan")
+        seen.append((el, r))
+        eta = float("nan")
+        if len(seen) >= 3 and r > seen[-2][1]:
+            (e0, r0), (e1, r1) = seen[-2], seen[-1]
+            eta = (e1 - e0) / (r1 - r0) * (total - r)
         parts = [f"[{alg_name}] round {r:>4}/{total}"]
         if "train_loss" in entry:  # absent from what a DP run publishes
             parts.append(f"train_loss {entry['train_loss']:.4f}")
         parts.append(f"test_acc_seen {entry.get('test_acc_seen', float('nan')):.4f}")
         if "test_acc_unseen" in entry:
             parts.append(f"unseen {entry['test_acc_unseen']:.4f}")
-        parts.append(f"elapsed {el:.0f}s" + (f" eta {eta:.0f}s" if r else ""))
+        parts.append(f"elapsed {el:.0f}s" + (f" eta {eta:.0f}s" if eta == eta else ""))
         print("  ".join(parts), file=stream or sys.stderr, flush=True)
 
     return show

@@ -209,7 +209,9 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
               eval_every: int, compiled: dict, progress: Callable[[str], None] | None = None,
               label: str = "", mesh=None, restore: Callable | None = None,
               save: Callable | None = None, save_every: int = 0, lanes: int = 0,
-              programs=None) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
+              programs=None, metric: str = "test_acc_seen", lower: bool = False,
+              configs: Sequence[str] | None = None
+              ) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
     """Run P combinations (stacked `hps` [P], `seeds` [P]) as one compiled program of the
     shared `driver.Driver`; a batch of one combination runs without the runs axis, so it is
     the same program as `simulate` (and `fedjax-appeal run`) and gives the same numbers bit
@@ -230,6 +232,10 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
       lanes: combinations trained side by side (`driver.combine_lanes`; 0 = all P; with a
         mesh, of each device's P / D); the rest follows inside the same program.
       programs: an `execute.programs.ProgramCache` for `alg` (see `driver.Driver`).
+      metric, lower, configs: what the progress line reports, the statistic the summary
+        ranks by: the best mean of `metric` over the seeds of one configuration (`configs`:
+        the configuration label of each of the first len(configs) runs; the others are
+        padding; lower: smaller is better).
     """
     p = int(seeds.shape[0])
     one = p == 1
@@ -259,10 +265,13 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
             save(st, r, drv.histories, drv.per_round)
         if progress is not None and r in evals:
             el = time.perf_counter() - t_start
-            best = max((h[-1].get("test_acc_seen", float("nan")) for h in drv.histories),
-                       key=lambda v: -1 if v != v else v)
-            progress(f"{label}round {r}/{rounds}  best test_acc_seen {best:.4f}  "
-                     f"elapsed {el:.0f}s eta {el / (r - start) * (rounds - r):.0f}s")
+            best, n = best_mean(drv.histories, configs, metric, lower)
+            # the pace of training and evaluation only: the driver times both without
+            # compiling
+            busy = drv.train_s + sum(drv.eval_times[1:])  # [0]: the round-0 evaluation
+            eta = busy / max(1, r - start) * (rounds - r)
+            progress(f"{label}round {r}/{rounds}  best {metric} {best:.4f} (mean of {n} "
+                     f"seed(s))  elapsed {el:.0f}s eta {eta:.0f}s")
 
     def interrupted(r, st):
         if save is not None and r > start:
@@ -275,8 +284,26 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
         rm = {k: v[None] for k, v in rm.items()}
     t = drv.timing
     timing = {"compile_s": t["init_compile_s"] + t["eval_compile_s"] + t["compile_s"],
-              "run_s": drv.train_s, "eval_s": float(sum(drv.eval_times))}
+              "run_s": drv.train_s, "init_s": drv.init_s,
+              "eval_s": float(sum(drv.eval_times))}
     return drv.histories, rm, timing
+
+
+def best_mean(histories: Sequence[list[dict]], configs: Sequence[str] | None, metric: str,
+              lower: bool) -> tuple[float, int]:
+    """(best mean, its number of seeds): the mean of `metric` in each run's latest history
+    entry over the runs of one configuration (`configs[i]`, the label of run i; runs past
+    len(configs) are padding; None: every run its own), the best of those (NaN means rank
+    last, as in `summarize_sweep`)."""
+    labels = list(configs) if configs is not None else [str(i) for i in range(len(histories))]
+    by: dict[str, list[float]] = {}
+    for lab, h in zip(labels, histories, strict=False):
+        by.setdefault(lab, []).append(float(h[-1].get(metric, float("nan"))))
+    scored = [(float(np.mean(v)), len(v)) for v in by.values()]
+    finite = [x for x in scored if math.isfinite(x[0])]
+    if not finite:
+        return float("nan"), scored[0][1] if scored else 0
+    return (min if lower else max)(finite, key=lambda x: x[0])
 
 
 def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
@@ -307,6 +334,12 @@ def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
 
 def _lower_is_better(metric: str) -> bool:
     return "loss" in metric
+
+
+def point_label(static: dict[str, Any], point: dict[str, float]) -> str:
+    """A configuration's label: its static grid values, then its hyperparameters."""
+    return ", ".join([f"{k}={v}" for k, v in static.items()]
+                     + [f"{k}={v:g}" for k, v in point.items()]) or "base"
 
 
 def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
@@ -384,6 +417,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     if lanes is not None and lanes < 0:
         raise ConfigError(f"--lanes must be >= 0 (got {lanes}; 0 = all runs of a batch)")
     lanes = auto_lanes() if lanes is None else lanes
+    lower = _lower_is_better(metric) if mode == "auto" else mode == "min"
     hp_keys = [k for k in grid if k in field_names(HParams)]
     run_keys = [k for k in grid if k not in hp_keys]
     statics = [dict(zip(run_keys, v, strict=True))
@@ -454,7 +488,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         compiled: dict = {}
         g_t = {"static": st, "runs": len(combos), "parallel": par, "batches": n_batches,
                "lanes": min(lanes, par // n_dev) if lanes else par // n_dev,
-               "compile_s": 0.0, "run_s": 0.0, "eval_s": 0.0}
+               "compile_s": 0.0, "run_s": 0.0, "init_s": 0.0, "eval_s": 0.0}
         gname = ", ".join(f"{k}={v}" for k, v in st.items()) or "all"
         for bi in range(n_batches):
             batch = combos[bi * par:(bi + 1) * par]
@@ -477,11 +511,13 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                     if resume else None,
                     save=lambda *a, bkey=bkey: checkpoint.save_batch(bkey, *a),
                     save_every=checkpoint.every)
+            configs = [point_label(st, points[pi]) for pi, _ in batch]
             hist, rm, t = run_batch(alg, gdata, stacked, bseeds, rounds=cfg_g.rounds,
                                     eval_every=cfg_g.eval_every, compiled=compiled,
                                     progress=say, label=label, mesh=mesh, lanes=lanes,
-                                    programs=programs, **ck_kw)
-            for k in ("compile_s", "run_s", "eval_s"):
+                                    programs=programs, metric=metric, lower=lower,
+                                    configs=configs, **ck_kw)
+            for k in ("compile_s", "run_s", "init_s", "eval_s"):
                 g_t[k] += t[k]
             first = len(rows)
             for i, (pi, s) in enumerate(batch):
@@ -489,8 +525,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                 bad = (np.flatnonzero(~finite[i].astype(bool)) if finite is not None
                        else np.array([], int))
                 pt = points[pi]
-                lab = ", ".join([f"{k}={v}" for k, v in st.items()]
-                                + [f"{k}={v:g}" for k, v in pt.items()]) or "base"
+                lab = point_label(st, pt)
                 rows.append({
                     "id": len(rows), "label": lab, "static": {**st, **resolved},
                     "hparams": pt, "seed": s,

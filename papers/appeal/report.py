@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from papers.pairs import verdict_of
 from papers.reproduce import Context, markdown_table, mean_std
 from papers.spec import Arm, Setting, Table
 
@@ -230,7 +231,8 @@ def plot_pool(path: Path, grid: dict) -> None:
 def paired(grid: dict, columns: list[Setting], metrics: list[str], target: str = "MaxFL"
            ) -> list[dict[str, Any]]:
     """Per column and metric: `target` minus the best other variant (best by mean over
-    seeds), per seed, paired by seed. `held` means the difference is > 0 in every seed."""
+    seeds), per seed, paired by seed, with "verdict" (`papers.pairs.verdict_of`: held /
+    reversed / inconclusive from the 95% t and sign-flip intervals) and "held"."""
     out = []
     for col in columns:
         recs = grid.get(col.label) or {}
@@ -257,8 +259,9 @@ def paired(grid: dict, columns: list[Setting], metrics: list[str], target: str =
             out.append({"column": col.label, "metric": key, "best_baseline": best,
                         "seeds": seeds, "diff": d,
                         "signs": " ".join("+" if x > 0 else ("0" if x == 0 else "−") for x in d),
-                        "mean": float(np.mean(d)), "std": float(np.std(d)),
-                        "held": bool(d) and all(x > 0 for x in d)})
+                        "mean": float(np.mean(d)),
+                        "std": float(np.std(d, ddof=1)) if len(d) > 1 else float("nan"),
+                        "verdict": verdict_of(d, "+"), "held": verdict_of(d, "+") == "held"})
     return out
 
 
@@ -267,10 +270,10 @@ def paired_markdown(rows: list[dict[str, Any]], target: str = "MaxFL") -> str:
         return "(no paired comparison: a row is missing)\n"
     return markdown_table(
         ["column", "metric", "best baseline (by mean)", f"{target} − best, per seed",
-         "mean ± std", "signs", "held (all seeds > 0)"],
+         "mean ± std", "signs", "verdict (95% intervals)"],
         [[r["column"], METRICS[r["metric"]][0], r["best_baseline"],
           ", ".join(f"{x:+.2f}" for x in r["diff"]), f"{r['mean']:+.2f} ± {r['std']:.2f}",
-          r["signs"], "held" if r["held"] else "not held"] for r in rows])
+          r["signs"], r.get("verdict") or verdict_of(r["diff"], "+")] for r in rows])
 
 
 def cluster_summary(rec: dict, tag: str) -> dict[str, list] | None:
@@ -426,7 +429,8 @@ def report(ctx: Context, title: str, grid: dict, columns: list[Setting],
             "with opt-out, the pool all use it).\n\n"
             f"{table}\n## {target} minus the best baseline, paired by seed\n\n"
             "The best baseline is the other row with the highest mean; a direction counts as "
-            "held only when its sign is + in every seed.\n\n"
+            "held only when the 95% paired t interval of the mean difference lies above 0 "
+            "(reversed: below; inconclusive: it contains 0).\n\n"
             f"{paired_markdown(pairs, target)}\n"
             + (f"## Per cluster: {target} vs FedAvg\n{clusters}\n" if clusters else "")
             + "## GM-Appeal under each appeal definition (final model)\n\n"
@@ -476,11 +480,11 @@ def table2_summary(ctx: Context, pairs: list[dict], grid: dict, columns: list[Se
             f"**Ours, {col.label}** (seeds {r['seeds']}): MaxFL GM-Appeal (unseen) "
             f"{', '.join(f'{v:.2f}' for v in mx)}; MaxFL − best baseline "
             f"({r['best_baseline']}) per seed {', '.join(f'{d:+.2f}' for d in r['diff'])} "
-            f"→ **{'held' if r['held'] else 'not held'}** in direction (size: paper +0.47, "
+            f"→ **{verdict_of(r['diff'], '+')}** in direction (size: paper +0.47, "
             f"ours {r['mean']:+.2f})"
             + (f"; preferred acc MaxFL − best ({a['best_baseline']}) "
                f"{', '.join(f'{d:+.2f}' for d in a['diff'])} pp → "
-               f"{'held' if a['held'] else 'not held'}" if a else "") + ".")
+               f"{verdict_of(a['diff'], '+')}" if a else "") + ".")
         cs = {v: cluster_summary(recs[v], "unseen") for v in ("FedAvg", "MaxFL")
               if recs.get(v, {}).get("status") == "ok"}
         if all(cs.values()) and len(cs) == 2:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from papers import pairs
 from papers.expalpha.settings import (
     model_for_backbone,
     profile,
@@ -59,8 +60,8 @@ def header(ctx: Context, setting: str, title: str, bbs: Sequence[Backbone],
             f"brackets. Metric: `{METRIC[setting]}`. Targets {xs}: first evaluated round at "
             "or above the target (resolution eval_every; '>R' = not reached, counted as "
             "R + 1 in the paired difference). Δ = Exp-α − proportional per seed (same seed: "
-            "same pool, init and cohorts); 'direction held' = the paper's direction (fewer "
-            "rounds, higher accuracy) in every seed.\n")
+            "same pool, init and cohorts); the paper's direction is fewer rounds and higher "
+            f"accuracy; {pairs.RULE}.\n")
     if note:
         text += "\n" + note + "\n"
     if ctx.quick:

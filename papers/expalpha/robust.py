@@ -10,7 +10,8 @@ else as in the table, and compares Exp-α with proportional seed by seed on the 
 accuracy (`test_acc_global`). Each (backbone, aggregation, seed) is one
 `fedjax_appeal.sweep` over the lrs, each lr a batch of one (`max_parallel=1`, the run's own
 program; see `papers.robustness`). Verdicts come from `papers.robustness.compare` and
-`verdict`: held at an lr only when Exp-α is above proportional in every seed.
+`verdict`: held at an lr when the verdict of Exp-α − proportional is "held"
+(`papers.pairs.verdict_of`).
 
 Output, into the table's folder: `robustness.md` and `robustness.json`.
 """
@@ -22,6 +23,7 @@ import json
 import math
 from typing import Any
 
+from papers import pairs
 from papers.expalpha.settings import backbones, make_cfg, make_hp, profile, seeds_of
 from papers.expalpha.specs import AGGREGATIONS, CLIENT_LR
 from papers.reproduce import Context, markdown_table, mean_std, run_cache, run_key
@@ -106,7 +108,7 @@ def run_expalpha_robustness(ctx: Context, setting: str, title: str,
                          mean_std([100 * x for x in runs[bb][OTHER][lr].values()]),
                          mean_std([100 * x for x in runs[bb][TARGET][lr].values()]),
                          ", ".join(f"{100 * d:+.2f}" for d in c["diff"]), c["signs"],
-                         "held" if c["held"] else "not held"])
+                         pairs.verdict_of(c["diff"], "+")])
     verdicts = "\n".join(f"- {bb}: {r['verdict']['text']}" for bb, r in res.items())
     k = sum(r["verdict"]["k"] for r in res.values())
     n = sum(r["verdict"]["n"] for r in res.values())
@@ -116,10 +118,10 @@ def run_expalpha_robustness(ctx: Context, setting: str, title: str,
           f"each backbone ({', '.join(runs)}) x {{proportional, Exp-α (α = 0.2)}} x seed "
           f"{seeds_of(ctx)} reruns "
           f"at each shared lr {list(lrs)}, everything else as in the table. Metric: final "
-          f"clean test accuracy (`{METRIC}`, %). Exp-α − proportional per seed; held at an lr "
-          "only when every seed is > 0 (a tie is not held).\n\n"
+          f"clean test accuracy (`{METRIC}`, %). Exp-α − proportional per seed; "
+          f"{pairs.RULE}.\n\n"
           + markdown_table(["backbone", "client lr", "proportional", "Exp-α",
-                            "Exp-α − proportional per seed (pp)", "signs", "held"], rows)
+                            "Exp-α − proportional per seed (pp)", "signs", "verdict"], rows)
           + f"\n\n**Verdicts** (\"tuned\" = the table's lr {table_lr:g}):\n\n{verdicts}\n\n"
           f"All backbones together: held at {k} of {n} (backbone, lr) cells.\n")
     ctx.write({"robustness.md": md,

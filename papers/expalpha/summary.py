@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from papers import pairs
 from papers.expalpha.metrics import acc_at, acc_x
 from papers.expalpha.specs import ALPHA, HISTORY_KEYS
 
@@ -33,18 +34,19 @@ def paired(prop: Sequence[float | None], exp: Sequence[float | None], lower_bett
     """Paired per-seed comparison Exp-alpha − proportional.
 
     `None` (a target never reached) counts as `censor` (rounds + 1) in the difference;
-    returns {'diff': [per seed], 'mean', 'std', 'signs': '−−−', 'held': bool} where held
-    means the paper's direction (fewer rounds / higher accuracy) in every seed.
+    returns {'diff': [per seed], 'mean', 'std' (sample std), 'signs': '−−−', 'held': bool}
+    where held means the verdict is "held" in the paper's direction (fewer rounds / higher
+    accuracy; `papers.pairs.verdict_of`).
     """
     fill = lambda v: censor if v is None else v
     d = [None if (fill(p) is None or fill(e) is None) else float(fill(e) - fill(p))
          for p, e in zip(prop, exp, strict=True)]
     ok = [x for x in d if x is not None]
-    want = (lambda x: x < 0) if lower_better else (lambda x: x > 0)
     return {"diff": d, "mean": float(np.mean(ok)) if ok else None,
-            "std": float(np.std(ok)) if ok else None,
+            "std": float(np.std(ok, ddof=1)) if len(ok) > 1 else None,
             "signs": "".join(sign(x) if x is not None else "?" for x in d),
-            "held": bool(ok) and len(ok) == len(d) and all(want(x) for x in ok)}
+            "verdict": pairs.verdict_of(d, "-" if lower_better else "+"),
+            "held": pairs.held(d, "-" if lower_better else "+")}
 
 
 def fmt_seeds(values: Sequence[float | None], scale: float = 1.0, rounds: int | None = None,
@@ -79,8 +81,7 @@ def paired_rows(label: str, prop: list[dict], exp: list[dict], rounds: int,
         rows.append([label, f"acc{k} (rounds)", fmt_seeds(a, rounds=rounds, digits=0),
                      fmt_seeds(b, rounds=rounds, digits=0),
                      "n/a" if pr["mean"] is None else f"{pr['mean']:+.1f} ± {pr['std']:.1f}",
-                     pr["signs"], "held" if pr["held"] else "not held",
-                     ref if x == xs[0] else ""])
+                     pr["signs"], pr["verdict"], ref if x == xs[0] else ""])
     for key, name in (("acc_half", f"acc @ R/2={rounds // 2} (%)"),
                       ("acc_final", f"acc @ R={rounds} (%)")):
         a = [r[key] for r in prop]
@@ -91,7 +92,7 @@ def paired_rows(label: str, prop: list[dict], exp: list[dict], rounds: int,
         rows.append([label, name, fmt_seeds(a, 100, digits=2), fmt_seeds(b, 100, digits=2),
                      "n/a" if pr["mean"] is None else
                      f"{100 * pr['mean']:+.2f} ± {100 * pr['std']:.2f}",
-                     pr["signs"], "held" if pr["held"] else "not held", ref])
+                     pr["signs"], pr["verdict"], ref])
     return rows
 
 

@@ -40,8 +40,9 @@ Registered experiments:
 
 Every table reports, per backbone, rounds to each accuracy target and accuracy at R/2 and
 R for both aggregations, each as mean ± std over the seeds with the per-seed values, and
-the paired per-seed difference Exp-alpha − proportional with its sign in every seed (the
-direction counts as held only when the sign holds in every seed).
+the paired per-seed difference Exp-alpha − proportional with its sign in every seed and its
+verdict (`papers.pairs.verdict_of`: held only when the 95% paired t interval of the mean
+difference lies on the paper's side of 0).
 
 Compute profiles. `cpu` (default): Fashion-MNIST and the MLP, 200-row clients, the
 paper's (E, t) grid scaled down by 4 in E·t; targets 70/75/80% that the proportional

@@ -13,8 +13,8 @@ the same RUNS folder. The report is table.md, results.json and accuracy.png in O
 `--robustness` runs the claims' arms (`CLAIMS`) again with every arm at each shared client
 lr of `--lrs` (default the table's 0.1, a fifth of it and twice it; runs kept as
 ARM-lrX-sSEED.json, the table's lr as ARM-sSEED.json) and writes robustness.md /
-robustness.json into OUT: per claim and lr the paired per-seed differences and whether the
-paper's direction held in every seed.
+robustness.json into OUT: per claim and lr the paired per-seed differences and their
+verdict (`papers.pairs.verdict_of`).
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def report(kind: str, out: Path, seeds: list[int], runs: Path, arms: tuple[str, 
 def robustness(kind: str, out: Path, seeds: list[int], runs: Path,
                lrs: tuple[float, ...]) -> None:
     """The claims of `kind` at every shared client lr of `lrs`: robustness.md / .json."""
-    from papers.pairs import sign
+    from papers.pairs import RULE, held, sign, verdict_of
     from papers.reproduce import markdown_table
     from papers.robustness import verdict
 
@@ -274,11 +274,11 @@ def robustness(kind: str, out: Path, seeds: list[int], runs: Path,
                          for s in seeds] for arm in (first, second)}
             d = [100 * (a - b) for a, b in zip(acc[first], acc[second], strict=True)]
             signs = "".join(sign(x) for x in d)
-            per_lr[lr] = {"diffs": d, "signs": signs, "held": set(signs) == {"+"},
+            per_lr[lr] = {"diffs": d, "signs": signs, "held": held(d, "+"),
                           "acc": {k: [100 * x for x in v] for k, v in acc.items()}}
             rows.append([label, f"{lr:g}" + (" (the table's)" if lr == table_lr else ""),
                          ", ".join(f"{x:+.2f}" for x in d), signs,
-                         "held" if per_lr[lr]["held"] else "not held"])
+                         verdict_of(d, "+")])
         v = verdict([per_lr[lr]["held"] for lr in lrs],
                     per_lr[table_lr]["held"] if table_lr in per_lr else None)
         claims.append({"claim": label, "first": first, "second": second,
@@ -288,10 +288,9 @@ def robustness(kind: str, out: Path, seeds: list[int], runs: Path,
           f"{','.join(f'{x:g}' for x in lrs)} --runs RUNS`\n\nEvery arm of the table runs at "
           f"client lr {table_lr:g}; here the arms of each claim rerun at each shared lr, "
           f"everything else as in the table, seeds {', '.join(map(str, seeds))}. Differences "
-          "are in percentage points of test accuracy, seed by seed; held at an lr only when "
-          "every seed is > 0.\n\n"
+          f"are in percentage points of test accuracy, seed by seed; {RULE}.\n\n"
           + markdown_table(["claim", "client lr", "first − second per seed (pp)", "signs",
-                            "held"], rows)
+                            "verdict"], rows)
           + f"\n**Verdicts** (\"tuned\" = the table's lr {table_lr:g}):\n\n"
           + "".join(f"- {c['claim']}: {c['text']}\n" for c in claims))
     out.mkdir(parents=True, exist_ok=True)

@@ -38,7 +38,7 @@ from papers.hetero.specs import (
     NOVA_SETTING,
     NOVA_SHARED_LR,
 )
-from papers.pairs import pair_cell, paired, verdict
+from papers.pairs import RULE, pair_cell, paired, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
 
 
@@ -245,8 +245,8 @@ def hetero_fednova(ctx: Context) -> None:
         "batch 32, tau_k = floor(1 epoch x n_k / 32) clipped to [1, 60] (`--local-steps-dist "
         "epochs`), proportional p_k = n_k / n, server SGD lr 1; alpha = "
         f"{' and '.join(map(str, alphas))}. Seeds {', '.join(map(str, ctx.seeds))} (data "
-        "and training). Paired difference = FedNova − FedAvg per seed; 'held' needs the "
-        "paper's sign in every seed.\n\n"
+        "and training). Paired difference = FedNova − FedAvg per seed; "
+        f"{RULE}.\n\n"
         "Paper (Wang et al. 2020): FedAvg with heterogeneous tau_k converges to a stationary "
         "point of the surrogate objective sum_k (p_k tau_k / sum_j p_j tau_j) F_k (Theorem 1); "
         "FedNova's normalised averaging removes this inconsistency and improves test accuracy "

@@ -307,7 +307,7 @@ def selection_compare(ctx: Context) -> None:
             + "\nPaired per-seed differences (first minus second; the paper's claim is a "
               "lower dissimilarity for the first):\n\n"
             + markdown_table(["pair", "paper Δ dissimilarity", "ours Δ dissimilarity (signs)",
-                              "sign in every seed", "ours Δ test acc pp (signs)"], prow)
+                              "verdict (95% intervals)", "ours Δ test acc pp (signs)"], prow)
             + "\nDissimilarity along training (mean ± std over seeds):\n\n"
             + _by_round({LABEL[s]: runs[s] for s in sels})
             + ("\nSubTrunc − DivFL dissimilarity by round (mean, per-seed signs): "

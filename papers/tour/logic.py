@@ -6,42 +6,50 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from papers.pairs import paired, sign
+from papers.pairs import sign
 
-HOLDS = "holds in every seed"
 # Verdict phrases of the scorecard's "held" column, most specific first (see `row_verdict`).
 TUNED_ONLY = "held at tuned lrs only"
-PHRASES = (TUNED_ONLY, "not held", "held")
+PHRASES = (TUNED_ONLY, "inconclusive", "reversed", "not held", "held")
 
 
-def paired_verdict(first: dict[int, float], second: dict[int, float], want: str
-                   ) -> dict:
-    """first − second per seed (matched by seed) and whether the paper's sign `want`
-    ("+" or "-") holds in every seed; a tie (0) does not hold.
+def paired_verdict(first: dict[int, float], second: dict[int, float], want: str) -> dict:
+    """first − second per seed (matched by seed) and its verdict under the paper's sign
+    `want` ("+" or "-"), from the 95% intervals of `fedjax_appeal.paired_report` (held /
+    reversed / inconclusive).
 
-    Returns {"seeds", "diffs", "signs", "held", "verdict"}.
+    Returns the report as a dict ("seeds", "diffs", "mean", "sd", "t_interval",
+    "perm_interval", "toward", "want", "verdict", "missing") with "signs" (the sign of
+    each difference) and "held" (verdict == "held").
     """
-    if want not in ("+", "-"):
-        raise ValueError(f"want must be '+' or '-' (got {want!r})")
-    seeds = [s for s in first if s in second]
-    p = paired([{"seed": s, "v": first[s]} for s in seeds],
-               [{"seed": s, "v": second[s]} for s in seeds], "v")
-    held = bool(p["signs"]) and set(p["signs"]) == {want}
-    verdict = HOLDS if held else (f"does not hold in every seed (signs {p['signs'] or '-'}, "
-                                  f"the paper's is {want})")
-    return {"seeds": seeds, "diffs": p["diffs"], "signs": p["signs"], "held": held,
-            "verdict": verdict}
+    from fedjax_appeal import paired_report
+
+    r = paired_report(first, second, want)
+    return {**r._asdict(), "seeds": list(r.seeds), "diffs": list(r.diffs),
+            "signs": "".join(sign(d) for d in r.diffs), "held": r.verdict == "held"}
+
+
+def verdict_line(v: dict, scale: float = 1.0, digits: int = 2) -> str:
+    """'held: mean +0.06, 95% t [+0.03, +0.09], sign-flip [+0.03, +0.09]; 9 of 10 seeds
+    in the paper's direction'."""
+    from fedjax_appeal import PairedReport, interval_text
+
+    r = PairedReport(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in v.items()
+                        if k in PairedReport._fields})
+    return (f"{r.verdict}: {interval_text(r, scale, digits)}; {r.toward} of {r.n} seeds in "
+            "the paper's direction")
 
 
 def held_at(per_lr: dict[float, dict]) -> tuple[int, int]:
-    """(k, n): at how many of the grid's shared lrs the direction held in every seed."""
-    return sum(bool(v["held"]) for v in per_lr.values()), len(per_lr)
+    """(k, n): at how many of the grid's shared lrs the verdict is "held"."""
+    return sum(v["verdict"] == "held" for v in per_lr.values()), len(per_lr)
 
 
 def row_verdict(cell: str) -> str | None:
-    """The verdict of one cell of the scorecard's "held" column: the leftmost of the phrases
-    "held at tuned lrs only", "not held" and "held" (bold marks and case ignored; at one
-    position the longer phrase wins); None when the cell names none (e.g. "—")."""
+    """The verdict of one cell of the scorecard's "held" column: the leftmost of `PHRASES`
+    ("held at tuned lrs only", "inconclusive", "reversed", "not held", "held"; bold marks
+    and case ignored; at one position the longer phrase wins); None when the cell names
+    none (e.g. "—")."""
     text = cell.replace("*", "").lower()
     best: tuple[int, int, str] | None = None
     for i, phrase in enumerate(PHRASES):
@@ -51,15 +59,19 @@ def row_verdict(cell: str) -> str | None:
     return None if best is None else best[2]
 
 
+COUNT_KEYS = {"held": "held", TUNED_ONLY: "tuned_only", "inconclusive": "inconclusive",
+              "reversed": "reversed", "not held": "not_held"}
+
+
 def count_scorecard(text: str) -> dict[str, int]:
     """Counts of the scorecard's rows by verdict.
 
     Rule: in every markdown table of `text` whose header has a column named "held..."
     (e.g. "held?", "held / not"), each row's cell in that column gets `row_verdict`; rows
-    without a verdict phrase are not counted. Returns {"held", "tuned_only", "not_held",
-    "rows"} ("rows": rows counted).
+    without a verdict phrase are not counted. Returns {"held", "tuned_only",
+    "inconclusive", "reversed", "not_held", "rows"} ("rows": rows counted).
     """
-    counts = {"held": 0, "tuned_only": 0, "not_held": 0, "rows": 0}
+    counts = {k: 0 for k in COUNT_KEYS.values()} | {"rows": 0}
     col: int | None = None
     for line in text.splitlines():
         s = line.strip()
@@ -77,15 +89,18 @@ def count_scorecard(text: str) -> dict[str, int]:
         if v is None:
             continue
         counts["rows"] += 1
-        counts[{"held": "held", "not held": "not_held", TUNED_ONLY: "tuned_only"}[v]] += 1
+        counts[COUNT_KEYS[v]] += 1
     return counts
 
 
 def scorecard_line(counts: dict[str, int] | None, path: str) -> str:
     if counts is None:
-        return f"scorecard: {path} not found (it lists every paper table, held or not)"
-    return (f"scorecard {path}: {counts['held']} rows held, {counts['tuned_only']} held at "
-            f"tuned lrs only, {counts['not_held']} not held (its \"held\" column)")
+        return f"scorecard: {path} not found (it lists every paper table and its verdict)"
+    parts = [f"{counts['held']} rows held"]
+    parts += [f"{counts[k]} {label}" for k, label in (
+        ("tuned_only", "held at tuned lrs only"), ("inconclusive", "inconclusive"),
+        ("reversed", "reversed"), ("not_held", "not held")) if counts.get(k)]
+    return f"scorecard {path}: {', '.join(parts)} (its \"held\" column)"
 
 
 def throughput(groups: Sequence[dict]) -> dict[str, float]:
@@ -96,6 +111,7 @@ def throughput(groups: Sequence[dict]) -> dict[str, float]:
     rounds = sum(g["runs"] * g["rounds"] for g in groups)
     train = sum(g["run_s"] for g in groups)
     return {"client_steps": steps, "run_rounds": rounds, "train_s": train,
+            "init_s": sum(g.get("init_s", 0.0) for g in groups),
             "compile_s": sum(g["compile_s"] for g in groups),
             "eval_s": sum(g["eval_s"] for g in groups),
             "runs": sum(g["runs"] for g in groups),
@@ -111,30 +127,34 @@ def family_lines(n: int, total: int, fam, setting: str, values: dict[str, dict[i
                  verdict: dict, seeds: Sequence[int], lr: float,
                  second: dict[str, dict[int, float]] | None = None,
                  grid_held: tuple[int, int] | None = None) -> list[str]:
-    """The screen block of one family: title, setting, the per-seed table of both arms,
-    the per-seed difference with its sign and the verdict."""
+    """The screen block of one family: title, setting, the per-seed table of both arms and
+    of their difference, the verdict with its intervals (`verdict_line`), the second
+    metric's mean difference and interval, and the shared-lr grid's count."""
     (a_lab, _), (b_lab, _) = fam.arms
     w = max(len(a_lab), len(b_lab), len("difference"), len(fam.short)) + 2
     nan = float("nan")
+    col = 8 if len(seeds) <= 5 else 7
 
     def row(label: str, vals: dict[int, float], signed: bool = False) -> str:
         cells = []
         for s in seeds:
             v = vals.get(s, nan)
             cells.append(("+" if signed and v > 0 else "") + fmt(v, fam.scale, fam.digits))
-        return f"    {label:{w}s}" + "".join(f"{c:>9s}" for c in cells)
+        return f"    {label:{w}s}" + "".join(f"{c:>{col}s}" for c in cells)
 
+    head = "seed " if len(seeds) <= 5 else "s"
     out = [f"{n}/{total} {fam.title} — {fam.paper}",
            f"    {setting}",
            f"    claim: {fam.claim}; client lr {lr:g} for both arms",
-           f"    {fam.short:{w}s}" + "".join(f"{'seed ' + str(s):>9s}" for s in seeds),
+           f"    {fam.short:{w}s}" + "".join(f"{head + str(s):>{col}s}" for s in seeds),
            row(a_lab, values[a_lab]), row(b_lab, values[b_lab]),
            row("difference", dict(zip(verdict["seeds"], verdict["diffs"], strict=True)),
-               signed=True) + f"   → {verdict['verdict']}"]
+               signed=True),
+           f"    → {verdict_line(verdict, fam.scale, fam.digits)}"]
     if second:
         sv = paired_verdict(second[a_lab], second[b_lab], "+")
-        out.append(f"    {fam.second_label} {a_lab} − {b_lab}: " + ", ".join(
-            f"{d * fam.second_scale:+.1f}" for d in sv["diffs"]) + f" ({sv['signs']})")
+        out.append(f"    {fam.second_label} {a_lab} − {b_lab}: "
+                   + verdict_line(sv, fam.second_scale, 1).split(": ", 1)[1].split(";")[0])
     if grid_held is not None:
         lrs = ", ".join(f"{x:g}" for x in fam.lr_grid)
         out.append(f"    over the shared client lrs {lrs}: held at {grid_held[0]} of "

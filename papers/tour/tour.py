@@ -1,17 +1,20 @@
 """`fedjax-appeal reproduce tour`: the first thing to run. Three claims of the papers this
-simulator reproduces, each as ONE paired comparison on the same seeds with one shared
-client learning rate (`papers.tour.specs`): Exp-α vs proportional weights (Exp-α paper,
-Table 2), MaxFL vs FedAvg under flexible participation (Cho et al., "Maximizing Global
-Model Appeal in Federated Learning", Table 1) and DivFL vs Random selection (SubTrunc /
-UnionFL paper, Table I).
+simulator reproduces, each as ONE paired comparison on the same seeds (0..9 by default)
+with one shared client learning rate (`papers.tour.specs`): Exp-α vs proportional weights
+(Exp-α paper, Table 2), MaxFL vs FedAvg under flexible participation (Cho et al.,
+"Maximizing Global Model Appeal in Federated Learning", Table 1) and DivFL vs Random
+selection (SubTrunc / UnionFL paper, Table I).
 
 Each comparison is one `sweep` (its arm key x the seeds, and for MaxFL the grid of shared
 lrs: each arm one compiled program vmapped over its runs), its grid sharded over every
-device (the host CPU split into one device per core when JAX is not running yet). The
-screen gets at most 40 lines: per comparison the per-seed values, the sign of the paired
-difference and whether the paper's direction holds in every seed; the throughput and the
-layout; the scorecard's counts. `table.md` holds the settings of every arm and the lr grid,
-`results.json` every per-seed number and history, `tour.png` the curves.
+device (the host CPU split into one device per core when JAX is not running yet). Each
+claim's verdict comes from the 95% intervals of the paired differences
+(`fedjax_appeal.paired_report`: held / reversed / inconclusive). The screen gets at most 40
+lines: per comparison the per-seed values and differences, the verdict with its intervals;
+the throughput, where the wall time went, the layout; the scorecard's counts. `table.md`
+holds the settings of every arm and the lr grid, `results.json` every per-seed number and
+history, `tour.png` each claim's metric over rounds with its 95% interval and the paired
+difference.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from papers.tour.logic import (
     paired_verdict,
     scorecard_line,
     throughput,
+    verdict_line,
 )
 from papers.tour.specs import FAMILIES, TINY, Family
 
@@ -92,7 +96,7 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
     for row in res.rows:
         arm = label[row["static"][fam.arm_key]]
         r_lr = float(row["hparams"].get("client_lr", lr))
-        keep = [fam.metric, fam.curve] + ([fam.second] if fam.second else [])
+        keep = [fam.metric] + ([fam.second] if fam.second else [])
         runs.setdefault(r_lr, {}).setdefault(arm, {})[int(row["seed"])] = {
             "final": {k: row["final"].get(k) for k in ["round", *dict.fromkeys(keep)]},
             "history": [{k: h.get(k) for k in ["round", *dict.fromkeys(keep)]}
@@ -131,37 +135,75 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
                        "data_s": res.timing["data_s"]}}
 
 
+def mean_band(ys: np.ndarray, lo: float = -np.inf, hi: float = np.inf
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lower, upper) over axis 0 of [seeds, points]: the 95% t interval of the mean
+    at each point, clipped to [lo, hi]."""
+    from fedjax_appeal import t_quantile
+
+    n = ys.shape[0]
+    m = np.nanmean(ys, 0)
+    if n < 2:
+        return m, m, m
+    half = t_quantile(n - 1) * np.nanstd(ys, 0, ddof=1) / np.sqrt(n)
+    return m, np.clip(m - half, lo, hi), np.clip(m + half, lo, hi)
+
+
 def plot_tour(path: Path, fams: list[Family], out: dict[str, dict]) -> None:
-    """One panel per family: the curve metric over rounds at the shared lr, per arm its
-    mean over seeds (line with markers) and the min-max band over seeds; arms get
-    distinct colours, line styles and markers (lines that coincide stay visible), and the
-    legend sits below each panel, outside the data."""
+    """Two rows of panels, one column per family, both at the shared lr. Top: the claim's
+    own metric over rounds, per arm its mean over seeds with the 95% t interval of the mean
+    (clipped to the metric's range). Bottom: the paired difference first − second over
+    rounds with its 95% t interval, the zero line and the final verdict; the paper's side
+    of zero is shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from fedjax_appeal import metric_range
+
     styles = (("tab:blue", "-", "o"), ("tab:orange", "--", "s"))
-    fig, axes = plt.subplots(1, len(fams), figsize=(5.2 * len(fams), 4.4), squeeze=False)
-    for ax, fam in zip(axes[0], fams, strict=True):
+    fig, axes = plt.subplots(2, len(fams), figsize=(5.2 * len(fams), 7.6), squeeze=False,
+                             gridspec_kw={"height_ratios": [3, 2]})
+    for j, fam in enumerate(fams):
+        ax, dx = axes[0][j], axes[1][j]
         rec = out[fam.key]
         lr_runs = rec["runs"][str(float(rec["client_lr"]))]
+        lo, hi = metric_range(fam.metric)
+        series = {}
         for (lab, _), (color, ls, mk) in zip(fam.arms, styles, strict=True):
             hs = [lr_runs[lab][s]["history"] for s in rec["seeds"]]
             n = min(len(h) for h in hs)
             xs = [hs[0][i]["round"] for i in range(n)]
-            ys = np.array([[np.nan if h[i][fam.curve] is None else h[i][fam.curve]
-                            for i in range(n)] for h in hs], np.float64) * 100
-            ax.fill_between(xs, np.nanmin(ys, 0), np.nanmax(ys, 0), color=color, alpha=0.18,
-                            lw=0)
-            ax.plot(xs, np.nanmean(ys, 0), color=color, ls=ls, marker=mk, ms=4, lw=1.6,
-                    label=f"{lab} (mean of {len(hs)} seeds; band: min–max)")
+            ys = np.array([[np.nan if h[i][fam.metric] is None else h[i][fam.metric]
+                            for i in range(n)] for h in hs], np.float64)
+            series[lab] = (xs, ys)
+            m, b0, b1 = mean_band(ys, lo, hi)
+            ax.fill_between(xs, b0 * fam.scale, b1 * fam.scale, color=color, alpha=0.18, lw=0)
+            ax.plot(xs, m * fam.scale, color=color, ls=ls, marker=mk, ms=4, lw=1.6,
+                    label=f"{lab} (mean of {len(hs)} seeds; band: 95% interval)")
         ax.set_title(f"{fam.title}\n{fam.paper}", fontsize=8.5)
-        ax.set_xlabel("round")
-        ax.set_ylabel(f"{fam.curve_label} (%)", fontsize=8.5)
+        ax.set_ylabel(fam.short, fontsize=8.5)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1,
-                  frameon=False)
+        ax.legend(fontsize=7.5, loc="best", frameon=False)
+        (a, _), (b, _) = fam.arms
+        xs = series[a][0][:min(len(series[a][0]), len(series[b][0]))]
+        d = (series[a][1][:, :len(xs)] - series[b][1][:, :len(xs)]) * fam.scale
+        m, b0, b1 = mean_band(d)
+        dx.fill_between(xs, b0, b1, color="tab:green", alpha=0.2, lw=0)
+        dx.plot(xs, m, color="tab:green", marker="o", ms=3, lw=1.4,
+                label=f"{a} − {b} (95% interval)")
+        dx.axhline(0, color="black", lw=0.8)
+        top, bottom = dx.get_ylim()[1], dx.get_ylim()[0]
+        side = (0, top) if fam.want == "+" else (bottom, 0)
+        dx.axhspan(*side, color="tab:green", alpha=0.05, lw=0)
+        dx.set_ylim(bottom, top)
+        dx.set_xlabel("round")
+        dx.set_ylabel(f"difference ({fam.short})", fontsize=8.5)
+        dx.set_title(f"final: {rec['paired']['verdict']} (shaded: the paper's side)",
+                     fontsize=8.5)
+        dx.grid(alpha=0.3)
+        dx.legend(fontsize=7.5, loc="best", frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -175,9 +217,12 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
              "", f"Command: `{ctx.command}`", "",
              "Each comparison runs both arms on the same seeds with one shared client lr; a "
              "seed fixes the model initialisation, the cohorts and the minibatches (the data "
-             "partition is the one of the first seed for all runs of a sweep). A direction "
-             "holds only when the paired difference has the paper's sign in every seed "
-             "(a tie does not hold).", ""]
+             "partition is the one of the first seed for all runs of a sweep). Verdict "
+             "(`fedjax_appeal.paired_report`): **held** when the 95% paired t interval of "
+             "the mean difference lies on the paper's side of 0, **reversed** when it lies "
+             "on the other side, **inconclusive** when it contains 0; the 95% sign-flip "
+             "permutation interval is shown beside it (it decides only when every seed has "
+             "the same difference).", ""]
     for i, fam in enumerate(fams):
         rec = out[fam.key]
         (a, _), (b, _) = fam.arms
@@ -193,22 +238,23 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
                   f"{rec['setting']}. Shared client lr {rec['client_lr']:g}. Metric: "
                   f"{fam.metric_label} (`{fam.metric}`, final evaluation).", "",
                   markdown_table(["arm"] + [f"seed {s}" for s in seeds], rows),
-                  f"Signs: {p['signs']}: {p['verdict']}.", ""]
+                  f"Verdict: **{verdict_line(p, fam.scale, fam.digits + 1)}**.", ""]
         if rec["second"]:
             sv = paired_verdict(rec["second"][a], rec["second"][b], "+")
             parts += [f"{fam.second_label} (`{fam.second}`), {a} − {b} per seed: "
                       + ", ".join(f"{d * fam.second_scale:+.2f}" for d in sv["diffs"])
-                      + f" ({sv['signs']}).", ""]
+                      + f" ({verdict_line(sv, fam.second_scale, 2)}; not part of the "
+                      "verdict).", ""]
         if rec["lr_grid"]:
             k, n = rec["held_at"]
             grows = [[f"{lr:g}"] + [", ".join(fmt(v["values"][lab][s], fam.scale, fam.digits)
                                               for s in seeds) for lab in (a, b)]
-                     + [v["signs"], "held" if v["held"] else "not held"]
+                     + [v["signs"], verdict_line(v, fam.scale, fam.digits + 1)]
                      for lr, v in rec["lr_grid"].items()]
             parts += [f"Shared client lr grid (both arms at the same lr; solo models at that "
-                      f"lr too): the direction held at {k} of {n} lrs.", "",
+                      f"lr too): held at {k} of {n} lrs.", "",
                       markdown_table(["client lr", f"{a} per seed", f"{b} per seed",
-                                      "signs", "every seed"], grows), fam.schedule_note, ""]
+                                      "signs", "verdict"], grows), fam.schedule_note, ""]
         elif fam.schedule_note:
             parts += [fam.schedule_note, ""]
         parts += ["Settings of each arm (RunConfig and HParams keys):", ""]
@@ -218,8 +264,9 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
     parts += ["## Throughput, layout, scorecard", ""] + [f"- {line}" for line in footer]
     parts += ["", "Scorecard rule: in every table of `results/README.md` whose header has a "
               "column named \"held...\", a row's verdict is the leftmost of the phrases \"held "
-              "at tuned lrs only\", \"not held\" and \"held\" in that cell (bold and case "
-              "ignored); rows naming none (e.g. \"—\") are not counted.", ""]
+              "at tuned lrs only\", \"inconclusive\", \"reversed\", \"not held\" and \"held\" "
+              "in that cell (bold and case ignored); rows naming none (e.g. \"—\") are not "
+              "counted.", ""]
     return "\n".join(parts)
 
 
@@ -230,16 +277,17 @@ def time_line(ctx: Context, out: dict[str, dict], tp: dict[str, Any], wall: floa
     from fedjax_appeal import command_split, split_text, time_split
 
     data_s = sum(rec["timing"]["data_s"] for rec in out.values())
+    train_s = tp["train_s"] + tp["init_s"]  # chunks of rounds and the init programs
     if ctx.clock is not None:
-        s = command_split(ctx.clock, tp["train_s"], tp["eval_s"], data_s)
+        s = command_split(ctx.clock, train_s, tp["eval_s"], data_s)
         return split_text(s, s["programs"])
-    return split_text(time_split(wall, compile_s=tp["compile_s"], train_s=tp["train_s"],
-                            eval_s=tp["eval_s"], data_s=data_s))
+    return split_text(time_split(wall, compile_s=tp["compile_s"], train_s=train_s,
+                                 eval_s=tp["eval_s"], data_s=data_s))
 
 
 @experiment("tour", "a short tour: Exp-α, MaxFL and DivFL each against its baseline on the "
-            "same seeds with one shared lr, per-seed signs and whether each holds",
-            options=OPTIONS)
+            "same 10 seeds with one shared lr, each verdict from 95% intervals",
+            options=OPTIONS, seeds=range(10))
 def tour(ctx: Context) -> None:
     t0 = time.perf_counter()
     mesh, layout = execution_layout()
@@ -247,7 +295,8 @@ def tour(ctx: Context) -> None:
     seeds = list(ctx.seeds)
     if len(seeds) < 2:
         raise ConfigError("reproduce tour compares arms seed by seed: give at least two "
-                          "seeds (--seeds 0,1,2)")
+                          "seeds (default --seeds 0,1,...,9; fewer than 6 cannot reach a "
+                          "verdict)")
     fams = list(FAMILIES)
     out: dict[str, dict] = {}
     for i, fam in enumerate(fams):
