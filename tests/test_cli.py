@@ -241,3 +241,31 @@ def test_no_nan_or_infinity_in_json(tmp_path):
     assert got["arr"] == [1.0, None, None] and got["timing"]["x"] is None
     assert "nan" not in (tmp_path / "o" / "results.json").read_text().lower()
     assert math.isnan(results["history"][0]["train_loss"])  # the input is not modified
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["run", "--cohrt", "5"],
+     "unrecognized argument --cohrt (did you mean --cohort?); `fedjax-appeal run --help`"),
+    (["sweep", "--gird", "client_lr=0.1"], "unrecognized argument --gird (did you mean --grid?)"),
+    (["reproduce", "tour", "--seed", "3"],  # no abbreviation: not read as --seeds 3
+     "unrecognized argument --seed (did you mean --seeds?)"),
+    (["run", "--local-step=3"], "unrecognized argument --local-step (did you mean "
+                                "--local-steps?)"),
+    (["run", "stray"], "unrecognized arguments: stray"),
+])
+def test_a_misspelled_flag_gets_the_closest_one(tmp_path, capsys, argv, msg):
+    assert_refused([*argv, "--out", str(tmp_path / "r")], tmp_path / "r", capsys, msg)
+
+
+def test_help_shows_one_true_default_per_option(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--data-dir DATA_DIR directory with the npz data files (default: $FEDJAX_APPEAL_DATA)" \
+        in text
+    assert "(default: $FEDJAX_APPEAL_CACHE, else ~/.cache/fedjax_appeal)" in text
+    assert "(default: runs/ALGORITHM_DATASET_sSEED; a sweep: runs/sweep_ALGORITHM_DATASET)" \
+        in text
+    for flag in ("--data-dir", "--cache-dir", "--out"):  # one default each, the true one
+        entry = text.split(f"{flag} {flag[2:].upper().replace('-', '_')}", 1)[1].split(" --")[0]
+        assert entry.count("default") == 1 and "(default: '')" not in entry, entry

@@ -169,3 +169,16 @@ def test_assemble_builds_the_model_with_the_layouts_convolution(lanes, want):
                     unseen_clients=0, cohort=4, max_samples=400, layout="manual",
                     client_lanes=lanes)
     assert assemble(cfg).model.module.conv_impl == want
+
+
+def test_the_reason_of_an_unsplit_cpu_names_the_cohort_and_the_cores(monkeypatch):
+    from fedjax_appeal.execute import layout
+
+    monkeypatch.setattr(layout, "host_cores", lambda: 2)
+    assert layout.choose(5, backend="cpu", device_count=1, processes=1) == (
+        1, 0, "cohort 5 has no divisor in 2..2 (the host's cores), so the CPU is not split")
+    monkeypatch.setattr(layout, "host_cores", lambda: 1)
+    assert layout.choose(5, backend="cpu", device_count=1, processes=1)[2] == (
+        "only 1 cpu device visible")
+    assert layout.choose(7, backend="gpu", device_count=4, processes=1)[2] == (
+        "no divisor of cohort 7 in 2..4 devices")

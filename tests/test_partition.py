@@ -41,6 +41,16 @@ def test_dirichlet_impossible_min_samples():
         P.dirichlet(_labels(50), 10, 0.5, np.random.default_rng(0), min_samples=10)
 
 
+def test_dirichlet_that_cannot_fill_every_client_names_the_client_options():
+    # 2,000 rows over 200 clients at 10 each: possible on average, never in a Dir(0.5) draw
+    labels = np.random.default_rng(0).integers(0, 10, 2000)
+    with pytest.raises(ConfigError) as e:
+        P.dirichlet(labels, 200, 0.5, np.random.default_rng(1), min_samples=10, max_tries=20)
+    msg = str(e.value)
+    assert "over 200 clients" in msg and "10 a client on average" in msg
+    assert "--clients, --unseen-clients" in msg and "--min-samples" in msg
+
+
 def test_clusters_label_sets():
     y = _labels()
     parts = P.clusters(y, 20, 5, 2, np.random.default_rng(2), min_samples=5)

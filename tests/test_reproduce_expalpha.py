@@ -43,20 +43,27 @@ def test_paired_signs_censoring_and_rows_by_hand():
     assert (p0["acc_half"], p0["acc_final"]) == (0.41, 0.6)
     pr = S.paired([4, 6], [2, 8], lower_better=True, censor=11)
     assert pr["diff"] == [-2.0, 2.0] and pr["signs"] == "−+" and not pr["held"]
-    assert pr["verdict"] == "inconclusive"
-    # sample std (ddof = 1): sqrt((2² + 2²) / 1) = 2·sqrt(2)
+    # sample std (ddof = 1): sqrt((2² + 2²) / 1) = 2·sqrt(2); t interval 0 ± 12.71·2
     assert pr["mean"] == 0.0 and pr["std"] == pytest.approx(2 * np.sqrt(2))
-    # a target never reached counts as R + 1 = 11; two seeds both below: too few seeds (the
-    # sign-flip interval of fewer than 6 is the whole line), so inconclusive, not held
+    assert pr["verdict"] == "inconclusive"
+    # a target never reached counts as R + 1 = 11; two seeds both below, but the t interval
+    # -1.5 ± t(1, 0.975)·sqrt(0.5)/sqrt(2) = -1.5 ± 12.71·0.5 = [-7.85, +4.85] contains 0
     pr = S.paired([8, None], [6, 10], lower_better=True, censor=11)
     assert pr["diff"] == [-2.0, -1.0] and pr["signs"] == "−−"
-    assert pr["verdict"] == "inconclusive" and not pr["held"]
     assert pr["std"] == pytest.approx(np.sqrt(0.5))  # ((0.5)² + (0.5)²) / 1
-    pr = S.paired([8, None, 8], [6, 10, 6], lower_better=True, censor=11)  # 3 seeds
+    assert pr["verdict"] == "inconclusive" and not pr["held"]
+    # three seeds -2, -1, -2: -5/3 ± 4.303·sqrt(1/3)/sqrt(3) = [-3.10, -0.23], below 0: held
+    pr = S.paired([8, None, 8], [6, 10, 6], lower_better=True, censor=11)
+    assert pr["signs"] == "−−−" and pr["std"] == pytest.approx(np.sqrt(1 / 3))
+    assert pr["verdict"] == "held" and pr["held"]
+    # the same difference -2 in every seed: the t interval is the point -2 and says nothing;
+    # the sign-flip interval decides, the whole line with 3 seeds, [-2, -2] with 6
+    pr = S.paired([8, 8, 8], [6, 6, 6], lower_better=True)
     assert pr["signs"] == "−−−" and pr["verdict"] == "inconclusive" and not pr["held"]
-    # the same pattern over 6 seeds: held. Δ = -2, -1, -2, -1, -2, -2: mean -5/3, all below
-    # 0 (the 6-seed sign-flip interval is [min, max] = [-2, -1]); t interval
-    # -5/3 ± 2.571·sqrt(4/15)/sqrt(6) = [-2.21, -1.12]
+    pr = S.paired([8] * 6, [6] * 6, lower_better=True)
+    assert pr["signs"] == "−−−−−−" and pr["verdict"] == "held" and pr["held"]
+    # six seeds, Δ = -2, -1, -2, -1, -2, -2: mean -5/3, sample std sqrt(4/15), t interval
+    # -5/3 ± 2.571·sqrt(4/15)/sqrt(6) = [-2.21, -1.12]: held
     pr = S.paired([8, None, 6, 6, 8, 4], [6, 10, 4, 5, 6, 2], lower_better=True, censor=11)
     assert pr["diff"] == [-2.0, -1.0, -2.0, -1.0, -2.0, -2.0] and pr["signs"] == "−−−−−−"
     assert pr["verdict"] == "held" and pr["held"]
@@ -69,10 +76,10 @@ def test_paired_signs_censoring_and_rows_by_hand():
     assert pr["signs"] == "−?−−−−" and pr["verdict"] == "inconclusive"
     pr = S.paired([0.5, 0.6], [0.55, 0.6], lower_better=False)
     assert pr["signs"] == "+0" and not pr["held"] and pr["verdict"] == "inconclusive"
-    # a tie among 6 seeds keeps 0 in the sign-flip interval: inconclusive
-    pr = S.paired([0.5, 0.6, 0.5, 0.5, 0.5, 0.5], [0.55, 0.6, 0.55, 0.6, 0.55, 0.6],
-                  lower_better=False)
-    assert pr["signs"] == "+0++++" and pr["verdict"] == "inconclusive" and not pr["held"]
+    # five of six seeds above (+0.1) and one far below (-0.5): mean 0, inconclusive
+    pr = S.paired([0.5] * 6, [0.6, 0.0, 0.6, 0.6, 0.6, 0.6], lower_better=False)
+    assert pr["signs"] == "+−++++" and pr["mean"] == pytest.approx(0.0, abs=1e-12)
+    assert pr["verdict"] == "inconclusive" and not pr["held"]
     paper = {a: ES.PAPER["imbalance"][("FedAvg", a)] for a in ES.AGGREGATIONS}
     rows = S.paired_rows("FedAvg", [p0, p1], [e0, e1], 10, xs, paper)
     assert len(rows) == 4 and len(rows[0]) == len(S.PAIRED_HEADER)
@@ -83,11 +90,13 @@ def test_paired_signs_censoring_and_rows_by_hand():
     # acc50: prop 8, never ; Exp-α 6, 10 -> Δ -2, 10 - 11 = -1 (sample std 0.71); two seeds
     assert rows[1][2] == "8 ± 0 [1/2 reached] (8, >10)"
     assert rows[1][4:7] == ["-1.5 ± 0.7", "−−", "inconclusive"]
-    # final accuracy: 60 vs 62, 48 vs 50 -> +2, +2; two seeds
+    # final accuracy: 60 vs 62, 48 vs 50 -> +2, +2: the same in both seeds, so the
+    # sign-flip interval decides, and with two seeds it is the whole line
     assert rows[3][1] == "acc @ R=10 (%)"
     assert rows[3][4:8] == ["+2.00 ± 0.00", "++", "inconclusive", "+2.26 (final)"]
-    # the same two seeds three times over (6 seeds): acc50 (−−−−−−) and the final accuracy
-    # (++++++) held, acc40 (−+−+−+) still inconclusive
+    # the same two seeds three times over (6 seeds): acc50 (−−−−−−, t interval
+    # -1.5 ± 2.571·sqrt(0.3)/sqrt(6) = [-2.07, -0.93]) and the final accuracy (+2 in every
+    # seed: sign-flip interval [+2, +2]) held, acc40 (−+−+−+, mean 0) still inconclusive
     rows = S.paired_rows("FedAvg", [p0, p1] * 3, [e0, e1] * 3, 10, xs, paper)
     # acc40: Δ ±2 alternating: sample std sqrt(6·4 / 5) = 2.19
     assert rows[0][4:7] == ["+0.0 ± 2.2", "−+−+−+", "inconclusive"]

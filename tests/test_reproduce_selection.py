@@ -23,8 +23,9 @@ def test_reproduce_paired_differences_window_share_and_divergence():
     assert p["t_interval"] == pytest.approx([-1 / 6 - half, -1 / 6 + half])
     assert p["perm_interval"] == [-np.inf, np.inf]
     assert pairs.verdict(p, "-") == "inconclusive" == pairs.verdict(p, "+")
-    # six seeds all below: held for "-", reversed for "+"; with six seeds the sign-flip test
-    # rejects a δ only when every d - δ has one sign, so its interval is [min d, max d]
+    # six seeds all below: the t interval -2 ± 2.571·sqrt(0.8)/sqrt(6) = [-2.94, -1.06]
+    # decides: held for "-", reversed for "+"; beside it the sign-flip interval (with six
+    # seeds the test rejects a δ only when every d - δ has one sign: [min d, max d])
     a6 = [{"seed": s, "x": 0.0} for s in range(6)]
     b6 = [{"seed": s, "x": float(1 + s % 3)} for s in range(6)]
     p6 = pairs.paired(a6, b6, "x")
@@ -34,13 +35,27 @@ def test_reproduce_paired_differences_window_share_and_divergence():
     assert p6["t_interval"] == pytest.approx([-2.0 - half, -2.0 + half])
     assert p6["perm_interval"] == pytest.approx([-3.0, -1.0], abs=1e-9)
     assert pairs.verdict(p6, "-") == "held" and pairs.verdict(p6, "+") == "reversed"
-    # the same pattern over only 3 seeds: inconclusive either way
+    # the same pattern over only 3 seeds: -2 ± 4.303·1/sqrt(3) = [-4.48, +0.48] contains 0
     p3 = pairs.paired(a6[:3], b6[:3], "x")
-    assert p3["signs"] == "---" and pairs.verdict(p3, "-") == "inconclusive"
-    assert pairs.verdict(p3, "+") == "inconclusive"
-    # one seed above zero among six: 0 lies in [min, max], inconclusive
+    assert p3["signs"] == "---" and p3["t_interval"] == pytest.approx(
+        [-2.0 - 4.302652729911275 / np.sqrt(3), -2.0 + 4.302652729911275 / np.sqrt(3)])
+    assert pairs.verdict(p3, "-") == "inconclusive" == pairs.verdict(p3, "+")
+    # three seeds closer together (-1.9, -2, -2.1: std 0.1): [-2.25, -1.75], held
+    near = pairs.paired(a6[:3], [{"seed": s, "x": x} for s, x in enumerate((1.9, 2.0, 2.1))],
+                        "x")
+    assert pairs.verdict(near, "-") == "held"
+    # the same difference -2 in every seed: the t interval is a point, the sign-flip one
+    # decides (the whole line with 3 seeds, [-2, -2] with 6)
+    same = [{"seed": s, "x": 2.0} for s in range(6)]
+    assert pairs.verdict(pairs.paired(a6[:3], same[:3], "x"), "-") == "inconclusive"
+    assert pairs.verdict(pairs.paired(a6, same, "x"), "-") == "held"
+    # one seed above zero among six (-1, -2, -3, -1, +1, -3): mean -1.5, sample std
+    # sqrt(2.3), -1.5 ± 2.571·sqrt(2.3)/sqrt(6) = [-3.09, +0.09] contains 0
     b6[4]["x"] = -1.0
-    assert pairs.verdict(pairs.paired(a6, b6, "x"), "-") == "inconclusive"
+    p1 = pairs.paired(a6, b6, "x")
+    assert p1["t_interval"][0] < 0 < p1["t_interval"][1]
+    assert p1["t_interval"][1] == pytest.approx(-1.5 + half * np.sqrt(2.3 / 0.8))
+    assert pairs.verdict(p1, "-") == "inconclusive"
     cohorts = np.array([[0, 1], [1, 2], [3, 4], [0, 4]])
     # round 1: {1} of {0,1}; round 2: none of {1,2} (u=1); round 3: {4} of {3,4}
     assert rs._window_picks(cohorts, 1) == pytest.approx(2 / 6)

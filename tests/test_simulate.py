@@ -103,3 +103,22 @@ def test_two_rounds_deterministic_no_nan(name):
     for h in h0:
         assert all(np.isfinite(v) for v in h.values())
     assert h0[-1]["train_loss"] != h0[0]["train_loss"]  # it trained
+
+
+def test_progress_eta_counts_training_not_compiling(monkeypatch):
+    """The first stretch after round 0 holds the compilation of the chunk: no ETA there;
+    later ones use the pace of the latest stretch (here 2 s per 10 rounds)."""
+    import io
+
+    from fedjax_appeal.run import simulate as sim
+
+    clock = iter([0.0, 1.0, 60.0, 62.0, 64.0])  # start, then one reading per evaluation
+    monkeypatch.setattr(sim.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    show = sim.progress_printer("fedavg", 50, stream=out)
+    for r in (0, 10, 20, 30):
+        show({"round": r, "train_loss": 1.0, "test_acc_seen": 0.5})
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("elapsed 1s") and lines[1].endswith("elapsed 60s")  # no ETA
+    assert lines[2].endswith("elapsed 62s eta 6s")  # 2 s / 10 rounds x 30 rounds left
+    assert lines[3].endswith("elapsed 64s eta 4s")

@@ -183,6 +183,7 @@ def test_sweep_ctrl_c_keeps_finished_and_resume_equals_uninterrupted(tmp_path, c
     monkeypatch.setattr(sweep_mod, "run_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert main(["sweep", "--resume", str(out)]) == 0
     assert len(calls) == 1
+    assert not ck.exists()  # a finished sweep leaves no checkpoint behind
     a = json.loads((out / "sweep.json").read_text())
     b = json.loads((ref / "sweep.json").read_text())
     assert [(r["label"], r["seed"]) for r in a["rows"]] == [(r["label"], r["seed"])
@@ -217,3 +218,14 @@ def test_sweep_of_one_configuration_equals_run_bit_for_bit(tmp_path, algorithm):
     for a, b in zip(run["history"], row["history"], strict=True):
         assert {k: a[k] for k in b} == b
     assert run["round_metrics"]["cohort_loss"] == row["cohort_loss"]
+
+
+def test_progress_reports_the_best_mean_over_seeds_as_the_summary_ranks():
+    from fedjax_appeal.run.sweep import best_mean
+
+    h = [[{"acc": v}] for v in (0.9, 0.1, 0.6, 0.5, float("nan"))]
+    # configurations a (0.9, 0.1: mean 0.5) and b (0.6, 0.5: mean 0.55); the last run pads
+    assert best_mean(h, ["a", "a", "b", "b"], "acc", lower=False) == (pytest.approx(0.55), 2)
+    assert best_mean(h, ["a", "a", "b", "b"], "acc", lower=True) == (pytest.approx(0.5), 2)
+    best, n = best_mean(h[4:], ["c"], "acc", lower=False)
+    assert best != best and n == 1  # only NaN: NaN

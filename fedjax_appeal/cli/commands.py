@@ -91,7 +91,7 @@ def _declared_help(f, named: dict[str, Any]) -> str:
 
     meta = f.metadata
     allowed = (named[f.name].choices() if f.name in named else meta.get("choices") or ())
-    extra = [f"default: {f.default!r}"]
+    extra = [f"default: {meta.get('shown') or repr(f.default)}"]
     if allowed:
         extra.append(f"one of: {', '.join(map(str, allowed))}")
     if meta.get("range"):
@@ -613,7 +613,8 @@ def make_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fedjax-appeal", description="JAX-vectorized federated-learning simulator")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (configure, handler, help_, _, computes) in all_commands().items():
-        sp = sub.add_parser(name, help=help_, description=help_)
+        # no abbreviations: `reproduce tour --seed 3` would be read as `--seeds 3`
+        sp = sub.add_parser(name, help=help_, description=help_, allow_abbrev=False)
         configure(sp)
         if computes:
             add_runtime_flags(sp)
@@ -677,6 +678,23 @@ def load_plugins(names: list[str]) -> None:
                               f"{e}); pass an importable module name or a .py file") from None
 
 
+def unknown_message(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> str:
+    """'unrecognized argument --cohrt (did you mean --cohort?)': the first unknown option
+    of `command` with the closest option of that command, or the unrecognised values."""
+    from ..core.registry import did_you_mean
+
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = [o for o in sub.choices[command]._option_string_actions if o.startswith("--")]
+    for item in unknown:
+        if item.startswith("--"):
+            flag = item.split("=", 1)[0]
+            guess = did_you_mean(flag, options)
+            return (f"unrecognized argument {flag}"
+                    + (f" (did you mean {guess}?)" if guess else "")
+                    + f"; `fedjax-appeal {command} --help` lists the options")
+    return f"unrecognized arguments: {' '.join(unknown)}"
+
+
 def add_runtime_flags(p: argparse.ArgumentParser) -> None:
     """--compile-cache and --deterministic (see `execute.runtime`)."""
     from ..execute.runtime import COMPILE_CACHE_ENV, DETERMINISTIC_ENV
@@ -731,7 +749,10 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     except ConfigError as e:
         print(f"fedjax-appeal: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    args = make_parser().parse_args(argv)
+    parser = make_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(unknown_message(parser, args.command, unknown))
     received: list[int] = []  # the signal that stopped the run (SIGINT raises by itself)
     previous = _stop_on_signals(received)
     log = None

@@ -72,7 +72,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     writers["compare.md"] = lambda p: p.write_text(
         f"# {title}\n\n" + markdown_table(rows, args.metric)
         + (f"\nPaired with {args.baseline} (seed by seed; better = the 95% paired t "
-           "interval on the better side of 0):\n\n" + paired_table(pairs, args.metric) if pairs else ""))
+           "interval on the better side of 0):\n\n" + paired_table(pairs, args.metric)
+           if pairs else ""))
     writers["compare.csv"] = lambda p: p.write_text(csv_text(rows, args.x))
     writers["compare.json"] = lambda p: p.write_text(json.dumps(to_jsonable(result), indent=1,
                                                                 allow_nan=False))

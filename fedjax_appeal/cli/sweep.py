@@ -297,6 +297,10 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
                           f"every finished run stays in {ck_dir / 'rows.json'}: free space, "
                           f"then `fedjax-appeal sweep --resume {cfg.out}` writes them without "
                           "training") from None
+    import shutil
+
+    # the results are written: the finished batches kept for a resume are no longer needed
+    shutil.rmtree(ck_dir, ignore_errors=True)
     if cfg.log:  # one tracked run per (grid point, seed)
         from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
 

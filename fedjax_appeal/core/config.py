@@ -60,12 +60,14 @@ def _meta(help: str, group: str, choices, ge, gt, le, lt, hint: str, **extra) ->
 
 def _f(default: Any, help: str, choices: tuple | None = None, *, group: str,
        data: bool = False, ge=None, gt=None, le=None, lt=None, hint: str = "",
-       registry: str = "", prefixes: tuple = (), **kw):
+       registry: str = "", prefixes: tuple = (), shown: str = "", **kw):
     """A RunConfig field, declared once: default, CLI help, section (`GROUPS`), allowed
     values (`choices`, or the name of a component `registry`), range (`ge`/`gt`/`le`/`lt`),
-    a `hint` appended to a refusal, and whether it changes the data."""
+    a `hint` appended to a refusal, whether it changes the data, and `shown`: what `--help`
+    says the default is when the stored one stands for something else (an empty folder
+    name that means an environment variable or a folder named after the run)."""
     meta = _meta(help, group, choices, ge, gt, le, lt, hint, data=data, registry=registry,
-                 prefixes=prefixes)
+                 prefixes=prefixes, shown=shown)
     return dataclasses.field(default=default, metadata=meta, **kw)
 
 
@@ -291,12 +293,12 @@ class RunConfig:
     model: str = _f("auto", "model name, or 'auto' for the dataset's default",
                     registry="model", group="algorithm")
     # Data sources
-    data_dir: str = _data("", "directory with the npz data files (default: $FEDJAX_APPEAL_DATA)",
-                          group="data")
+    data_dir: str = _data("", "directory with the npz data files", group="data",
+                          shown="$FEDJAX_APPEAL_DATA")
     fmnist_dir: str = _data("/usr/share/datasets/fashion-mnist",
                          "directory with the Fashion-MNIST IDX .gz files", group="data")
-    cache_dir: str = _data("", "cache for decoded arrays (default: $FEDJAX_APPEAL_CACHE or "
-                            "~/.cache/fedjax_appeal)", group="data")
+    cache_dir: str = _data("", "cache for decoded arrays", group="data",
+                           shown="$FEDJAX_APPEAL_CACHE, else ~/.cache/fedjax_appeal")
     max_samples: int = _data(0, "use at most this many samples of the dataset (0 = all)",
                              group="data", ge=0)
     input_scale: float = _data(0.0, "dataset npz:PATH: the model multiplies its inputs by this "
@@ -412,7 +414,8 @@ class RunConfig:
     data_seed: int = _data(-1, "seed of the data: partition, train/test split, label flips, "
                                "generated clients (-1 = --seed)",
                        group="data", ge=-1, lt=SEED_LIMIT)
-    out: str = _f("", "output directory (results.json, history.csv, accuracy.png)", group="output")
+    out: str = _f("", "output directory (results.json, history.csv, accuracy.png)", group="output",
+                  shown="runs/ALGORITHM_DATASET_sSEED; a sweep: runs/sweep_ALGORITHM_DATASET")
     # --- appeal protocol (fedjax_appeal/protocols/appeal/appeal.py, requirement.py) ---
     appeal: str = _f("auto", "the appeal protocol (solo models, GM-Appeal and preferred-model "
                              "metrics, opt-out participation, fine-tuning evaluation): on, off, "

@@ -40,8 +40,10 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random
         out = [np.sort(np.concatenate(p)) for p in parts]
         if min(len(o) for o in out) >= min_samples:
             return out
-    raise ConfigError(f"Dirichlet({alpha}) gave a client fewer than {min_samples} samples in "
-                      f"{max_tries} draws: raise --alpha or lower --min-samples")
+    raise ConfigError(f"Dirichlet({alpha}) over {num_clients} clients gave a client fewer than "
+                      f"{min_samples} of the {n} samples ({n // num_clients} a client on "
+                      f"average) in {max_tries} draws: use fewer clients (--clients, "
+                      "--unseen-clients), raise --alpha or lower --min-samples")
 
 
 def cluster_label_sets(classes: np.ndarray, num_clusters: int, labels_per_cluster: int,

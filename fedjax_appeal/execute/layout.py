@@ -119,8 +119,14 @@ def choose(cohort: int, *, backend: str | None = None, device_count: int | None 
         return 0, 1 if backend == "cpu" else 0, f"{procs} processes: every device"
     d = largest_divisor(cohort, n)
     if d == 1:
-        why = (f"only 1 {backend} device visible" if n == 1 else
-               f"no divisor of cohort {cohort} in 2..{n} devices")
+        cores = host_cores()
+        if n == 1 and backend == "cpu" and cores > 1 and cpu_split(cohort, cores) == 0:
+            why = (f"cohort {cohort} has no divisor in 2..{cores} (the host's cores), so the "
+                   "CPU is not split")
+        elif n == 1:
+            why = f"only 1 {backend} device visible"
+        else:
+            why = f"no divisor of cohort {cohort} in 2..{n} devices"
         return 1, 0, why
     if backend == "cpu":
         return d, 1, f"cohort {cohort} split {cohort // d} per device over {d} CPU devices"

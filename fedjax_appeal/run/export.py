@@ -77,6 +77,13 @@ def load_model(folder: str | Path, module=None, conv_impl: str | None = None
                ) -> tuple[Model, Any, Any]:
     """(model, params, state) of a model written by `save_model` or `fedjax-appeal run`.
 
+    The model takes what the run's data hold, unnormalised: `x` of shape
+    [N, *model.input_shape] and dtype `model.input_dtype` (raw uint8 pixels 0-255 for image
+    datasets, e.g. Fashion-MNIST [N, 28, 28] uint8; float features for `sent140`,
+    `synthetic` and float npz data); the model scales and standardises its input itself.
+    `model.apply(params, state, x, train=False)` returns (logits [N, classes], state), and
+    `logits.argmax(-1)` the predicted classes.
+
     Args:
       folder: the folder holding `model.msgpack` and `model.json` (a run's `--out`).
       module: the flax module, for models not in the registry (default: rebuilt by name).

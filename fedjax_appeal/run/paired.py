@@ -16,8 +16,8 @@ Verdict, from the paired t interval: **held** when it lies strictly on the paper
 (or fewer than two finite pairs). When the differences have no spread beyond rounding
 (every seed the same difference, as a coarse metric can give; a spread below a millionth of
 the mean) the t interval is a point and says nothing about the uncertainty; the sign-flip
-interval decides then (it needs at least 6 seeds to exclude 0). The sign-flip interval is reported beside the t interval in every case, as a check that
-needs no normality.
+interval decides then (it needs at least 6 seeds to exclude 0). The sign-flip interval is
+reported beside the t interval in every case, as a check that needs no normality.
 
 One function (`paired_report`) computes it for the tour, the paper tables, the scorecard
 and `compare`.

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_appeal import ConfigError, HParams
+from fedjax_appeal import ConfigError, HParams, runtime_record
 from papers.reproduce import Context, experiment, markdown_table
 from papers.tour.logic import (
     count_scorecard,
@@ -270,19 +270,22 @@ def table_markdown(ctx: Context, fams: list[Family], out: dict[str, dict], foote
     return "\n".join(parts)
 
 
-def time_line(ctx: Context, out: dict[str, dict], tp: dict[str, Any], wall: float) -> str:
-    """Where the tour's wall time went: compile / train / eval / data / other, from the
-    command's clock (since the process started, every program it compiled) when it has
-    one, else from the sweeps' own timings (since the tour started)."""
+def time_split_of(ctx: Context, out: dict[str, dict], tp: dict[str, Any], wall: float
+                  ) -> tuple[str, dict[str, Any]]:
+    """(line, split): where the tour's wall time went, compile / train / eval / data /
+    other, from the command's clock (since the process started, every program it
+    compiled) when it has one, else from the sweeps' own timings (since the tour
+    started)."""
     from fedjax_appeal import command_split, split_text, time_split
 
     data_s = sum(rec["timing"]["data_s"] for rec in out.values())
     train_s = tp["train_s"] + tp["init_s"]  # chunks of rounds and the init programs
     if ctx.clock is not None:
         s = command_split(ctx.clock, train_s, tp["eval_s"], data_s)
-        return split_text(s, s["programs"])
-    return split_text(time_split(wall, compile_s=tp["compile_s"], train_s=train_s,
-                                 eval_s=tp["eval_s"], data_s=data_s))
+        return split_text(s, s["programs"]), s
+    s = time_split(wall, compile_s=tp["compile_s"], train_s=train_s, eval_s=tp["eval_s"],
+                   data_s=data_s)
+    return split_text(s), s
 
 
 @experiment("tour", "a short tour: Exp-α, MaxFL and DivFL each against its baseline on the "
@@ -295,8 +298,7 @@ def tour(ctx: Context) -> None:
     seeds = list(ctx.seeds)
     if len(seeds) < 2:
         raise ConfigError("reproduce tour compares arms seed by seed: give at least two "
-                          "seeds (default --seeds 0,1,...,9; fewer than 6 cannot reach a "
-                          "verdict)")
+                          "seeds (default: --seeds 0,1,2,3,4,5,6,7,8,9)")
     fams = list(FAMILIES)
     out: dict[str, dict] = {}
     for i, fam in enumerate(fams):
@@ -309,10 +311,11 @@ def tour(ctx: Context) -> None:
     lanes = sorted({g["lanes"] for g in groups})
     layout["lanes"] = lanes[0] if len(lanes) == 1 else lanes
     counts = count_scorecard(SCORECARD.read_text()) if SCORECARD.is_file() else None
+    time_text, time_rec = time_split_of(ctx, out, tp, wall)
     footer = [
         f"throughput: {tp['client_steps_per_s']:,.0f} client-steps/s, "
         f"{tp['rounds_per_s']:.1f} rounds/s while training ({tp['runs']} runs)",
-        time_line(ctx, out, tp, wall),
+        time_text,
         f"layout: runs sharded over {layout['devices']} {layout['backend']} device(s) "
         f"({layout['why']}), {layout['lanes']} at a time each",
         scorecard_line(counts, "results/README.md")]
@@ -328,7 +331,8 @@ def tour(ctx: Context) -> None:
                f"figure: {ctx.out / 'tour.png'}; settings and every number: "
                f"{ctx.out / 'table.md'}, results.json"]
     data = {"command": ctx.command, "seeds": seeds, "tiny": tiny, "families": out,
-            "throughput": tp, "layout": layout, "wall_s": wall, "scorecard": counts}
+            "throughput": tp, "layout": layout, "wall_s": wall, "time": time_rec,
+            "runtime": runtime_record(), "scorecard": counts}
     ctx.write({"table.md": table_markdown(ctx, fams, out, footer, tiny), "results.json": data,
                "tour.png": lambda p: plot_tour(p, fams, out)})
     print("\n".join(screen), flush=True)
