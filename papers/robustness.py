@@ -264,7 +264,7 @@ def markdown(ctx: Context, table: Table, rows: list[dict[str, Any]], lrs: Sequen
                            t["signs"], pairs.verdict_of(t["diff"], "+")])
         parts.append(f"\n## {r['column']}: {r['metric']}\n\n" + markdown_table(
             ["client lr"] + arms + ["best other", f"{target} − best other, per seed", "signs",
-                                    "held"], body)
+                                    "verdict"], body)
             + f"\n**Verdict**: {r['text']}. Scorecard: {r['phrase']}.\n")
     return "".join(parts)
 

@@ -122,8 +122,8 @@ def run_shared_lr(ctx: Context, fn: Callable[[Context], None], spec: SharedLr) -
           f"{pairs.RULE}. "
           "Source per lr: " + ", ".join(f"{lr:g}: {src}" for lr, (_, src) in got.items())
           + ".\n\n"
-          + markdown_table(["claim", "client lr", "mean ± std", "per seed", "signs", "held"],
-                           rows)
+          + markdown_table(["claim", "client lr", "mean ± std", "per seed", "signs",
+                            "verdict"], rows)
           + f"\n**Verdicts** (\"tuned\" = the table's lr {spec.table_lr:g}):\n\n{lines}\n"
           + (f"\nNot in these runs: {'; '.join(absent)}.\n" if absent else ""))
     print(md)

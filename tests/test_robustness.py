@@ -21,22 +21,27 @@ def test_compare_best_other_by_mean_and_per_seed_signs():
     c = compare(vals, "MaxFL")
     assert c["best_other"] == "FedAvg" and c["seeds"] == [0, 1, 2, 3, 4, 5]
     np.testing.assert_allclose(c["diff"], [0.4, 0.4, 0.4, 0.5, 0.4, 0.5])
+    # t interval 0.433 ± 2.571·0.0516/sqrt(6) = [0.379, 0.488]
     assert c["signs"] == "+ + + + + +" and c["held"]
-    # the same pattern over only three seeds: every seed above, but inconclusive
+    # seeds 0-2 only: the same difference 0.4 in every seed, so the t interval is a point
+    # and the sign-flip interval decides, which with three seeds is the whole line
     c = compare({a: {s: v[s] for s in range(3)} for a, v in vals.items()}, "MaxFL")
     assert c["best_other"] == "FedAvg" and c["seeds"] == [0, 1, 2]
     np.testing.assert_allclose(c["diff"], [0.4, 0.4, 0.4])
     assert c["signs"] == "+ + +" and not c["held"]
     assert verdict_of(c["diff"], "+") == "inconclusive"
+    # seeds 3-5: 0.5, 0.4, 0.5, t interval 0.467 ± 4.303·0.0577/sqrt(3) = [0.32, 0.61]
+    c = compare({a: {s: v[s] for s in (3, 4, 5)} for a, v in vals.items()}, "MaxFL")
+    assert c["signs"] == "+ + +" and c["held"]
 
 
 def test_one_flipped_seed_is_not_held():
     c = compare({"FedAvg": {0: 0.1, 1: 0.2, 2: 0.3}, "MaxFL": {0: 0.5, 1: 0.1, 2: 0.7}},
                 "MaxFL")
     assert c["signs"] == "+ − +" and not c["held"]
-    # six seeds, one below: 0 lies in the sign-flip interval [min, max], inconclusive
-    c = compare({"FedAvg": {s: 0.1 for s in range(6)},
-                 "MaxFL": {0: 0.5, 1: 0.0, 2: 0.7, 3: 0.5, 4: 0.6, 5: 0.7}}, "MaxFL")
+    # six seeds, five +0.1 and one -0.5: mean 0, so the t interval contains 0
+    c = compare({"FedAvg": {s: 0.5 for s in range(6)},
+                 "MaxFL": {0: 0.6, 1: 0.0, 2: 0.6, 3: 0.6, 4: 0.6, 5: 0.6}}, "MaxFL")
     assert c["signs"] == "+ − + + + +" and not c["held"]
     assert verdict_of(c["diff"], "+") == "inconclusive"
 
@@ -46,11 +51,16 @@ def test_ties_and_nan_are_not_held():
     assert tie["signs"] == "0 +" and not tie["held"]
     nan = compare({"FedAvg": {0: 0.1, 1: 0.1}, "MaxFL": {0: float("nan"), 1: 0.2}}, "MaxFL")
     assert nan["signs"] == "? +" and not nan["held"]
-    # six seeds, five above and one tie: flipping the tied seed's sign matches the observed
-    # mean, so p = 4/64 > 0.05 at 0 and 0 stays in the sign-flip interval: inconclusive
+    # six ties: no difference at all, inconclusive
+    tie = compare({"FedAvg": {s: 0.1 for s in range(6)}, "MaxFL": {s: 0.1 for s in range(6)}},
+                  "MaxFL")
+    assert tie["signs"] == "0 0 0 0 0 0" and not tie["held"]
+    assert verdict_of(tie["diff"], "+") == "inconclusive"
+    # five ties and one seed +0.3: mean 0.05, sample std sqrt(0.015), so the standard error
+    # is sqrt(0.015 / 6) = 0.05 and the t interval 0.05 ± 2.571·0.05 contains 0
     tie = compare({"FedAvg": {s: 0.0 for s in range(6)},
-                   "MaxFL": {0: 0.0, 1: 0.2, 2: 0.3, 3: 0.2, 4: 0.3, 5: 0.2}}, "MaxFL")
-    assert tie["signs"] == "0 + + + + +" and not tie["held"]
+                   "MaxFL": {s: 0.3 if s == 5 else 0.0 for s in range(6)}}, "MaxFL")
+    assert tie["signs"] == "0 0 0 0 0 +" and not tie["held"]
     assert verdict_of(tie["diff"], "+") == "inconclusive"
     # six seeds, five above and one NaN: inconclusive, not dropped
     nan = compare({"FedAvg": {s: 0.1 for s in range(6)},
@@ -65,10 +75,16 @@ def test_ties_and_nan_are_not_held():
                  "MaxFL": {s: 0.2 + s / 50 for s in range(6)}}, "MaxFL")
     assert c["best_other"] == "B" and c["held"]
     np.testing.assert_allclose(c["diff"], [0.1, 0.12, 0.14, 0.16, 0.18, 0.2])
-    # the same over three seeds: inconclusive
+    # three seeds: 0.1, 0.12, 0.14, t interval 0.12 ± 4.303·0.02/sqrt(3) = [0.07, 0.17]
     c = compare({"A": {0: float("nan"), 1: 0.9, 2: 0.9}, "B": {s: 0.1 for s in range(3)},
                  "MaxFL": {s: 0.2 + s / 50 for s in range(3)}}, "MaxFL")
-    assert c["best_other"] == "B" and not c["held"]
+    assert c["best_other"] == "B" and c["held"]
+    # the same difference 0.1 in every seed: the sign-flip interval decides (6 seeds needed)
+    for n, held in ((3, False), (6, True)):
+        c = compare({"A": {0: float("nan"), **{s: 0.9 for s in range(1, n)}},
+                     "B": {s: 0.1 for s in range(n)}, "MaxFL": {s: 0.2 for s in range(n)}},
+                    "MaxFL")
+        assert c["best_other"] == "B" and c["held"] == held
 
 
 def test_verdict_strings():
@@ -91,9 +107,11 @@ def test_analyse_flips_one_seed_at_one_lr():
         return [{"seed": s, "client_lr": lr, "final": {"gm": x}}
                 for lr, xs in by_lr.items() for s, x in enumerate(xs)]
 
-    # six seeds: MaxFL above FedAvg in every seed at lr 0.1, below in seed 1 at lr 0.01
+    # six seeds: MaxFL above FedAvg in every seed at lr 0.1 (0.2, 0.1, 0.3 twice: t interval
+    # 0.2 ± 2.571·sqrt(0.008)/sqrt(6) = [0.11, 0.29]), far below in seed 1 at lr 0.01
+    # (+0.2 five times and -0.7: mean 0.05, standard error 0.15, t interval [-0.34, 0.44])
     grid = {"col": {"FedAvg": {"runs": runs({0.1: [0.1] * 6,
-                                             0.01: [0.0, 0.3, 0.0, 0.0, 0.0, 0.0]})},
+                                             0.01: [0.0, 0.9, 0.0, 0.0, 0.0, 0.0]})},
                     "MaxFL": {"runs": runs({0.1: [0.3, 0.2, 0.4] * 2, 0.01: [0.2] * 6})}}}
     tuned = {"col": {"FedAvg": {"gm": {s: 0.0 for s in range(6)}},
                      "MaxFL": {"gm": dict(enumerate([0.5, 0.4, 0.6] * 2))}}}
@@ -104,14 +122,16 @@ def test_analyse_flips_one_seed_at_one_lr():
     assert row["text"] == "held at 1 of 2 shared lrs (and at the tuned lrs)"
     (row,) = analyse(grid, lrs, ["gm"], "MaxFL", {})
     assert row["tuned"] is None and row["text"].endswith("(tuned lrs not run)")
-    # the same pattern over seeds 0-2 only: nothing can be held with three seeds
+    # the same pattern over seeds 0-2 only: at lr 0.1, 0.2 ± 4.303·0.1/sqrt(3) =
+    # [-0.05, 0.45] contains 0; the tuned run's 0.5 ± 0.248 = [0.25, 0.75] does not
     grid3 = {"col": {arm: {"runs": [r for r in rec["runs"] if r["seed"] < 3]}
                      for arm, rec in grid["col"].items()}}
     (row,) = analyse(grid3, lrs, ["gm"], "MaxFL", tuned)
     assert [p["signs"] for p in row["per_lr"]] == ["+ + +", "+ − +"]
     assert [p["held"] for p in row["per_lr"]] == [False, False]
-    assert row["tuned"]["signs"] == "+ + +" and not row["tuned"]["held"]
-    assert row["text"] == "held at 0 of 2 shared lrs (not at the tuned lrs)"
+    assert row["tuned"]["signs"] == "+ + +" and row["tuned"]["held"]
+    assert row["text"] == "held at 0 of 2 shared lrs (and at the tuned lrs)"
+    assert row["phrase"] == "held at tuned lrs only"
 
 
 @pytest.mark.slow
@@ -154,12 +174,15 @@ def test_robustness_end_to_end(tmp_path, monkeypatch):
         assert got == sorted((lr, s) for lr in (0.1, 0.05, 0.01) for s in (0, 1))
     (row,) = res["verdicts"]
     assert [p["client_lr"] for p in row["per_lr"]] == [0.1, 0.05, 0.01]
-    # two seeds: the tuned run (MaxFL +20 pp in both) and every shared lr are inconclusive
-    # (the sign-flip interval of fewer than 6 seeds is the whole line)
+    # the tuned run: MaxFL +20 pp in both seeds, the same difference, so the sign-flip
+    # interval decides, and with two seeds it is the whole line: inconclusive
     assert row["tuned"]["signs"] == "+ +" and row["tuned"]["diff"] == pytest.approx([20, 20])
-    assert not row["tuned"]["held"] and row["n"] == 3 and row["k"] == 0
-    assert not any(p["held"] for p in row["per_lr"])
-    assert row["text"] == "held at 0 of 3 shared lrs (not at the tuned lrs)"
+    assert not row["tuned"]["held"] and row["n"] == 3
+    # each shared lr: held exactly when its per-seed differences' verdict is "held"
+    got = [p["held"] for p in row["per_lr"]]
+    assert got == [verdict_of(p["diff"], "+") == "held" for p in row["per_lr"]]
+    assert row["k"] == sum(got)
+    assert row["text"] == f"held at {row['k']} of 3 shared lrs (not at the tuned lrs)"
     text = (out / "robustness.md").read_text()
     assert "Verdict" in text and "0.005" not in text and row["text"] in text
     assert "inconclusive" in text and "not held" not in text
@@ -174,25 +197,29 @@ def test_robustness_end_to_end(tmp_path, monkeypatch):
 
 
 def test_expalpha_robustness_verdicts_by_hand():
-    """Exp-α vs proportional at three shared lrs over six seeds: held where every seed is
-    above, inconclusive where one seed ties (or is below); the table's lr (0.05) is the
-    "tuned" one. With two seeds nothing is held."""
+    """Exp-α vs proportional at three shared lrs over six seeds: held where the paired
+    interval lies above 0, inconclusive where one seed far below brings the mean to 0; the
+    table's lr (0.05) is the "tuned" one. With two seeds nothing is held."""
     from papers.expalpha.robust import analyse
 
     six = lambda *xs: dict(enumerate(xs))
+    # 0.01: +0.01 in every seed (the same difference: the sign-flip interval [0.01, 0.01]
+    # decides); 0.05: +0.02, +0.01 alternating (t: 0.015 ± 2.571·0.0055/sqrt(6) =
+    # [0.009, 0.021]); 0.1: +0.01 five times and -0.05 (mean 0: contains 0)
     ea = {0.01: six(0.80, 0.81, 0.80, 0.81, 0.80, 0.81),
           0.05: six(0.85, 0.84, 0.85, 0.84, 0.85, 0.84),
-          0.1: six(0.86, 0.80, 0.86, 0.82, 0.86, 0.82)}
+          0.1: six(0.86, 0.75, 0.86, 0.86, 0.86, 0.86)}
     pr = {0.01: six(0.79, 0.80, 0.79, 0.80, 0.79, 0.80),
           0.05: six(0.83, 0.83, 0.83, 0.83, 0.83, 0.83),
-          0.1: six(0.85, 0.80, 0.85, 0.80, 0.85, 0.80)}
+          0.1: six(0.85, 0.80, 0.85, 0.85, 0.85, 0.85)}
     runs = {"FedAvg": {"exp-alpha": ea, "proportional": pr}}
     r = analyse(runs, (0.01, 0.05, 0.1), 0.05)["FedAvg"]
     assert [r["per_lr"][lr]["held"] for lr in (0.01, 0.05, 0.1)] == [True, True, False]
-    assert r["per_lr"][0.1]["signs"] == "+ 0 + + + +"
+    assert r["per_lr"][0.1]["signs"] == "+ − + + + +"
     assert verdict_of(r["per_lr"][0.1]["diff"], "+") == "inconclusive"
     assert r["verdict"]["text"] == "held at 2 of 3 shared lrs (and at the tuned lrs)"
-    # the same numbers for seeds 0 and 1 only: inconclusive at every lr
+    # the same numbers for seeds 0 and 1 only: inconclusive at every lr (0.01: the sign-flip
+    # interval of two seeds is the whole line; 0.05: 0.015 ± 12.71·0.005 = [-0.05, 0.08])
     two = {bb: {agg: {lr: {s: v[s] for s in (0, 1)} for lr, v in by.items()}
                 for agg, by in aggs.items()} for bb, aggs in runs.items()}
     r = analyse(two, (0.01, 0.05, 0.1), 0.05)["FedAvg"]
@@ -287,10 +314,14 @@ def test_shared_lr_reruns_the_experiment_and_judges_each_claim(tmp_path, monkeyp
     assert judge(None, "+")["held"] is False
     six = [0.3, 0.2, 0.3, 0.2, 0.3, 0.2]
     assert judge({"diffs": six}, "+")["held"] and not judge({"diffs": six}, "-")["held"]
-    # the same pattern over three seeds (or two): not held
-    assert not judge({"diffs": six[:3]}, "+")["held"]
+    # three seeds 0.3, 0.2, 0.3: 0.267 ± 4.303·0.0577/sqrt(3) = [0.12, 0.41], held; two
+    # seeds 0.3, 0.2: 0.25 ± 12.71·0.05 = [-0.39, 0.89], not held
+    assert judge({"diffs": six[:3]}, "+")["held"]
     assert not judge({"diffs": [0.3, 0.2], "signs": "++"}, "+")["held"]
-    assert verdict_of(six[:3], "+") == "inconclusive"
+    assert verdict_of([0.3, 0.2], "+") == "inconclusive"
+    # the same difference in every seed: the sign-flip interval decides, 6 seeds needed
+    assert not judge({"diffs": [0.3] * 3}, "+")["held"] and judge({"diffs": [0.3] * 6}, "+")[
+        "held"]
 
 
 def test_privacy_compress_robustness_pairs_each_lr(tmp_path, monkeypatch):
@@ -326,7 +357,9 @@ def test_privacy_compress_robustness_pairs_each_lr(tmp_path, monkeypatch):
     assert (tmp_path / "runs" / "qsgd-s4-lr0.2-s5.json").is_file()
     res = json.loads((out / "robustness.json").read_text())
     q, t = res["claims"]
-    # six seeds, the same sign in every seed at every lr: held or reversed
+    # each claim has the same difference in every seed (the seed's offset cancels), so the
+    # t interval is a point and the sign-flip interval decides: with six seeds it is that
+    # point, held or reversed
     assert [q["per_lr"][k]["held"] for k in ("0.02", "0.1", "0.2")] == [True, True, False]
     assert q["per_lr"]["0.1"]["diffs"] == pytest.approx([0.1] * 6)
     assert q["per_lr"]["0.2"]["diffs"] == pytest.approx([-1.0] * 6)
@@ -338,7 +371,8 @@ def test_privacy_compress_robustness_pairs_each_lr(tmp_path, monkeypatch):
     cells = [line.rstrip(" |").rsplit("| ", 1)[1] for line in md.splitlines()
              if line.startswith(("| QSGD", "| top-1%"))]
     assert cells == ["held", "held", "reversed", "held", "reversed", "held"]
-    # the same runs for seeds 0-2 only: every lr inconclusive, nothing held
+    # the same runs for seeds 0-2 only: the sign-flip interval of three seeds is the whole
+    # line, so every lr is inconclusive and nothing held
     assert pc.main(["compress", str(out), "--seeds", "0", "1", "2", "--robustness",
                     "--lrs", "0.02,0.1,0.2", "--runs", str(tmp_path / "runs")]) == 0
     res = json.loads((out / "robustness.json").read_text())

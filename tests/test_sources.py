@@ -54,11 +54,29 @@ def _fake_fmnist(d: Path, n_train=120, n_test=30):
 
 
 def test_fmnist_loader_on_fake_files(tmp_path):
-    _fake_fmnist(tmp_path)
-    ds = sources.load_fmnist(tmp_path)
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    _fake_fmnist(src)
+    ds = sources.load_fmnist(src, cache)
     assert ds.x.shape == (150, 28, 28) and ds.x.dtype == np.uint8
     assert ds.y.tolist()[:12] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
     assert abs(float(ds.mean) - ds.x.mean() / 255) < 1e-5
+    # decoded once: the second load reads the cached arrays, equal to the decoded ones
+    (kept,) = cache.glob("fmnist_decoded_*.npz")
+    again = sources.load_fmnist(src, cache)
+    np.testing.assert_array_equal(again.x, ds.x)
+    assert again.y.dtype == ds.y.dtype and again.mean == ds.mean and again.std == ds.std
+    with np.load(kept) as z:
+        np.testing.assert_array_equal(z["x"], ds.x)
+    # a changed source is decoded again (another cache file)
+    _fake_fmnist(src, n_train=100)
+    assert sources.load_fmnist(src, cache).x.shape == (130, 28, 28)
+    (new,) = set(cache.glob("fmnist_decoded_*.npz")) - {kept}
+    # a torn cache file is decoded again and replaced
+    new.write_bytes(new.read_bytes()[:100])
+    assert sources.load_fmnist(src, cache).x.shape == (130, 28, 28)
+    with np.load(new) as z:
+        assert z["x"].shape == (130, 28, 28)
 
 
 def test_fmnist_missing_says_how_to_install(tmp_path):

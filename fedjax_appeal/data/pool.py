@@ -48,7 +48,7 @@ def _load_source(opts: Options, rng: np.random.Generator | None) -> Dataset:
         rng = rng if rng is not None else np.random.default_rng(data_seed(opts))
         return DATASETS[name](opts, rng)
     if name == "fmnist":
-        return sources.load_fmnist(opts.fmnist_dir)
+        return sources.load_fmnist(opts.fmnist_dir, opts.cache_dir or None)
     if name == "mnist":
         return sources.load_mnist(d)
     if name == "cifar10":

@@ -80,7 +80,8 @@ def paired_rows(label: str, prop: list[dict], exp: list[dict], rounds: int,
         ref = (f"{pe['acc40'] - pp['acc40']:+.2f} (acc40)" if "acc40" in pp else "—")
         rows.append([label, f"acc{k} (rounds)", fmt_seeds(a, rounds=rounds, digits=0),
                      fmt_seeds(b, rounds=rounds, digits=0),
-                     "n/a" if pr["mean"] is None else f"{pr['mean']:+.1f} ± {pr['std']:.1f}",
+                     "n/a" if pr["mean"] is None else f"{pr['mean']:+.1f} ± "
+                     + ("n/a" if pr["std"] is None else f"{pr['std']:.1f}"),
                      pr["signs"], pr["verdict"], ref if x == xs[0] else ""])
     for key, name in (("acc_half", f"acc @ R/2={rounds // 2} (%)"),
                       ("acc_final", f"acc @ R={rounds} (%)")):
@@ -91,7 +92,8 @@ def paired_rows(label: str, prop: list[dict], exp: list[dict], rounds: int,
                if key == "acc_final" and "acc_final" in pp else "")
         rows.append([label, name, fmt_seeds(a, 100, digits=2), fmt_seeds(b, 100, digits=2),
                      "n/a" if pr["mean"] is None else
-                     f"{100 * pr['mean']:+.2f} ± {100 * pr['std']:.2f}",
+                     f"{100 * pr['mean']:+.2f} ± "
+                     + ("n/a" if pr["std"] is None else f"{100 * pr['std']:.2f}"),
                      pr["signs"], pr["verdict"], ref])
     return rows
 
