@@ -1,0 +1,104 @@
+"""The commands quoted in README.md and docs/*.md are commands of this version: every
+`fedjax-appeal ...` line of a bash block parses with the real parser (known subcommand,
+known flags, allowed choices, a registered experiment), every page the README links to
+exists, and the README's library snippet runs (on a small federation)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from fedjax_appeal.cli.commands import all_commands, make_parser, unknown_message
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# "...", "<folder>", "[run flags]", a trailing "&": the parts of a sketch that are no flags
+PLACEHOLDER = re.compile(r"\.\.\.|<[^>]+>|\[[^\]]+\]|&\s*$")
+
+
+def bash_blocks(text: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+
+
+def commands(page: Path) -> list[str]:
+    """`fedjax-appeal ...` command lines of a page's bash blocks (continuations joined,
+    comments and environment prefixes dropped, `&&` chains split)."""
+    out = []
+    for block in bash_blocks(page.read_text()):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #", 1)[0].strip()
+            for part in line.split("&&"):
+                words = part.strip().split()
+                while words and "=" in words[0] and not words[0].startswith("-"):
+                    words = words[1:]  # VAR=value prefixes
+                if words and words[0].endswith("fedjax-appeal"):
+                    out.append(" ".join(words[1:]))
+    return out
+
+
+CASES = [(p.relative_to(ROOT).as_posix(), c) for p in PAGES for c in commands(p)]
+
+
+def test_the_pages_quote_commands():
+    assert len(CASES) >= 20
+    assert {p for p, _ in CASES} >= {"README.md", "docs/command-line.md",
+                                     "docs/layout-and-scale.md"}
+
+
+@pytest.mark.parametrize("page,cmd", CASES, ids=[f"{p}:{c[:40]}" for p, c in CASES])
+def test_a_quoted_command_parses(page, cmd):
+    cmd = PLACEHOLDER.sub("", cmd)  # a sketch's "..." and "<folder>": the rest must parse
+    argv = shlex.split(cmd)
+    parser = make_parser()
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except SystemExit as e:  # an invalid choice, a missing value (0: --help printed)
+        if e.code == 0 and "--help" in argv:
+            return
+        raise AssertionError(f"{page}: `fedjax-appeal {cmd}` does not parse") from e
+    assert not unknown, (
+        f"{page}: `fedjax-appeal {cmd}`: {unknown_message(parser, args.command, unknown)}")
+    assert args.command in all_commands()
+    if args.command == "reproduce" and args.name != "list":
+        from papers.reproduce import EXPERIMENTS, load_modules
+
+        load_modules()
+        assert args.name in EXPERIMENTS, f"{page}: no experiment {args.name!r}"
+
+
+def test_every_page_the_readme_links_to_exists():
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    assert links
+    for link in links:
+        assert (ROOT / link).exists(), f"README.md links to {link}, which does not exist"
+    for page in PAGES[1:]:
+        for link in re.findall(r"\]\(([^)#:]+)\)", page.read_text()):
+            assert (page.parent / link).exists(), f"{page.name} links to missing {link}"
+
+
+def test_the_readme_is_short():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 230
+
+
+def test_the_readme_starts_with_the_two_setup_commands():
+    blocks = bash_blocks((ROOT / "README.md").read_text())
+    assert "fedjax-appeal reproduce tour" in blocks[0]
+    assert "python -m pytest" in blocks[1] and "ruff check" in blocks[1]
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci.strip() in blocks[1]  # CI runs the README's test command verbatim
+
+
+@pytest.mark.slow
+@pytest.mark.data
+def test_the_readme_library_snippet_runs(capsys):
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"## The library in ten lines\n\n```python\n(.*?)```", text, re.S).group(1)
+    assert "rounds=50" in code
+    exec(compile(code.replace("rounds=50", "rounds=2").replace("eval_every=10", "eval_every=1"),
+                 "README.md", "exec"), {})
+    acc, spr = capsys.readouterr().out.split()
+    assert 0.0 < float(acc) <= 1.0 and float(spr) > 0
