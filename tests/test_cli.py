@@ -134,6 +134,17 @@ PRECHECKS = [
     (["--poc-d", "5"], "--selector poc"),
     (["--union-window", "3", "--selector", "divfl"], "--union-window has no effect"),
     (["--no-appeal", "--finetune-steps", "3"], "--finetune-steps has no effect"),
+    # options a default FedAvg run once accepted without effect
+    (["--cohort-groups", "4,2"], "--cohort-groups has no effect here: it configures "
+                                 "--selector stratified"),
+    (["--imbalance-nmax", "50"], "it configures the generated imbalanced pool"),
+    (["--imbalance-major", "random"], "it configures the generated imbalanced pool"),
+    (["--imbalance-test-per-class", "5"], "it configures the generated imbalanced pool"),
+    (["--domains", "mnist"], "--domains has no effect here: it configures --dataset digits"),
+    (["--domain-samples", "100"], "it configures --dataset digits"),
+    (["--no-appeal", "--rho-steps", "20"], "--rho-steps has no effect here: it trains the solo"),
+    (["--algorithm", "scaffold", "--local-unroll", "2"],
+     "--local-unroll has no effect here: it configures --algorithm afl or fedavg or fednova"),
 ]
 
 

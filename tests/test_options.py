@@ -82,9 +82,9 @@ def test_declared_options_are_configuration_fields():
 def test_every_algorithm_gets_the_shared_and_its_own_options(name):
     opts = options_for(name, RunConfig(algorithm=name))
     sup = SUPPORTS[name]
-    own = {n for n in (*sup.options, *sup.reads) if n in field_names(RunConfig)}
+    own = {n for n in (*sup.options, *sup.reads, *sup.tuning) if n in field_names(RunConfig)}
     assert set(opts.names) == set(SHARED_OPTIONS) | own
-    others = {n for a in SUPPORTS for n in SUPPORTS[a].options
+    others = {n for a in SUPPORTS for n in (*SUPPORTS[a].options, *SUPPORTS[a].tuning)
               if n in field_names(RunConfig)} - set(opts.names)
     for field in others:  # another algorithm's own option is not visible
         with pytest.raises(UndeclaredOption, match=name):

@@ -84,16 +84,18 @@ def global_evaluator(model: Model) -> EvalFn:
 # optimizer and cohort layout, and what `compose` adds (selector, uplink / DP, client
 # heterogeneity).
 SHARED_OPTIONS = tuple(dict.fromkeys((
-    "clients", "cohort", "local_steps", "batch_size", "local_unroll", "aggregation",
+    "clients", "cohort", "local_steps", "batch_size", "aggregation",
     "server_opt", "client_chunk", "client_lanes", *selectors.OPTIONS,
     *privacy.SELECTOR_OPTIONS, *uplink.OPTIONS, *accounting.OPTIONS, *hetero.OPTIONS)))
 
 
 def options_for(name: str, cfg: RunConfig | Options) -> Options:
     """The options algorithm `name`'s builder receives: a read-only view of `cfg` with
-    `SHARED_OPTIONS` and the fields its `Supports` declares (`options`, `reads`)."""
+    `SHARED_OPTIONS` and the fields its `Supports` declares (`options`, `reads`,
+    `tuning`)."""
     sup = supports(name)
-    return cfg.view((*SHARED_OPTIONS, *sup.options, *sup.reads), f"algorithm {name!r}")
+    return cfg.view((*SHARED_OPTIONS, *sup.options, *sup.reads, *sup.tuning),
+                    f"algorithm {name!r}")
 
 
 def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,

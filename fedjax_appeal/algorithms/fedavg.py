@@ -19,6 +19,11 @@ from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
 from .base import compose, register
 
+# What `sgd_local` reads beside the shared options (how it runs, not what it computes): an
+# algorithm built on it lists these in its `Supports.tuning`, so that `--local-unroll` is
+# refused for the others.
+SGD_LOCAL_OPTIONS = ("local_unroll",)
+
 
 def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):
     """The local objective of FedAvg/FedProx: tau SGD steps from the global model.
@@ -48,7 +53,8 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
     return local
 
 
-FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True)
+FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True,
+                           tuning=SGD_LOCAL_OPTIONS)
 
 
 @register("fedavg", FEDAVG_SUPPORTS)
@@ -57,7 +63,8 @@ def fedavg(model: Model, opts: Options, executor=None):
                    executor=executor)
 
 
-FEDPROX_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True, options=("prox_mu",))
+FEDPROX_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True,
+                            options=("prox_mu",), tuning=SGD_LOCAL_OPTIONS)
 
 
 @register("fedprox", FEDPROX_SUPPORTS)

@@ -32,7 +32,7 @@ from ..protocols.appeal.requirement import (
     seen_solo,
 )
 from .base import compose, register
-from .fedavg import sgd_local
+from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
 
 
 def appeal_q(loss: jax.Array, rho: jax.Array) -> jax.Array:
@@ -75,7 +75,8 @@ MAXFL_RULE = WeightRule(
 
 
 MAXFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",), reads=REQUIREMENT_READS)
+                        options=("maxfl_eps",), reads=REQUIREMENT_READS,
+                        tuning=SGD_LOCAL_OPTIONS)
 
 
 @register("maxfl", MAXFL_SUPPORTS)
@@ -85,7 +86,8 @@ def maxfl(model: Model, opts: Options, executor=None):
 
 
 INCFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",), reads=REQUIREMENT_READS)
+                        options=("maxfl_eps",), reads=REQUIREMENT_READS,
+                        tuning=SGD_LOCAL_OPTIONS)
 
 
 @register("incfl", INCFL_SUPPORTS)

@@ -30,7 +30,7 @@ from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
 from .base import compose, register
-from .fedavg import sgd_local
+from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
 from .maxfl import REQUIREMENT_READS, requirement_init
 
 
@@ -63,7 +63,8 @@ def mw_post(old, new, upd, idx, valid, w, hp):
 
 
 MWFED_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("mwfed_eta",), reads=REQUIREMENT_READS)
+                        options=("mwfed_eta",), reads=REQUIREMENT_READS,
+                        tuning=SGD_LOCAL_OPTIONS)
 
 
 @register("mwfed", MWFED_SUPPORTS)

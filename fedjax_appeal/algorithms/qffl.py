@@ -31,7 +31,7 @@ from ..core.models import Model
 from ..core.round import WeightRule
 from ..execute.cohort import DELTA_SQ_NORM
 from .base import compose, register
-from .fedavg import sgd_local
+from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
 
 LOSS_FLOOR = 1e-12
 
@@ -71,7 +71,8 @@ def qffl_rule(q_of) -> WeightRule:
     return WeightRule(fn, needs=frozenset({"loss_before"}))
 
 
-QFFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("qffl_q",))
+QFFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("qffl_q",),
+                         tuning=SGD_LOCAL_OPTIONS)
 
 
 @register("qffl", QFFL_SUPPORTS)
@@ -80,7 +81,8 @@ def qffl(model: Model, opts: Options, executor=None):
                    weights=qffl_rule(lambda hp: hp.qffl_q), executor=executor)
 
 
-AFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("afl_q",))
+AFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("afl_q",),
+                        tuning=SGD_LOCAL_OPTIONS)
 
 
 @register("afl", AFL_SUPPORTS)

@@ -37,6 +37,9 @@ class Supports:
     reads: further configuration fields its builder reads that other components share
       (never refused); with `options` and the fields every algorithm reads
       (`algorithms.base.SHARED_OPTIONS`) they make up the options its builder receives.
+    tuning: configuration fields of its own that change how it runs, not what it computes
+      (e.g. `local_unroll`, the unroll factor of the shared local SGD's scan); refused for
+      the algorithms that do not list them, like `options`.
     notes: (capability, why) pairs: the reason given when a capability is missing.
     """
 
@@ -52,6 +55,7 @@ class Supports:
     needs_requirements: bool = False
     options: tuple[str, ...] = ()
     reads: tuple[str, ...] = ()
+    tuning: tuple[str, ...] = ()
     notes: tuple[tuple[str, str], ...] = ()
 
     def why(self, capability: str, default: str) -> str:
@@ -73,5 +77,6 @@ def with_capability(flag: str) -> list[str]:
 
 
 def owners(option: str) -> list[str]:
-    """The registered algorithms that declare `option` as one of their own."""
-    return [n for n in SUPPORTS if option in SUPPORTS[n].options]
+    """The registered algorithms that declare `option` as one of their own (`options` or
+    `tuning`)."""
+    return [n for n in SUPPORTS if option in (*SUPPORTS[n].options, *SUPPORTS[n].tuning)]

@@ -148,7 +148,7 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
     sup = supports(cfg.algorithm)
     if key == "aggregation" and not sup.aggregation:
         return sup.why("aggregation", f"{cfg.algorithm} computes its own aggregation weights")
-    if owners(key) and key not in sup.options:  # another algorithm's own option
+    if owners(key) and key not in (*sup.options, *sup.tuning):  # another algorithm's own
         return f"it configures --algorithm {' or '.join(owners(key))}"
     if key == "alpha" and (cfg.partition != "dirichlet" or cfg.imbalance_ratios):
         return "it is the Dirichlet concentration (--partition dirichlet)"
@@ -159,8 +159,16 @@ def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
         return "it configures --partition classes"
     if key in ("synthetic_alpha", "synthetic_beta") and cfg.dataset != "synthetic":
         return "it configures --dataset synthetic"
-    if key == "poc_d" and cfg.selector != "poc":
-        return "it configures --selector poc"
+    from ..data.generated import POOL_OPTIONS
+    from ..select.selectors import OWN_OPTIONS
+
+    for selector, keys in OWN_OPTIONS.items():
+        if key in keys and cfg.selector != selector:
+            return f"it configures --selector {selector}"
+    if key in POOL_OPTIONS["imbalance"] and not cfg.imbalance_ratios:
+        return "it configures the generated imbalanced pool (--imbalance-ratios)"
+    if key in POOL_OPTIONS["digits"] and cfg.dataset != "digits":
+        return "it configures --dataset digits"
     if key in ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
                "distance_budget_mb", "greedy_epsilon", "selector_objective") and \
             cfg.selector not in _SUBMODULAR:
@@ -191,7 +199,7 @@ def _hparam_ignored(key: str, cfg: RunConfig, sup) -> str | None:
             cfg.byzantine_fraction > 0 and sup.byzantine):
         return "it configures Byzantine clients (--byzantine-fraction > 0)"
     solo_rho = sup.needs_requirements and str(cfg.requirement).strip() == "solo"
-    if key == "solo_lr" and not (appeal_on(cfg) or solo_rho):
+    if key in ("solo_lr", "rho_steps") and not (appeal_on(cfg) or solo_rho):
         return ("it trains the solo models of the appeal protocol, which --appeal off turns "
                 "off")
     return None

@@ -282,6 +282,10 @@ def flip_selector(opts):
     return Selector(init=lambda key, state, data, hp: {}, select=select)
 
 
+# Options of one selector only: given with another `--selector` they are refused
+# (`run.validate.check_ignored`).
+OWN_OPTIONS = {"stratified": ("cohort_groups",), "poc": ("poc_d",)}
+
 # `--selector` name -> builder(model, opts) -> Selector
 SELECTORS = Registry("selector", {
     "random": lambda model, opts: uniform_selector(opts.cohort),
