@@ -280,3 +280,31 @@ def test_help_shows_one_true_default_per_option(capsys):
     for flag in ("--data-dir", "--cache-dir", "--out"):  # one default each, the true one
         entry = text.split(f"{flag} {flag[2:].upper().replace('-', '_')}", 1)[1].split(" --")[0]
         assert entry.count("default") == 1 and "(default: '')" not in entry, entry
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_lists_the_options_of_the_combination(capsys):
+    default = _help(["run", "--help"], capsys)
+    assert "--client-lr" in default and "--rounds" in default
+    assert "--maxfl-eps" not in default and "--poc-d" not in default  # another's options
+    flat = " ".join(default.split())
+    assert "would refuse are not listed;" in flat and "all` lists every option" in flat
+    maxfl = _help(["run", "--algorithm", "maxfl", "--help"], capsys)
+    assert "--maxfl-eps" in maxfl and "--rho-steps" in maxfl and "--poc-d" not in maxfl
+    poc = _help(["sweep", "--selector", "poc", "--help"], capsys)
+    assert "--poc-d" in poc and "--grid" in poc
+    everything = _help(["run", "--help-all"], capsys)
+    assert "--maxfl-eps" in everything and "--poc-d" in everything
+    assert everything.count("\n  --") > default.count("\n  --") + 40
+
+
+def test_an_option_left_out_of_help_is_still_refused_with_its_reason(tmp_path, capsys,
+                                                                     no_data_load):
+    line = run_bad(["run", *TINY, "--maxfl-eps", "0.1", "--out", str(tmp_path / "r")], capsys)
+    assert "--maxfl-eps has no effect here: it configures --algorithm" in line

@@ -102,15 +102,22 @@ def _declared_help(f, named: dict[str, Any]) -> str:
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """One flag per declared RunConfig/HParams field, defaulting to 'not given', in one
     argument group per section (`core.config.GROUPS`); hyperparameters are marked
-    vmappable."""
+    vmappable. The fields in the parser's `hidden_options` (set by `make_parser` for
+    `--help`: the options the run's own components would refuse) are parsed as usual but
+    left out of the help."""
     from ..core.config import GROUPS, declarations
 
+    hidden = getattr(p, "hidden_options", frozenset())
     p.usage = "%(prog)s [--config FILE] [--OPTION VALUE ...]  (options by section below)"
     groups = {name: p.add_argument_group(title) for name, title in GROUPS.items()}
     named = registries()
+
+    def shown(f, text):
+        return argparse.SUPPRESS if f.name in hidden else text
+
     for f in declarations(RunConfig):
         kw: dict[str, Any] = dict(default=argparse.SUPPRESS, dest=f.name,
-                                  help=_declared_help(f, named))
+                                  help=shown(f, _declared_help(f, named)))
         if f.type in ("bool", bool):
             kw["action"] = argparse.BooleanOptionalAction
         else:
@@ -123,10 +130,17 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     for f in declarations(HParams):
         groups[f.metadata["group"]].add_argument(
             _flag(f.name), type=_hp_float, default=argparse.SUPPRESS, dest=f.name,
-            metavar="X", help=f"{_declared_help(f, {})} [vmappable]")
+            metavar="X", help=shown(f, f"{_declared_help(f, {})} [vmappable]"))
     add_tunable_flags(groups["algorithm"])
     p.add_argument("--config", default=None, metavar="FILE",
                    help="TOML or JSON file with the same keys as the flags")
+    p.add_argument("--help-all", action="store_true", default=argparse.SUPPRESS,
+                   help="list every option, also those this combination would refuse")
+    if hidden:
+        p.epilog = ((p.epilog + " ") if p.epilog else "") + (
+            f"{len(hidden)} options that this combination ({hidden.describe}) would refuse "
+            "are not listed; `--help-all` lists every option, `--algorithm NAME --help` "
+            "(or --selector, --dataset, ...) the options of another combination.")
 
 
 def add_tunable_flags(h: argparse._ArgumentGroup) -> None:
@@ -609,12 +623,43 @@ def listings() -> dict[str, Callable[[], list[str]]]:
     return {label: fn for c in all_commands().values() for label, fn in (c.listings or {}).items()}
 
 
-def make_parser() -> argparse.ArgumentParser:
+class HiddenOptions(frozenset):
+    """The options a combination would refuse (left out of its `--help`), with a short
+    description of the combination."""
+
+    describe: str = ""
+
+
+def hidden_for_help(argv: list[str]) -> HiddenOptions:
+    """For `run --help` / `sweep --help`: the options that the combination the other flags
+    name (defaults otherwise) would refuse as having no effect (`validate.check_ignored`'s
+    reasons); none with `--help-all` or for other commands."""
+    if "--help-all" in argv or not argv or argv[0] not in ("run", "sweep"):
+        return HiddenOptions()
+    from ..core.config import declarations
+    from ..run.validate import ignored_reason
+
+    rest = [a for a in argv if a not in ("-h", "--help")]
+    try:
+        args, _ = make_parser().parse_known_args(rest)
+        cfg, _ = resolve(args)
+    except (ConfigError, SystemExit):
+        cfg = RunConfig()
+    names = [f.name for f in (*declarations(RunConfig), *declarations(HParams))]
+    out = HiddenOptions(n for n in names if ignored_reason(n, cfg) is not None)
+    out.describe = (f"--algorithm {cfg.algorithm}, --selector {cfg.selector}, "
+                    f"--dataset {cfg.dataset}, --partition {cfg.partition}")
+    return out
+
+
+def make_parser(hidden: frozenset = frozenset()) -> argparse.ArgumentParser:
+    """The command line's parser; `hidden`: options left out of `run` / `sweep --help`."""
     p = _Parser(prog="fedjax-appeal", description="JAX-vectorized federated-learning simulator")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name, (configure, handler, help_, _, computes) in all_commands().items():
         # no abbreviations: `reproduce tour --seed 3` would be read as `--seeds 3`
         sp = sub.add_parser(name, help=help_, description=help_, allow_abbrev=False)
+        sp.hidden_options = hidden if name in ("run", "sweep") else frozenset()
         configure(sp)
         if computes:
             add_runtime_flags(sp)
@@ -749,7 +794,10 @@ def main(argv: list[str] | None = None, started: float | None = None) -> int:
     except ConfigError as e:
         print(f"fedjax-appeal: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    parser = make_parser()
+    wants_help = any(a in ("-h", "--help", "--help-all") for a in argv)
+    parser = make_parser(hidden_for_help(argv) if wants_help else frozenset())
+    if "--help-all" in argv:
+        argv = [a if a != "--help-all" else "--help" for a in argv]
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         parser.error(unknown_message(parser, args.command, unknown))

@@ -140,7 +140,7 @@ def _validate_selection(opts: Options, hp: HParams) -> None:
 _SUBMODULAR = ("divfl", "subtrunc", "unionfl")
 
 
-def _ignored_reason(key: str, cfg: RunConfig) -> str | None:
+def ignored_reason(key: str, cfg: RunConfig) -> str | None:
     """Why option `key` has no effect in `cfg`, or None if it has one."""
     appeal_keys = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
     if key in appeal_keys and not appeal_on(cfg):
@@ -231,13 +231,13 @@ def used_hparams(cfg: RunConfig) -> list[str]:
     server optimizer, DP, compression, heterogeneity and appeal settings). A plugin tunable
     that no algorithm lists among its options counts as used.
     """
-    return [k for k in field_names(HParams) if _ignored_reason(k, cfg) is None]
+    return [k for k in field_names(HParams) if ignored_reason(k, cfg) is None]
 
 
 def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") -> None:
     """Refuse an option the user gave that the combination `cfg` ignores (names it)."""
     for key in sorted(given):
-        why = _ignored_reason(key, cfg)
+        why = ignored_reason(key, cfg)
         if why is not None:
             raise ConfigError(f"--{key.replace('_', '-')} has no effect here{where}: {why}; "
                               "drop it or change the combination")
