@@ -389,7 +389,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     from ..data import load_federated
     from ..execute.distributed import is_main
     from ..execute.layout import conv_impl_for
-    from ..run.experiment import run_config
+    from ..run.experiment import Prepared, run_config
     from ..run.export import model_writers
     from ..run.report import run_writers, write_outputs
     from ..run.simulate import progress_printer
@@ -436,7 +436,8 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
         results, sim = run_config(cfg, hp, data=data, dataset=dataset,
                                   on_eval=(printer if tracker is None else
                                            lambda e: (printer(e), tracker.eval(e))),
-                                  program_cache=program_cache_folder())
+                                  program_cache=program_cache_folder(),
+                                  prepared=Prepared(layout, model))
     except BaseException:
         if tracker is not None:
             tracker.close()

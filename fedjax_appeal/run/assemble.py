@@ -33,7 +33,8 @@ class Assembled(NamedTuple):
 
 
 def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
-             dataset: Dataset | None = None, mesh=None) -> Assembled:
+             dataset: Dataset | None = None, mesh=None, model: Model | None = None
+             ) -> Assembled:
     """Data (unless given), model, algorithm (+ appeal protocol) of `cfg`.
 
     Args:
@@ -42,13 +43,16 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
         partition); None loads it.
       mesh: the run's `distributed` mesh (built once by the caller), over which the cohort
         is sharded; None = one device.
+      model: the model of `cfg` for these data, when the caller built it already (the
+        command line builds it for its header); None builds it.
     """
     t0 = time.perf_counter()
     if data is None:
         data, dataset = load_federated(cfg)
     load_s = time.perf_counter() - t0
     devices = 1 if mesh is None else int(mesh.devices.size)
-    model = model_for(cfg.model, data, dataset, conv_impl_for(cfg, devices))
+    if model is None:  # (a caller that built it for its header passes it)
+        model = model_for(cfg.model, data, dataset, conv_impl_for(cfg, devices))
     alg = build(cfg.algorithm, model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     if appeal_on(cfg):  # the appeal protocol around the algorithm

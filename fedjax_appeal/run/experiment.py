@@ -7,7 +7,7 @@ import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -47,10 +47,18 @@ def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: Federate
     return {"finetune_steps": cfg.finetune_steps, "round": sim.history[-1]["round"], **block}
 
 
+class Prepared(NamedTuple):
+    """What a caller of `run_config` did already: validated the configuration and its
+    hyperparameters, resolved the layout (`run_layout`) and built the model."""
+
+    layout: Any
+    model: Any
+
+
 def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None,
                dataset: Dataset | None = None,
                on_eval: Callable[[dict[str, float]], None] | None = None,
-               program_cache: str | Path | None = None
+               program_cache: str | Path | None = None, prepared: Prepared | None = None
                ) -> tuple[dict[str, Any], SimulationResult]:
     """Run `cfg` with hyperparameters `hp`; returns (results dict, raw simulation result).
 
@@ -61,15 +69,24 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     `records.recorded_hparams`). `program_cache`: a folder of compiled programs
     (`execute.programs.ProgramCache`); a program compiled there before for the same
     configuration, data and code is read back instead of traced and compiled.
+    `prepared`: what the caller already did with this `cfg` and `hp` (`Prepared`: validated
+    them, resolved the layout, built the model), so that a command line checks and builds
+    each once.
     """
-    validate(cfg, hp)
+    if prepared is None:
+        validate(cfg, hp)
     dp_restricted = cfg.dp != "off" and not cfg.dp_publish_client_stats
     if dp_restricted and on_eval is not None:  # progress shows only what may be published
         shown = on_eval
         on_eval = lambda entry: shown(covered_entry(entry))
-    cfg, layout = run_layout(cfg)  # the layout is decided once, here
+    if prepared is None:
+        cfg, layout = run_layout(cfg)  # the layout is decided once, here
+    else:
+        cfg, layout = cfg, prepared.layout
     ckpt, mesh = _scale_options(cfg, hp)  # ... and the mesh built once
-    alg, model, data, dataset, load_s = assemble(cfg, data=data, dataset=dataset, mesh=mesh)
+    alg, model, data, dataset, load_s = assemble(
+        cfg, data=data, dataset=dataset, mesh=mesh,
+        model=None if prepared is None else prepared.model)
     programs = None
     if program_cache:
         from ..execute.programs import ProgramCache
