@@ -32,7 +32,8 @@ def test_config_file_booleans_map_to_on_off():
 
 TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort", "3",
         "--rounds", "2", "--local-steps", "2", "--batch-size", "8", "--eval-every", "2",
-        "--min-samples", "4", "--partition", "natural", "--rho-steps", "2"]
+        "--min-samples", "4", "--partition", "natural"]
+SOLO = ["--rho-steps", "2"]  # short solo models, where the appeal protocol is on
 
 
 def test_plain_fedavg_runs_without_the_protocol_and_says_so(tmp_path, capsys):
@@ -43,7 +44,7 @@ def test_plain_fedavg_runs_without_the_protocol_and_says_so(tmp_path, capsys):
     assert not any(k.startswith("gm_appeal") for k in res["history"][-1])
     assert "appeal protocol off (auto" in capsys.readouterr().err
     out = tmp_path / "b"
-    assert main(["run", *TINY, "--algorithm", "maxfl", "--out", str(out)]) == 0
+    assert main(["run", *TINY, *SOLO, "--algorithm", "maxfl", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["appeal_protocol"] == {"on": True,
                                       "why": "appeal protocol on (auto: maxfl uses requirements)"}
@@ -53,8 +54,8 @@ def test_plain_fedavg_runs_without_the_protocol_and_says_so(tmp_path, capsys):
 
 def test_sweep_ranked_by_an_appeal_metric_turns_it_on(tmp_path):
     out = tmp_path / "s"
-    assert main(["sweep", *TINY, "--grid", "client_lr=0.1,0.05", "--metric", "gm_appeal_seen",
-                 "--out", str(out)]) == 0
+    assert main(["sweep", *TINY, *SOLO, "--grid", "client_lr=0.1,0.05", "--metric",
+                 "gm_appeal_seen", "--out", str(out)]) == 0
     res = json.loads((out / "sweep.json").read_text())
     assert res["appeal_protocol"]["on"] is True
     assert all("gm_appeal_seen" in r["final"] for r in res["rows"])

@@ -133,8 +133,7 @@ def test_nan_guard_names_round_and_keeps_last_good_checkpoint(tmp_path):
 def test_last_round_is_checkpointed_and_a_finished_run_extends(tmp_path, capsys):
     short = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort",
              "3", "--local-steps", "2", "--batch-size", "4", "--eval-every", "2",
-             "--min-samples", "4", "--partition", "natural", "--checkpoint-every", "3",
-             "--rho-steps", "2"]
+             "--min-samples", "4", "--partition", "natural", "--checkpoint-every", "3"]
     out = tmp_path / "r"
     assert main(["run", *short, "--rounds", "4", "--out", str(out)]) == 0
     assert read_meta(out)["round"] == 4  # 3 is due, and the last round always is

@@ -115,7 +115,7 @@ import fedjax_appeal.run.sweep as sweep_mod  # noqa: E402
 
 RES = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort", "3",
        "--rounds", "6", "--local-steps", "2", "--batch-size", "4", "--eval-every", "2",
-       "--min-samples", "4", "--partition", "natural", "--rho-steps", "2", "--grid",
+       "--min-samples", "4", "--partition", "natural", "--grid",
        "client_lr=0.1,0.05", "--seeds", "0,1", "--max-parallel", "2", "--checkpoint-every",
        "2"]
 

@@ -43,7 +43,7 @@ def test_cli_maxfl_writes_appeal_keys_in_every_history_entry(tmp_path, capsys):
 @pytest.mark.slow
 def test_everyone_available_by_default(tmp_path):
     out = tmp_path / "r"
-    assert main(["run", *TINY, "--rounds", "3", "--out", str(out)]) == 0
+    assert main(["run", *TINY[:-2], "--rounds", "3", "--out", str(out)]) == 0  # FedAvg
     res = json.loads((out / "results.json").read_text())
     assert res["round_metrics"]["available"] == [8, 8, 8]
     assert "appealed" not in res["round_metrics"]
@@ -51,7 +51,8 @@ def test_everyone_available_by_default(tmp_path):
 
 def test_cli_no_appeal_flag(tmp_path):
     out = tmp_path / "r"
-    assert main(["run", *TINY, "--no-appeal", "--out", str(out)]) == 0
+    plain = TINY[:-2]  # without --rho-steps: no solo models to train
+    assert main(["run", *plain, "--no-appeal", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     assert "gm_appeal_seen" not in res["history"][0] and "personalized" not in res
 
