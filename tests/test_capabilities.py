@@ -95,3 +95,23 @@ def test_a_plugin_algorithm_declares_its_capabilities():
     finally:
         del ALGORITHMS["toy-no-uplink"]
         del SUPPORTS["toy-no-uplink"]
+
+
+def test_component_options_are_refused_by_their_declarations():
+    """Every option a component declares as its own (`run.validate.component_options`) is
+    refused, naming that component, for a configuration that builds another one, and
+    accepted for one that builds it."""
+    from fedjax_appeal.run.validate import component_options, ignored_reason
+
+    checked = 0
+    for field, owned in component_options():
+        for name, keys in owned.items():
+            other = next(n for n in ("none", "off", "random", "natural", "fmnist", "qsgd")
+                         if n not in owned and n != name)
+            for key in keys:
+                msg = ignored_reason(key, RunConfig(**{field: other}))
+                assert msg is not None and f"--{field} " in msg and name in msg, (key, msg)
+                builds = RunConfig(**{field: name, "union_base": "subtrunc"})
+                assert ignored_reason(key, builds) is None, (field, name, key)
+                checked += 1
+    assert checked >= 30

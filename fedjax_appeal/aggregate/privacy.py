@@ -60,6 +60,10 @@ OVERFLOW_BOUND = 1e-12
 # The configuration fields of the Poisson cohort (`poisson_selector`) and of the DP checks
 # (`check`), for `RunConfig.view`.
 SELECTOR_OPTIONS = ("cohort",)
+# Options of DP-FedAvg (`--dp fixed` / `adaptive`): given with `--dp off`, or an adaptive
+# one with fixed clipping, they are refused (`run.validate.check_ignored`).
+_DP = ("dp_sampling", "dp_delta", "dp_clip", "dp_noise", "dp_publish_client_stats")
+OWN_OPTIONS = {"fixed": _DP, "adaptive": (*_DP, "dp_quantile", "dp_clip_lr", "dp_count_noise")}
 CHECK_OPTIONS = ("dp", "dp_sampling", "availability", "aggregation", "selector",
                  "flip_protocol", "model", "byzantine_fraction", "client_chunk", "cohort")
 

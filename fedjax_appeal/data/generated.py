@@ -101,11 +101,10 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
     return ext, np.concatenate(ys), tr2, te2
 
 
-# The options only a generated pool reads, by pool: `--imbalance-ratios` builds the
-# class-imbalanced pool, `--dataset digits` the domain pool; given without that pool they
-# are refused (`run.validate.check_ignored`).
-POOL_OPTIONS = {"imbalance": ("imbalance_nmax", "imbalance_test_per_class", "imbalance_major"),
-                "digits": ("domains", "domain_samples")}
+# The options only the class-imbalanced pool reads (`--imbalance-ratios`): given without
+# it they are refused (`run.validate.check_ignored`; the digits pool's are
+# `pool.DATASET_OPTIONS["digits"]`).
+IMBALANCE_OPTIONS = ("imbalance_nmax", "imbalance_test_per_class", "imbalance_major")
 
 
 def imbalanced_federation(ds: Dataset, opts: Options, rng: np.random.Generator

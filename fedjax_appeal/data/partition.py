@@ -11,6 +11,12 @@ import numpy as np
 
 from ..core.config import ConfigError
 
+# Options of one partition only (`--partition NAME`): given with another, they are refused
+# (`run.validate.check_ignored`).
+OWN_OPTIONS = {"dirichlet": ("alpha",),
+               "clusters": ("num_clusters", "labels_per_cluster", "cluster_labels"),
+               "classes": ("classes_per_client",)}
+
 
 def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
               min_samples: int = 10, max_tries: int = 1000) -> list[np.ndarray]:

@@ -11,6 +11,11 @@ from ..core.config import DATASETS, PARTITIONS, ConfigError, Options, data_seed
 from . import heterogeneity, partition, sources
 from .sources import Dataset
 
+# Options of one built-in dataset only (`--dataset NAME`): given with another, they are
+# refused (`run.validate.check_ignored`).
+DATASET_OPTIONS = {"synthetic": ("synthetic_alpha", "synthetic_beta"),
+                   "digits": ("domains", "domain_samples")}
+
 
 def register_dataset(name: str):
     """Decorator: `fn(opts, rng) -> Dataset` becomes `--dataset NAME` (run, sweep, reproduce).

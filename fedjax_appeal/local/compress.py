@@ -119,6 +119,10 @@ def error_feedback(inner: Compressor) -> Compressor:
 
 
 # The configuration fields of `from_config` (`RunConfig.view`).
+# Options of one compressor only (`--compress NAME`): given with another, they are refused
+# (`run.validate.check_ignored`).
+OWN_OPTIONS = {"qsgd": ("compress_levels", "compress_bucket", "compress_feedback"),
+               "topk": ("compress_fraction", "compress_feedback")}
 OPTIONS = ("compress", "compress_levels", "compress_bucket", "compress_fraction",
            "compress_feedback")
 

@@ -137,9 +137,6 @@ def _validate_selection(opts: Options, hp: HParams) -> None:
 # Options that a combination ignores: (option, default, why it is ignored or None).
 # Checked only for keys the user gave (flag, config file, grid), so library callers that
 # build a RunConfig keep the defaults of unrelated fields without error.
-_SUBMODULAR = ("divfl", "subtrunc", "unionfl")
-
-
 def ignored_reason(key: str, cfg: RunConfig) -> str | None:
     """Why option `key` has no effect in `cfg`, or None if it has one."""
     appeal_keys = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
@@ -150,35 +147,43 @@ def ignored_reason(key: str, cfg: RunConfig) -> str | None:
         return sup.why("aggregation", f"{cfg.algorithm} computes its own aggregation weights")
     if owners(key) and key not in (*sup.options, *sup.tuning):  # another algorithm's own
         return f"it configures --algorithm {' or '.join(owners(key))}"
-    if key == "alpha" and (cfg.partition != "dirichlet" or cfg.imbalance_ratios):
-        return "it is the Dirichlet concentration (--partition dirichlet)"
-    if key in ("num_clusters", "labels_per_cluster", "cluster_labels") and \
-            cfg.partition != "clusters":
-        return "it configures --partition clusters"
-    if key == "classes_per_client" and cfg.partition != "classes":
-        return "it configures --partition classes"
-    if key in ("synthetic_alpha", "synthetic_beta") and cfg.dataset != "synthetic":
-        return "it configures --dataset synthetic"
-    from ..data.generated import POOL_OPTIONS
-    from ..select.selectors import OWN_OPTIONS
-
-    for selector, keys in OWN_OPTIONS.items():
-        if key in keys and cfg.selector != selector:
-            return f"it configures --selector {selector}"
-    if key in POOL_OPTIONS["imbalance"] and not cfg.imbalance_ratios:
-        return "it configures the generated imbalanced pool (--imbalance-ratios)"
-    if key in POOL_OPTIONS["digits"] and cfg.dataset != "digits":
-        return "it configures --dataset digits"
-    if key in ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
-               "distance_budget_mb", "greedy_epsilon", "selector_objective") and \
-            cfg.selector not in _SUBMODULAR:
-        return f"it configures the selectors {', '.join(_SUBMODULAR)}"
-    if key in ("union_window", "union_base", "union_mu") and cfg.selector != "unionfl":
-        return "it configures --selector unionfl"
-    if key in ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b") and not (
-            cfg.selector == "subtrunc" or (cfg.selector == "unionfl"
-                                           and cfg.union_base == "subtrunc")):
+    if key == "alpha" and cfg.imbalance_ratios:
+        return "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"
+    if key in ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b") and \
+            cfg.selector == "unionfl" and cfg.union_base != "subtrunc":
         return "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
+    from ..data.generated import IMBALANCE_OPTIONS
+
+    if key in IMBALANCE_OPTIONS and not cfg.imbalance_ratios:
+        return "it configures the generated imbalanced pool (--imbalance-ratios)"
+    return owned_reason(key, cfg) or _rest_ignored(key, cfg, sup)
+
+
+def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:
+    """(the RunConfig field naming a component, {component: its own options}) of every
+    kind of component that declares options of its own, each in its own module."""
+    from ..aggregate import privacy
+    from ..data import partition, pool
+    from ..local import compress
+    from ..select import selectors
+
+    return [("partition", partition.OWN_OPTIONS), ("dataset", pool.DATASET_OPTIONS),
+            ("selector", selectors.OWN_OPTIONS), ("compress", compress.OWN_OPTIONS),
+            ("dp", privacy.OWN_OPTIONS)]
+
+
+def owned_reason(key: str, cfg: RunConfig) -> str | None:
+    """"it configures --FIELD NAME" when `key` is an own option of components that `cfg`
+    does not build (`component_options`), else None."""
+    for field, owned in component_options():
+        names = [n for n, keys in owned.items() if key in keys]
+        if names and getattr(cfg, field) not in names:
+            return f"it configures --{field.replace('_', '-')} {' or '.join(names)}"
+    return None
+
+
+def _rest_ignored(key: str, cfg: RunConfig, sup) -> str | None:
+    """The conditions that are no component's own option."""
     if key == "flip_ratio" and cfg.label_flip_fraction == 0:
         return "it configures label flipping (--label-flip-fraction > 0)"
     return _hparam_ignored(key, cfg, sup) or _uplink_ignored(key, cfg)
@@ -206,18 +211,8 @@ def _hparam_ignored(key: str, cfg: RunConfig, sup) -> str | None:
 
 
 def _uplink_ignored(key: str, cfg: RunConfig) -> str | None:
-    """DP and compression options that the combination `cfg` ignores."""
-    if key in ("dp_sampling", "dp_delta", "dp_clip", "dp_noise",
-               "dp_publish_client_stats") and cfg.dp == "off":
-        return "it configures DP-FedAvg (--dp fixed or adaptive)"
-    if key in ("dp_quantile", "dp_clip_lr", "dp_count_noise") and cfg.dp != "adaptive":
-        return "it configures adaptive clipping (--dp adaptive)"
-    if key in ("compress_levels", "compress_bucket") and cfg.compress != "qsgd":
-        return "it configures --compress qsgd"
-    if key == "compress_fraction" and cfg.compress != "topk":
-        return "it configures --compress topk"
-    if key == "compress_feedback" and cfg.compress == "none":
-        return "it configures compression (--compress qsgd or topk)"
+    """Heterogeneity options that the combination `cfg` ignores (DP's and compression's
+    are their components' own, `owned_reason`)."""
     return hetero_ignored(key, cfg.view(hetero_checks.IGNORED_OPTIONS,
                                         "the heterogeneity checks"))
 

@@ -284,7 +284,13 @@ def flip_selector(opts):
 
 # Options of one selector only: given with another `--selector` they are refused
 # (`run.validate.check_ignored`).
-OWN_OPTIONS = {"stratified": ("cohort_groups",), "poc": ("poc_d",)}
+_GREEDY = ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
+           "distance_budget_mb", "greedy_epsilon", "selector_objective")
+_SUBTRUNC = ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b")
+OWN_OPTIONS = {"stratified": ("cohort_groups",), "poc": ("poc_d",), "divfl": _GREEDY,
+               "subtrunc": (*_GREEDY, *_SUBTRUNC),
+               # SubTrunc's options apply to UnionFL on a SubTrunc base (`run.validate`)
+               "unionfl": (*_GREEDY, "union_window", "union_base", "union_mu", *_SUBTRUNC)}
 
 # `--selector` name -> builder(model, opts) -> Selector
 SELECTORS = Registry("selector", {
