@@ -72,6 +72,35 @@ def test_groups_and_bands_match_hand_numbers(runs, tmp_path, band, capsys):
     assert rows[0] == "group,round,mean,low,high" and len(rows) == 1 + 2 * 3
 
 
+def test_baseline_pairs_every_group_seed_by_seed(runs, tmp_path, capsys):
+    root, _ = runs
+    out = tmp_path / "cmp"
+    assert main(["compare", str(root), "--baseline", "algorithm=fedavg", "--out",
+                 str(out)]) == 0
+    (p,) = json.loads((out / "compare.json").read_text())["paired"]
+    # final maxfl − fedavg per seed: 0.6-0.4, 0.7-0.5, 0.8-0.9 = +0.2, +0.2, -0.1;
+    # mean +0.1, sd sqrt((0.01 + 0.01 + 0.04) / 2) = 0.1732, half 4.303 * 0.1732 / sqrt(3)
+    rep = p["report"]
+    assert p["label"] == "algorithm=maxfl" and p["baseline"] == "algorithm=fedavg"
+    assert rep["diffs"] == pytest.approx([0.2, 0.2, -0.1]) and rep["mean"] == pytest.approx(0.1)
+    half = T975_2 * math.sqrt(0.03) / math.sqrt(3)
+    assert rep["t_interval"] == pytest.approx([0.1 - half, 0.1 + half])
+    assert rep["perm_interval"] == [None, None]  # 3 seeds: the whole line (JSON null)
+    assert p["verdict"] == "inconclusive" and rep["toward"] == 2
+    screen = capsys.readouterr().out
+    assert "| algorithm=maxfl − algorithm=fedavg | 3 | mean +0.1000, 95% t [-0.3303, +0.5303]" \
+        in screen and "inconclusive |" in screen
+    assert "Paired with algorithm=fedavg" in (out / "compare.md").read_text()
+    # a loss: lower is better, so maxfl (lower train loss at the end) is better in 2 of 3
+    assert main(["compare", str(root), "--metric", "train_loss", "--baseline",
+                 "algorithm=fedavg", "--out", str(tmp_path / "loss")]) == 0
+    (q,) = json.loads((tmp_path / "loss" / "compare.json").read_text())["paired"]
+    assert q["report"]["want"] == "-" and q["report"]["toward"] == 2
+    assert main(["compare", str(root), "--baseline", "algorithm=fedvg", "--out",
+                 str(tmp_path / "bad")]) == 2
+    assert "did you mean 'algorithm=fedavg'?" in capsys.readouterr().err
+
+
 def test_rounds_are_aligned_on_the_common_evaluations(tmp_path):
     write_run(tmp_path / "a", "fedavg", 0, [0.1, 0.3, 0.5], rounds=(0, 2, 4))
     write_run(tmp_path / "b", "fedavg", 1, [0.2, 0.4, 0.6, 0.8], rounds=(0, 1, 2, 4))

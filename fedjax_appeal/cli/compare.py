@@ -78,7 +78,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     writers["compare.json"] = lambda p: p.write_text(json.dumps(to_jsonable(result), indent=1,
                                                                 allow_nan=False))
     out = write_outputs(args.out, writers)
-    print(markdown_table(rows, args.metric) + f"wrote {out}/compare.{{{','.join(formats)}}}, "
+    print(markdown_table(rows, args.metric)
+          + (paired_table(pairs, args.metric) if pairs else "")
+          + f"wrote {out}/compare.{{{','.join(formats)}}}, "
           "compare.md, compare.csv, compare.json")
     return 0
 
