@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -237,3 +238,17 @@ def test_out_of_memory_is_one_line_naming_the_size_and_the_options(tmp_path, cap
     assert sweep_msg.startswith("the device ran out of memory: lower what runs at once with "
                                 "--max-parallel N")
     assert not runtime.out_of_memory(ValueError("out of memory in my own code"))
+
+
+def test_the_program_cache_keeps_its_size_by_dropping_the_least_recently_used(tmp_path):
+    for i, age in enumerate([50, 10, 40, 20, 30]):  # seconds ago
+        p = tmp_path / f"e{i}.bin"
+        p.write_bytes(b"x" * 100)
+        t = time.time() - age
+        os.utime(p, (t, t))
+    (tmp_path / "other.txt").write_bytes(b"y" * 1000)  # not an entry: never touched
+    assert programs.prune(tmp_path, 600) == 0  # 500 bytes of entries: under the cap
+    # over 400: delete the oldest (e0 at 50 s, e2 at 40 s) until at most 80% = 320 remain
+    assert programs.prune(tmp_path, 400) == 2
+    assert sorted(p.name for p in tmp_path.glob("*.bin")) == ["e1.bin", "e3.bin", "e4.bin"]
+    assert (tmp_path / "other.txt").exists()

@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 FORMAT = 1  # bump when the stored layout changes
+MAX_BYTES = 1 << 30  # beyond this the least recently used entries are deleted
 # JAX monitoring event of each executable read back (its seconds): `runtime.CompileLog`
 LOAD_EVENT = "/fedjax_appeal/program_cache/load_duration"
 # JAX flags that only concern caches, logging or debugging output, never a program
@@ -164,6 +165,7 @@ class ProgramCache:
             try:
                 payload, in_tree, out_tree = pickle.loads(path.read_bytes())
                 exe = serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+                os.utime(path)  # recently used: evicted last
                 self.hits += 1
                 jax.monitoring.record_event_duration_secs(LOAD_EVENT,
                                                           time.perf_counter() - t0)
@@ -186,10 +188,35 @@ class ProgramCache:
                 f.write(blob)
             os.replace(tmp, path)  # whole entries only, whatever runs beside
             self.stored += 1
+            prune(self.folder, MAX_BYTES)
         except OSError:  # a full or read-only disk: the run goes on without the entry
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
         return exe
+
+
+def prune(folder: Path, max_bytes: int) -> int:
+    """Delete the least recently used entries (oldest modification time: a hit touches
+    its file) until the folder holds at most 80% of `max_bytes`, once it holds more than
+    `max_bytes`. Returns the number of entries deleted."""
+    entries = []
+    for p in folder.glob("*.bin"):
+        try:
+            st = p.stat()
+        except OSError:  # deleted by another process meanwhile
+            continue
+        entries.append((st.st_mtime, st.st_size, p))
+    total = sum(size for _, size, _ in entries)
+    if total <= max_bytes:
+        return 0
+    deleted = 0
+    for _, size, p in sorted(entries):
+        if total <= 0.8 * max_bytes:
+            break
+        p.unlink(missing_ok=True)
+        total -= size
+        deleted += 1
+    return deleted
 
 
 class _PersistentCacheHits:

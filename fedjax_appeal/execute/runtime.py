@@ -30,6 +30,7 @@ from typing import Any
 from ..core.config import ConfigError
 
 COMPILE_CACHE_ENV = "FEDJAX_APPEAL_COMPILE_CACHE"
+XLA_CACHE_BYTES = 2 << 30  # JAX evicts the least recently used programs beyond this
 DETERMINISTIC_ENV = "FEDJAX_APPEAL_DETERMINISTIC"
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
 _OFF = ("0", "off", "false", "no")
@@ -50,7 +51,8 @@ def default_cache_folder() -> Path:
 
 def enable_compilation_cache(folder: str | Path | None = None) -> Path:
     """Turn JAX's persistent compilation cache on, in `folder` (default
-    `default_cache_folder()`), and cache every program, however fast it compiled.
+    `default_cache_folder()`), and cache every program, however fast it compiled; beyond
+    `XLA_CACHE_BYTES` the least recently used programs are evicted.
 
     A cache folder the process already has (`JAX_COMPILATION_CACHE_DIR`, or an earlier
     `jax.config.update("jax_compilation_cache_dir", ...)`) is kept. Returns the folder in
@@ -76,6 +78,7 @@ def enable_compilation_cache(folder: str | Path | None = None) -> Path:
     # measured on the tour: programs of 0.05 s and less are a third of its programs; reading
     # one back costs about 10 ms
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_compilation_cache_max_size", XLA_CACHE_BYTES)  # (needs filelock)
     return path
 
 
