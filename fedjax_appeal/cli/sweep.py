@@ -41,7 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="final-history metric ranking the configurations (mean over seeds; "
                         "default: test_acc_seen)")
     s.add_argument("--metric-mode", default=None, choices=("auto", "max", "min"),
-                   help="maximise or minimise the metric (default auto: minimise losses)")
+                   help="maximise or minimise the metric (default auto: minimise losses "
+                        "and the client dissimilarity)")
     s.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="runs per vmapped batch (default 0 = as many as fit in memory)")
     s.add_argument("--lanes", type=int, default=None, metavar="N",

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..core.config import ConfigError
 from ..core.registry import did_you_mean
+from .paired import t_quantile
 from .records import NOT_A_SETTING, mean_std_text, runs_of, sample_std
 
 BANDS = ("std", "ci95", "minmax")
@@ -111,13 +112,6 @@ def group_runs(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, list[di
     return groups
 
 
-def t975(dof: int) -> float:
-    """The 0.975 quantile of Student's t with `dof` degrees of freedom."""
-    from scipy.stats import t
-
-    return float(t.ppf(0.975, dof))
-
-
 def curves(group: list[dict[str, Any]], metric: str, x_key: str = "round"
            ) -> tuple[np.ndarray, np.ndarray]:
     """(x [T], values [n_runs, T]) on the x values every run of the group evaluated."""
@@ -140,7 +134,7 @@ def band(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndar
     if n < 2:
         return mean, mean.copy(), mean.copy()
     sd = sample_std(values, axis=0)
-    half = sd if kind == "std" else t975(n - 1) * sd / math.sqrt(n)
+    half = sd if kind == "std" else t_quantile(n - 1) * sd / math.sqrt(n)
     return mean, mean - half, mean + half
 
 

@@ -49,6 +49,7 @@ from ..core.tunables import TUNABLES
 from ..data import Dataset, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble, program_context
+from .compare import lower_is_better
 from .driver import Driver, eval_rounds
 from .records import sample_std
 from .validate import validate
@@ -332,10 +333,6 @@ def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
                           + ", ".join(keys))
 
 
-def _lower_is_better(metric: str) -> bool:
-    return "loss" in metric
-
-
 def point_label(static: dict[str, Any], point: dict[str, float]) -> str:
     """A configuration's label: its static grid values, then its hyperparameters."""
     return ", ".join([f"{k}={v}" for k, v in static.items()]
@@ -348,10 +345,10 @@ def summarize_sweep(rows: list[dict[str, Any]], metric: str, mode: str = "auto"
 
     The std is the sample standard deviation (ddof = 1, `records.sample_std`, as in
     `compare`): NaN for a single seed. A configuration with a diverged seed (NaN) has mean
-    and std NaN and ranks last. `mode` is "max", "min" or "auto" (min for metrics whose
-    name contains "loss").
+    and std NaN and ranks last. `mode` is "max", "min" or "auto" (min for losses and the
+    client dissimilarity, `compare.lower_is_better`).
     """
-    lower = _lower_is_better(metric) if mode == "auto" else mode == "min"
+    lower = lower_is_better(metric) if mode == "auto" else mode == "min"
     by: dict[str, list[dict]] = {}
     for row in rows:
         by.setdefault(row["label"], []).append(row)
@@ -387,7 +384,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
       seeds: training seeds; each configuration runs once per seed.
       hp: base hyperparameters for keys not in the grid.
       metric, mode: the metric of the final evaluation that ranks configurations (mean over
-        seeds; mode "max", "min" or "auto" = min for losses).
+        seeds; mode "max", "min" or "auto" = min for losses and the client
+        dissimilarity, `compare.lower_is_better`).
       max_parallel: runs per vmapped batch (0 = as many as fit, see `auto_parallel`).
       data, dataset: an already loaded federation for `cfg` (reused by groups whose data
         fields equal `cfg`'s).
@@ -417,7 +415,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     if lanes is not None and lanes < 0:
         raise ConfigError(f"--lanes must be >= 0 (got {lanes}; 0 = all runs of a batch)")
     lanes = auto_lanes() if lanes is None else lanes
-    lower = _lower_is_better(metric) if mode == "auto" else mode == "min"
+    lower = lower_is_better(metric) if mode == "auto" else mode == "min"
     hp_keys = [k for k in grid if k in field_names(HParams)]
     run_keys = [k for k in grid if k not in hp_keys]
     statics = [dict(zip(run_keys, v, strict=True))
