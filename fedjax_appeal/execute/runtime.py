@@ -102,9 +102,16 @@ def compilation_cache_folder() -> str | None:
 
 
 def _backend_started() -> bool:
-    from jax._src import xla_bridge
+    """Whether JAX's backend has started in this process (JAX has no public call for it:
+    its internal one, and where that is missing, whether JAX was imported at all)."""
+    try:
+        from jax._src import xla_bridge
 
-    return xla_bridge.backends_are_initialized()
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):
+        import sys
+
+        return "jax" in sys.modules
 
 
 def enable_determinism(strict: bool = True) -> bool:
