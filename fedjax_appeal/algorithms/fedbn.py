@@ -2,10 +2,11 @@
 Normalization", ICLR).
 
 Every client keeps its own BatchNorm layers: the BN affine parameters (scale, bias) and the
-BN statistics (`batch_stats`) of client k live in `state.extra` with a leading client axis
-[M, ...]; a round gathers them for the cohort, trains, and scatters the cohort's new
-values back. They are never averaged. All other parameters are aggregated as in FedAvg
-(any `--aggregation`, e.g. Exp-alpha, and any `--server-opt`); their BN leaves in
+BN statistics (`batch_stats`) of client k live in `FedBNState` (`state.extra["fedbn"]`)
+with a leading client axis [M, ...]; a round gathers them for the cohort, trains, and
+scatters the cohort's new values back. They are never averaged. All other parameters are
+aggregated as in FedAvg (any `--aggregation`, e.g. Exp-alpha, and any `--server-opt`);
+their BN leaves in
 `state.params` stay at their initial values and are unused.
 
 Evaluation: each seen client with its own BN (`evaluation.evaluate_personal`). An unseen
@@ -16,6 +17,8 @@ adaptation, data the client holds).
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -60,26 +63,40 @@ def _scatter(table, rows, idx, valid):
     return jax.tree.map(one, table, rows)
 
 
+class FedBNState(NamedTuple):
+    """FedBN's server state (`state.extra["fedbn"]`): every seen client's own BatchNorm."""
+
+    bn_params: Any  # [M, ...] the BN affine parameters (scale, bias) of each client
+    bn_state: Any  # [M, ...] the BN statistics (`batch_stats`) of each client
+
+
+class FedBNReport(NamedTuple):
+    """What a FedBN client reports besides its update (`ClientUpdate.extra["fedbn"]`)."""
+
+    bn_params: Any  # its BN affine parameters after the local steps
+
+
 def fedbn_local(model: Model, opts: Options):
     """Local objective of client k with its own BN parameters and statistics."""
 
     def local(state, data, k, key, hp):
-        bn_k = jax.tree.map(lambda a: a[k], state.extra["bn_params"])
-        ms_k = jax.tree.map(lambda a: a[k], state.extra["bn_state"])
+        st: FedBNState = state.extra["fedbn"]
+        bn_k = jax.tree.map(lambda a: a[k], st.bn_params)
+        ms_k = jax.tree.map(lambda a: a[k], st.bn_state)
         params = with_bn(state.params, bn_k)
         res = local_sgd(model, params, ms_k, data.train, k, key, hp.client_lr,
                         steps=opts.local_steps, batch_size=opts.batch_size)
         delta = tree_sub(params, res.params)
         delta = with_bn(delta, jax.tree.map(jnp.zeros_like, bn_k))  # BN never aggregated
         return Trained((params, ms_k), (res.params, res.state), res.loss,
-                       {"bn_params": bn_part(res.params)}, delta)
+                       {"fedbn": FedBNReport(bn_part(res.params))}, delta)
 
     return local
 
 
 def personal_params(state, num: int | None = None):
     """Per-client params [M, ...]: the global non-BN leaves with each client's BN."""
-    bn = state.extra["bn_params"]
+    bn = state.extra["fedbn"].bn_params
     m = jax.tree.leaves(bn)[0].shape[0] if num is None else num
     tiled = jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), state.params)
     return with_bn(tiled, bn)
@@ -103,11 +120,11 @@ def adapt_bn(model: Model, params, mstate, arrays, key, batch_size: int):
 def fedbn_evaluator(model: Model, opts: Options):
     def evaluate(state, data, hp):
         pp = personal_params(state)
-        ms = state.extra["bn_state"]
+        ms = state.extra["fedbn"].bn_state
         out = {"train": evaluate_personal(model, pp, ms, data.train),
                "test": evaluate_personal(model, pp, ms, data.test)}
         if data.unseen_train is not None:
-            mean_bn = jax.tree.map(lambda a: a.mean(0), state.extra["bn_params"])
+            mean_bn = jax.tree.map(lambda a: a.mean(0), state.extra["fedbn"].bn_params)
             mean_ms = jax.tree.map(lambda a: a.mean(0), ms)
             p = with_bn(state.params, mean_bn)
             key = jax.random.fold_in(jax.random.key(0), state.round)
@@ -126,14 +143,14 @@ def fedbn_init(key, params, mstate, data, hp):
     """Every seen client's BN parameters and statistics [M, ...], all the initial ones."""
     m = data.num_clients
     tile = lambda t: jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), t)
-    return {"bn_params": tile(bn_part(params)), "bn_state": tile(mstate)}
+    return {"fedbn": FedBNState(tile(bn_part(params)), tile(mstate))}
 
 
 def fedbn_post(old, new, upd, idx, valid, w, hp):
-    ex = dict(new.extra)
-    ex["bn_params"] = _scatter(ex["bn_params"], upd.extra["bn_params"], idx, valid)
-    ex["bn_state"] = _scatter(ex["bn_state"], upd.model_state, idx, valid)
-    return new.replace(extra=ex)
+    st: FedBNState = new.extra["fedbn"]
+    return new.replace(extra={**new.extra, "fedbn": FedBNState(
+        _scatter(st.bn_params, upd.extra["fedbn"].bn_params, idx, valid),
+        _scatter(st.bn_state, upd.model_state, idx, valid))})
 
 
 FEDBN_SUPPORTS = Supports()

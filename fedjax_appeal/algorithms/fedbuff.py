@@ -23,14 +23,14 @@ replacement is dispatched before the buffer is checked, so the K-th replacement 
 starts on the pre-update model.
 
 Keys: the d-th dispatch of the run draws its client and duration from
-`fold_in(root, d)` (`dispatch_draw`), root kept in `state.extra["fedbuff"]["key"]`; the
+`fold_in(root, d)` (`dispatch_draw`), root kept in `FedBuffState.key`; the
 replacements of a server step train with `split(round key, K)`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -76,12 +76,25 @@ def _take(tree, i):
     return jax.tree.map(lambda a: a[i], tree)
 
 
+class FedBuffState(NamedTuple):
+    """FedBuff's server state (`state.extra["fedbuff"]`): the clients in flight."""
+
+    key: jax.Array  # the root key of the dispatches (raw key data)
+    client: jax.Array  # [C] int32, the client of each slot
+    version: jax.Array  # [C] int32, the model version each slot started from
+    finish: jax.Array  # [C] float32, when each slot's client finishes (simulated seconds)
+    delta: Any  # [C, ...] each slot's update, like params
+    model_state: Any  # [C, ...] each slot's model state
+    loss: jax.Array  # [C] float32, each slot's training loss
+    now: jax.Array  # [] float32, simulated time
+    n: jax.Array  # [] int32, dispatches so far
+
+
 def fedbuff_init(train: TrainFn, params, model_state, key: jax.Array, pool: jax.Array,
-                 num_slots: int, base_time: float, hp) -> dict:
+                 num_slots: int, base_time: float, hp) -> FedBuffState:
     """The in-flight buffer at time 0: C clients dispatched on version 0 (dispatches 0..C-1).
 
-    Returns `state.extra["fedbuff"]`: root key (raw), per slot client / version / finish /
-    delta / model state / loss, simulated time `now` and the dispatch counter `n`.
+    Returns `state.extra["fedbuff"]` (`FedBuffState`).
     """
     root = jax.random.fold_in(key, 0xFB)
     m = pool.shape[0]
@@ -96,10 +109,10 @@ def fedbuff_init(train: TrainFn, params, model_state, key: jax.Array, pool: jax.
     keys = jax.random.split(jax.random.fold_in(key, 0xFC), num_slots)
     delta, mstate, loss = jax.vmap(train, in_axes=(None, None, 0, 0, None))(
         params, model_state, client, keys, hp)
-    return {"key": jax.random.key_data(root), "client": client,
-            "version": jnp.zeros((num_slots,), jnp.int32), "finish": finish,
-            "delta": delta, "model_state": mstate, "loss": loss,
-            "now": jnp.zeros((), jnp.float32), "n": jnp.asarray(num_slots, jnp.int32)}
+    return FedBuffState(key=jax.random.key_data(root), client=client,
+                        version=jnp.zeros((num_slots,), jnp.int32), finish=finish,
+                        delta=delta, model_state=mstate, loss=loss,
+                        now=jnp.zeros((), jnp.float32), n=jnp.asarray(num_slots, jnp.int32))
 
 
 def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buffer: int,
@@ -111,8 +124,8 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
     the K clients aggregated, `cohort_weights` = s_i / K) plus `staleness_mean`,
     `staleness_max` and `sim_time` (simulated seconds at the K-th arrival).
     """
-    fb = state.extra["fedbuff"]
-    root = jax.random.wrap_key_data(fb["key"])
+    fb: FedBuffState = state.extra["fedbuff"]
+    root = jax.random.wrap_key_data(fb.key)
     version = state.round
     m = state.pool.shape[0]
 
@@ -128,16 +141,16 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
                  finish.at[slot].set(t + dur), src.at[slot].set(j), n + 1)
         return carry, (rec, c)
 
-    src0 = jnp.full(fb["client"].shape, -1, jnp.int32)  # -1: trained before this step
+    src0 = jnp.full(fb.client.shape, -1, jnp.int32)  # -1: trained before this step
     (client, ver, finish, src, n), (rec, fresh_ids) = jax.lax.scan(
-        arrival, (fb["client"], fb["version"], fb["finish"], src0, fb["n"]),
+        arrival, (fb.client, fb.version, fb.finish, src0, fb.n),
         jnp.arange(buffer))
     slot, who, started, from_step, t = rec
 
     # the K replacements all start on this step's model: one vmap
     fresh = jax.vmap(train, in_axes=(None, None, 0, 0, None))(
         state.params, state.model_state, fresh_ids, jax.random.split(key, buffer), hp)
-    stored = (fb["delta"], fb["model_state"], fb["loss"])
+    stored = (fb.delta, fb.model_state, fb.loss)
 
     def read(slots, srcs):
         """Slot contents: this step's batch where src >= 0, else the stored buffer."""
@@ -156,10 +169,9 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
     new = new.replace(
         round=version + 1,
         participation=state.participation.at[who].add(1),
-        extra={**state.extra, "fedbuff": {**fb, "client": client, "version": ver,
-                                          "finish": finish, "delta": d_slot,
-                                          "model_state": m_slot, "loss": l_slot,
-                                          "now": t[-1], "n": n}})
+        extra={**state.extra, "fedbuff": fb._replace(
+            client=client, version=ver, finish=finish, delta=d_slot, model_state=m_slot,
+            loss=l_slot, now=t[-1], n=n)})
     metrics = {"cohort_loss": jnp.mean(loss),
                "cohort_size": jnp.asarray(buffer, jnp.int32),
                "available": jnp.sum(state.pool).astype(jnp.int32),

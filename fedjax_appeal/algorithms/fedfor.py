@@ -15,8 +15,8 @@ i.e. every local gradient gets the constant term lambda g_t: a step against the 
 update's direction is penalised and one along it rewarded ("penalizes updates in the
 opposite direction of the global update", Tian et al.). lambda = `HParams.fedfor_lambda`;
 g_0 = 0 (the first round is plain FedAvg). The server keeps w_{t-1} - w_t in
-`state.extra["fedfor_g"]`; clients stay stateless. Aggregation and server optimizer are
-those of FedAvg (`--aggregation`, `--server-opt`).
+`FedForState.last_update` (`state.extra["fedfor"]`); clients stay stateless. Aggregation
+and server optimizer are those of FedAvg (`--aggregation`, `--server-opt`).
 
 This is our reading of the method's local objective (its linear first-order term with the
 last global update as the gradient estimate); the exact scaling of the estimate in the
@@ -24,6 +24,8 @@ authors' code was not available to us.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,10 +44,16 @@ def first_order(g, w_t, lam: jax.Array):
         jax.tree.leaves(g), jax.tree.leaves(p), jax.tree.leaves(w_t), strict=True))
 
 
+class FedForState(NamedTuple):
+    """FedFor's server state (`state.extra["fedfor"]`)."""
+
+    last_update: Any  # w_{t-1} - w_t, like params (zero before the first round)
+
+
 def global_gradient(state, opts: Options, hp):
     """g_t = (w_{t-1} - w_t) / (tau eta_l) from the server's last global update."""
     scale = 1.0 / (opts.local_steps * hp.client_lr)
-    return jax.tree.map(lambda d: d * scale, state.extra["fedfor_g"])
+    return jax.tree.map(lambda d: d * scale, state.extra["fedfor"].last_update)
 
 
 def fedfor_local(model: Model, opts: Options):
@@ -60,7 +68,8 @@ def fedfor_local(model: Model, opts: Options):
 
 
 def fedfor_post(old, new, upd, idx, valid, w, hp):
-    return new.replace(extra={**new.extra, "fedfor_g": tree_sub(old.params, new.params)})
+    return new.replace(extra={**new.extra,
+                              "fedfor": FedForState(tree_sub(old.params, new.params))})
 
 
 FEDFOR_SUPPORTS = Supports(options=("fedfor_lambda",))
@@ -72,4 +81,4 @@ def fedfor(model: Model, opts: Options, executor=None):
                    weights=weight_rule(opts),
                    post=fedfor_post, executor=executor,
                    init_extra=lambda key, params, mstate, data, hp: {
-                       "fedfor_g": jax.tree.map(jnp.zeros_like, params)})
+                       "fedfor": FedForState(jax.tree.map(jnp.zeros_like, params))})

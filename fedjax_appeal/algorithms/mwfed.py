@@ -10,7 +10,8 @@ implement it as follows:
     train loss of client k's solo model (`--rho-steps` local SGD steps from the initial
     global model with lr `--solo-lr`, or the client lr), computed once in init and kept in
     `state.extra["rho"]` [M]; a constant or a file with `--requirement`;
-  * weights v_k > 0, all 1 at the start, kept as log v_k in `state.extra["mw_logv"]` [M];
+  * weights v_k > 0, all 1 at the start, kept as log v_k in `MWFedState.logv` [M]
+    (`state.extra["mwfed"]`);
   * round: the sampled clients report F_k(w), their train loss at the received model
     (`loss_before`; Byzantine clients inflate it), run tau local SGD steps and send
     Delta_k = w - w_k; the server aggregates with weights
@@ -22,6 +23,8 @@ implement it as follows:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -32,6 +35,13 @@ from ..core.round import WeightRule
 from .base import compose, register
 from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
 from .maxfl import REQUIREMENT_READS, requirement_init
+
+
+class MWFedState(NamedTuple):
+    """MW-Fed's own server state (`state.extra["mwfed"]`; its requirements rho_k are the
+    shared `state.extra["rho"]` of the requirement algorithms)."""
+
+    logv: jax.Array  # [M] float32, log v_k
 
 
 def mw_weights(logv: jax.Array, num_samples: jax.Array, valid: jax.Array) -> jax.Array:
@@ -51,15 +61,15 @@ def mw_update(logv: jax.Array, idx: jax.Array, valid: jax.Array, loss: jax.Array
 
 
 MW_RULE = WeightRule(  # F_k(w) is reported for `post`, not for the weights
-    lambda upd, idx, valid, state, hp: mw_weights(state.extra["mw_logv"][idx],
+    lambda upd, idx, valid, state, hp: mw_weights(state.extra["mwfed"].logv[idx],
                                                   upd.num_samples, valid),
     needs=frozenset({"loss_before"}))
 
 
 def mw_post(old, new, upd, idx, valid, w, hp):
-    logv = mw_update(old.extra["mw_logv"], idx, valid, upd.extra["loss_before"],
+    logv = mw_update(old.extra["mwfed"].logv, idx, valid, upd.extra["loss_before"],
                      old.extra["rho"], hp.mwfed_eta)
-    return new.replace(extra={**new.extra, "mw_logv": logv})
+    return new.replace(extra={**new.extra, "mwfed": MWFedState(logv)})
 
 
 MWFED_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
@@ -72,7 +82,7 @@ def mwfed(model: Model, opts: Options, executor=None):
     req_init = requirement_init(model, opts)
 
     def init_extra(key, params, mstate, data, hp):  # [M] log v_k, rho_k
-        return {"mw_logv": jnp.zeros((data.num_clients,), jnp.float32),
+        return {"mwfed": MWFedState(jnp.zeros((data.num_clients,), jnp.float32)),
                 **req_init(key, params, mstate, data, hp)}
 
     return compose("mwfed", model, opts, local=sgd_local(model, opts), weights=MW_RULE,

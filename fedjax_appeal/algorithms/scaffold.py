@@ -1,9 +1,10 @@
 """SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020, "SCAFFOLD: Stochastic
 Controlled Averaging for Federated Learning", Algorithm 1 with option II).
 
-State: server control variate c (like params) in `state.extra["c"]` and one control variate
-per seen client c_k, stacked with a leading M axis, in `state.extra["c_clients"]` (all
-zero at the start).
+State (`ScaffoldState`, in `state.extra["scaffold"]`): the server control variate c (like
+params) and one control variate per seen client c_k, stacked with a leading M axis (all
+zero at the start). Each client reports Delta c_k (`ScaffoldReport`, in
+`ClientUpdate.extra["scaffold"]`).
 
 Round (eta_l = `HParams.client_lr`, tau = `--local-steps`, N = seen clients):
   1. each sampled client runs tau SGD steps from w on F_k(y) + <c - c_k, y>, i.e.
@@ -20,6 +21,8 @@ Round (eta_l = `HParams.client_lr`, tau = `--local-steps`, N = seen clients):
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -31,6 +34,19 @@ from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
 
 
+class ScaffoldState(NamedTuple):
+    """SCAFFOLD's server state (`state.extra["scaffold"]`)."""
+
+    c: Any  # the server control variate, like params
+    c_clients: Any  # [M, ...] one control variate per seen client, like params
+
+
+class ScaffoldReport(NamedTuple):
+    """What a SCAFFOLD client reports besides its update (`ClientUpdate.extra["scaffold"]`)."""
+
+    c_delta: Any  # Delta c_k = c_k+ - c_k, like params
+
+
 def correction(c, c_k):
     """The regulariser <c - c_k, y> (its gradient is the SCAFFOLD correction c - c_k)."""
     corr = jax.tree.map(jnp.subtract, c, c_k)
@@ -40,15 +56,17 @@ def correction(c, c_k):
 
 def scaffold_local(model: Model, opts: Options):
     def local(state, data, k, key, hp):
-        c = state.extra["c"]
-        c_k = jax.tree.map(lambda a: a[k], state.extra["c_clients"])
+        st: ScaffoldState = state.extra["scaffold"]
+        c = st.c
+        c_k = jax.tree.map(lambda a: a[k], st.c_clients)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key,
                         hp.client_lr, steps=opts.local_steps, batch_size=opts.batch_size,
                         regularizer=correction(c, c_k))
         delta = tree_sub(state.params, res.params)
         scale = 1.0 / (opts.local_steps * hp.client_lr)
         # Delta c_k = c_k+ - c_k = -c + (w - w_k) / (tau eta_l)
-        extra = {"c_delta": jax.tree.map(lambda d, cc: d * scale - cc, delta, c)}
+        extra = {"scaffold": ScaffoldReport(
+            jax.tree.map(lambda d, cc: d * scale - cc, delta, c))}
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
                        extra, delta)
 
@@ -57,23 +75,24 @@ def scaffold_local(model: Model, opts: Options):
 
 def scaffold_post(old, new, upd, idx, valid, w, hp):
     """Control-variate updates after the server step (masked scatter at the cohort)."""
-    m = old.extra["c_clients"]
+    st: ScaffoldState = old.extra["scaffold"]
+    m = st.c_clients
     num = jax.tree.leaves(m)[0].shape[0]
 
     def mask(d):
         return jnp.where(valid.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0)
 
-    dc = jax.tree.map(mask, upd.extra["c_delta"])
-    c = jax.tree.map(lambda a, d: a + jnp.sum(d, axis=0) / num, old.extra["c"], dc)
+    dc = jax.tree.map(mask, upd.extra["scaffold"].c_delta)
+    c = jax.tree.map(lambda a, d: a + jnp.sum(d, axis=0) / num, st.c, dc)
     c_clients = jax.tree.map(lambda a, d: a.at[idx].add(d), m, dc)
-    return new.replace(extra={**new.extra, "c": c, "c_clients": c_clients})
+    return new.replace(extra={**new.extra, "scaffold": ScaffoldState(c, c_clients)})
 
 
 def scaffold_init(key, params, mstate, data, hp):
     """c (like params) and c_k ([M, ...] like params), all zero."""
-    return {"c": jax.tree.map(jnp.zeros_like, params),
-            "c_clients": jax.tree.map(
-                lambda a: jnp.zeros((data.num_clients, *a.shape), a.dtype), params)}
+    return {"scaffold": ScaffoldState(
+        jax.tree.map(jnp.zeros_like, params),
+        jax.tree.map(lambda a: jnp.zeros((data.num_clients, *a.shape), a.dtype), params))}
 
 
 SCAFFOLD_SUPPORTS = Supports()

@@ -25,7 +25,11 @@ class ServerState:
     round: jax.Array  # [] int32, rounds done so far
     pool: jax.Array  # [M] bool, seen clients available for selection
     participation: jax.Array  # [M] int32, how often each client was in a cohort
-    extra: dict  # algorithm-specific fields (control variates, rho_k, selector memory, ...)
+    # what stages and algorithms carry: shared stages under documented keys ("rho" of the
+    # requirement algorithms, "selector", "appeal", "uplink", "hetero"), an algorithm's own
+    # state as one typed value under its name ("scaffold": ScaffoldState, "fedbn",
+    # "fedfor", "fedbuff", "mwfed")
+    extra: dict
 
 
 class ClientUpdate(NamedTuple):
@@ -46,10 +50,13 @@ class ClientUpdate(NamedTuple):
       num_samples: [] int32, n_k, the client's number of train rows (the proportional
         weight).
       loss: [] float32, the mean minibatch training loss over the local steps.
-      extra: algorithm-specific per-client values, each [] or a pytree: "loss_before" =
-        F_k(w) and "loss_after" = F_k(w_k) (full train split, evaluation mode) when the weight
-        rule `needs` them, FedNova's normaliser "fednova_a", SCAFFOLD's "c_delta", FedBN's
-        "bn_params", the uplink's and heterogeneity's bookkeeping ("uplink", "hetero"), ...
+      extra: per-client values besides the update. Shared stages use a small documented
+        set of keys: "loss_before" = F_k(w) and "loss_after" = F_k(w_k) (full train split,
+        evaluation mode) when the weight rule `needs` them, FedNova's normaliser
+        "fednova_a" (the fednova algorithm and `--aggregation fednova`), the squared update
+        norm of a chunked round, the uplink's and heterogeneity's bookkeeping ("uplink",
+        "hetero"). An algorithm's own report is one typed value under its name (SCAFFOLD's
+        `ScaffoldReport` under "scaffold", FedBN's `FedBNReport` under "fedbn").
     """
 
     delta: Any  # pytree like params: w - w_k (None in a chunked round's first pass)
