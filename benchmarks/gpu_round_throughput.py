@@ -107,6 +107,9 @@ def main():
     ap.add_argument("--conv-impls", default="auto",
                     help="comma list of RunConfig.conv_impl values for the CIFAR-10 cnn "
                          "(core/conv.py: CONV_IMPLS); one row each")
+    ap.add_argument("--precisions", default="default",
+                    help="comma list of --precision values for our side (default, fp32, "
+                         "tf32 (GPU only), bf16); each is its own row")
     ap.add_argument("--repeats", type=int, default=None, help="default 5 (GPU) / 2 (CPU)")
     ap.add_argument("--cifar-repeats", type=int, default=None,
                     help="default --repeats (GPU) / 1 (CPU mode: ~100 s per CIFAR-10 round)")
@@ -149,13 +152,15 @@ def main():
     measured = None if args.no_matmul_peak else matmul_peak(n=8192 if on_gpu else 2048)
     if measured is not None:
         print(f"measured fp32 matmul peak: {measured['best_flops'] / 1e12:.2f} TFLOP/s", flush=True)
-    jobs = [("fmnist", int(m), "auto") for m in fm.split(",") if m.strip()]
-    jobs += [("cifar10", int(m), impl.strip()) for m in cf.split(",") if m.strip()
-             for impl in args.conv_impls.split(",")]
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    jobs = [("fmnist", int(m), "auto", p) for m in fm.split(",") if m.strip()
+            for p in precisions]
+    jobs += [("cifar10", int(m), impl.strip(), p) for m in cf.split(",") if m.strip()
+             for impl in args.conv_impls.split(",") for p in precisions]
     rows, flops_cache = [], {}
-    for name, m, impl in jobs:
+    for name, m, impl, prec in jobs:
         cfg = fmnist_config(m, args.fmnist_dir) if name == "fmnist" else cifar_config(m)
-        cfg = cfg.replace(conv_impl=impl)
+        cfg = cfg.replace(conv_impl=impl, precision=prec)
         # The automatic layout of this cohort over the devices this process has: on a GPU
         # what a plain `fedjax-appeal run` gets; on a CPU one device, since this script does
         # not split the CPU (the plain command does: plain_command.py measures that).
@@ -163,14 +168,16 @@ def main():
         rpc = 1 if cpu_mode else (4 if m <= 10 else (2 if m <= 100 else 1))
         reps = repeats if name == "fmnist" else c_repeats
         secs, compile_s, data, ds, n_params = jax_round_times(cfg, HP, rpc, reps)
-        model = model_for(cfg.model, data, ds, cfg.conv_impl)
+        model = model_for(cfg.model, data, ds, cfg.conv_impl, cfg.precision)
         conv = getattr(model.module, "conv_impl", None)
         if (name, conv) not in flops_cache:
             flops_cache[name, conv] = step_flops(model, cfg.batch_size)
         sflops, source, counted = flops_cache[name, conv]
         round_flops = m * cfg.local_steps * sflops
         best = min(secs)
-        row = {"dataset": name, "model": "mlp" if name == "fmnist" else f"cnn, conv {conv}",
+        label = "mlp" if name == "fmnist" else f"cnn, conv {conv}"
+        row = {"dataset": name, "precision": prec,
+               "model": label if prec == "default" else f"{label}, {prec}",
                "cohort": m,
                "clients": cfg.clients, "partition": cfg.partition, "n_params": int(n_params),
                "layout": layout.describe(), "rounds_per_call": rpc, "jax": stats(secs),
@@ -188,7 +195,8 @@ def main():
               f"{row['flops_per_s'] / 1e9:.1f} GFLOP/s ({source}); {row['layout']}", flush=True)
         if measured is not None:
             row["util_measured_peak"] = row["flops_per_s"] / measured["best_flops"]
-        if use_torch and name == "fmnist" and m <= args.torch_max_cohort:
+        if use_torch and name == "fmnist" and m <= args.torch_max_cohort and \
+                prec == "default":
             for v in ("loop", "vmap"):
                 tsecs, tver, nthreads = torch_round_times(data, ds, cfg, HP, t_repeats, device,
                                                           variant=v)
@@ -205,7 +213,8 @@ def main():
 
     # Targets.
     is_h100 = on_gpu and any(n in kind for n in ("H100", "H200"))
-    r1000 = next((r for r in rows if r["dataset"] == "fmnist" and r["cohort"] == 1000), None)
+    r1000 = next((r for r in rows if r["dataset"] == "fmnist" and r["cohort"] == 1000
+                  and r["precision"] == "default"), None)
     r100 = next((r for r in rows if r["dataset"] == "fmnist" and r["cohort"] == 100
                  and "torch" in r), None)
     if r1000 is None:

@@ -50,6 +50,9 @@ step() {  # step NAME LIMIT_S ARGS...
 step fmnist 150 benchmarks/gpu_round_throughput.py --fmnist-dir "$fmnist" \
     --fmnist-cohorts 10,100,1000,10000 --cifar-cohorts '' --repeats 5 \
     --torch-max-cohort 100 --torch-repeats 3 --out "$out/gpu_round_throughput.json"
+step precision 120 benchmarks/gpu_round_throughput.py --fmnist-dir "$fmnist" \
+    --fmnist-cohorts 100,1000 --cifar-cohorts '' --precisions default,fp32,bf16 --repeats 5 \
+    --no-torch --no-matmul-peak --out "$out/gpu_round_precision.json"
 step sweep 130 benchmarks/sweep_throughput.py --fmnist-dir "$fmnist" --subset 2 \
     --quiet --out "$out/sweep_throughput.json"
 step selection 80 benchmarks/selection_speed.py --scale --scale-max-flops 3e13

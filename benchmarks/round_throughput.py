@@ -89,7 +89,7 @@ def jax_round_calls(cfg, hp, rounds_per_call):
       (call, compile seconds, data, dataset, parameter count).
     """
     data, ds = load_federated(cfg)
-    model = model_for(cfg.model, data, ds, cfg.conv_impl)
+    model = model_for(cfg.model, data, ds, cfg.conv_impl, cfg.precision)
     mesh = make_mesh(cfg.devices)  # None for one device
     alg = build("fedavg", model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))

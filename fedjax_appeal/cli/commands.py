@@ -400,7 +400,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     data, dataset = load_federated(cfg)  # data problems surface before any output
     load_s = time.perf_counter() - t0
     # ... and a model that misfits; built as the run builds it (`assemble`)
-    model = model_for(cfg.model, data, dataset, conv_impl_for(cfg))
+    model = model_for(cfg.model, data, dataset, conv_impl_for(cfg), cfg.precision)
     if getattr(args, "overwrite", False):
         clear_old_run(cfg.out, RUN_FILES)
     if main:

@@ -361,6 +361,12 @@ class RunConfig:
                                 "xla elsewhere",
                         ("auto", "xla", "patches", "patches_train", "patches_cf",
                          "patches_cf_train", "winograd", "winograd_train"), group="algorithm")
+    precision: str = _f("default", "arithmetic of the model's forward and backward pass "
+                                   "(core/precision.py): default = JAX's (float32 on CPU, "
+                                   "TF32 matmuls on an Ampere+ GPU), fp32 (exact float32 "
+                                   "matmuls everywhere), tf32 (GPU only), bf16 (bfloat16 "
+                                   "compute, float32 master weights and updates)",
+                        ("default", "fp32", "tf32", "bf16"), group="algorithm")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
                          registry="server_opt", group="algorithm")
     selector: str = _f("random", "cohort selector (random = uniform from the available pool)",

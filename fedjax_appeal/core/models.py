@@ -27,6 +27,7 @@ import optax
 
 from .config import ConfigError
 from .conv import TRAIN_FORMS, Conv, max_pool_2x2, resolve_conv_impl
+from .precision import apply_in, check_precision
 from .registry import Registry
 
 
@@ -126,6 +127,7 @@ class Model:
     input_dtype: Any = jnp.uint8
     name: str = ""
     objective: str = "xent"  # "xent": softmax cross-entropy; "mse": 0.5 (out - y)^2, 1 output
+    precision: str = "default"  # the forward pass's arithmetic (core/precision.py)
 
     def for_grad(self) -> Model:
         """This model for code that differentiates it in evaluation mode (DivFL's gradient
@@ -148,11 +150,12 @@ class Model:
     def apply(self, params, state, x, *, train: bool, key: jax.Array | None = None):
         """Logits and the new state (unchanged state for stateless models or train=False)."""
         rngs = {"dropout": key} if key is not None else {}
+        variables = {"params": params, **state}
         if train and state:
-            logits, new_state = self.module.apply({"params": params, **state}, x, train=True,
-                                                  rngs=rngs, mutable=list(state.keys()))
+            logits, new_state = apply_in(self.precision, self.module, variables, x,
+                                         train=True, rngs=rngs, mutable=list(state.keys()))
             return logits, dict(new_state)
-        logits = self.module.apply({"params": params, **state}, x, train=train, rngs=rngs)
+        logits = apply_in(self.precision, self.module, variables, x, train=train, rngs=rngs)
         return logits, state
 
     def _losses(self, out, y):
@@ -199,7 +202,7 @@ def default_model(dataset_name: str) -> str:
 
 def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...],
                input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0,
-               conv_impl: str = "auto") -> Model:
+               conv_impl: str = "auto", precision: str = "default") -> Model:
     """Build a registered model; `name='auto'` takes the dataset's default.
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
@@ -207,6 +210,8 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     (`core.conv.resolve_conv_impl`; a run resolves "auto" for its layout before it builds
     the model, `execute.layout.conv_impl_for`).
     Models without a `conv_impl` field (the MLPs, user-registered modules) ignore it.
+    `precision` is the arithmetic of the forward and backward pass (`core/precision.py`:
+    default, fp32, tf32 or bf16 with float32 master weights), for every model.
     """
     if name == "auto":
         name = default_model(dataset_name)
@@ -220,14 +225,18 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     module = MODELS[name](num_classes, norm)
     if "conv_impl" in getattr(module, "__dataclass_fields__", {}):
         module = module.clone(conv_impl=impl)
-    return Model(module, tuple(input_shape), input_dtype, name)
+    check_precision(precision)
+    return Model(module, tuple(input_shape), input_dtype, name, precision=precision)
 
 
-def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto") -> Model:
+def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto",
+              precision: str = "default") -> Model:
     """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants;
-    a model that cannot take the data's inputs is refused in one line (`check_fits`)."""
+    a model that cannot take the data's inputs, or a precision the backend lacks, is
+    refused in one line (`check_fits`, `precision.check_precision`)."""
     model = make_model(cfg_model, data.name, data.num_classes, data.input_shape,
-                       data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl)
+                       data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl,
+                       precision)
     check_fits(model, data.num_classes)
     return model
 

@@ -52,7 +52,8 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     load_s = time.perf_counter() - t0
     devices = 1 if mesh is None else int(mesh.devices.size)
     if model is None:  # (a caller that built it for its header passes it)
-        model = model_for(cfg.model, data, dataset, conv_impl_for(cfg, devices))
+        model = model_for(cfg.model, data, dataset, conv_impl_for(cfg, devices),
+                          cfg.precision)
     alg = build(cfg.algorithm, model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     if appeal_on(cfg):  # the appeal protocol around the algorithm

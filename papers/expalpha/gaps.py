@@ -64,7 +64,7 @@ def expalpha_gaps(ctx: Context) -> None:
                 hp = make_hp(ctx, fedavg).as_arrays()
                 data, ds = load(cfg)
                 _, sim = run_config(cfg, make_hp(ctx, fedavg), data=data, dataset=ds)
-                model = model_for(cfg.model, data, ds, cfg.conv_impl)
+                model = model_for(cfg.model, data, ds, cfg.conv_impl, cfg.precision)
                 st = sim.final_state
                 g = client_gaps(model, cfg, hp, st.params, st.model_state, data,
                                 jax.random.key(1000 + seed))
