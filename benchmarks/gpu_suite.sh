@@ -7,9 +7,12 @@
 #   2. sweep_throughput.py, the 45-config x 3-seed grid against one run at a time;
 #   3. selection_speed.py --scale, stochastic greedy with model-sized features;
 #   4. gpu_round_throughput.py, CIFAR-10 cnn cohorts 100 / 1000, XLA's convolution against
-#      the automatic one (im2col patches on GPU, core/conv.py).
+#      the automatic one (im2col patches on GPU, core/conv.py);
+#   5. gpu_round_throughput.py --precisions default,fp32,bf16 at cohorts 100 / 1000;
+#   6. profile_round.py: kernels and bytes per local step against the memory bound, with
+#      jax.profiler traces in $OUT/traces.
 #
-# On an H100 the four steps took about 80, 100, 60 and 90 s.
+# On an H100 steps 1-4 took about 80, 100, 60 and 90 s; 5 and 6 have not run on a GPU yet.
 #
 # Each step has its own time limit (seconds, below), so one slow step cannot take the others
 # with it. While they run, nvidia-smi samples the GPU's utilisation every 200 ms into
@@ -53,6 +56,8 @@ step fmnist 150 benchmarks/gpu_round_throughput.py --fmnist-dir "$fmnist" \
 step precision 120 benchmarks/gpu_round_throughput.py --fmnist-dir "$fmnist" \
     --fmnist-cohorts 100,1000 --cifar-cohorts '' --precisions default,fp32,bf16 --repeats 5 \
     --no-torch --no-matmul-peak --out "$out/gpu_round_precision.json"
+step profile 120 benchmarks/profile_round.py --fmnist-dir "$fmnist" --cohorts 100,1000 \
+    --precisions default,bf16 --repeats 5 --trace "$out/traces" --out "$out/profile_round.json"
 step sweep 130 benchmarks/sweep_throughput.py --fmnist-dir "$fmnist" --subset 2 \
     --quiet --out "$out/sweep_throughput.json"
 step selection 80 benchmarks/selection_speed.py --scale --scale-max-flops 3e13

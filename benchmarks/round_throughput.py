@@ -110,6 +110,7 @@ def jax_round_calls(cfg, hp, rounds_per_call):
         box["r"] += rounds_per_call
 
     call()  # warm-up
+    call.compiled = chunk  # its optimized HLO: `chunk.as_text()` (profile_round.py)
     n_params = sum(a.size for a in jax.tree.leaves(state.params))
     return call, compile_s, data, ds, n_params
 
