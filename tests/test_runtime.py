@@ -252,3 +252,22 @@ def test_the_program_cache_keeps_its_size_by_dropping_the_least_recently_used(tm
     assert programs.prune(tmp_path, 400) == 2
     assert sorted(p.name for p in tmp_path.glob("*.bin")) == ["e1.bin", "e3.bin", "e4.bin"]
     assert (tmp_path / "other.txt").exists()
+
+
+def test_entries_without_access_times_are_adopted_so_the_bounded_cache_can_write(tmp_path):
+    from jax._src.lru_cache import LRUCache
+
+    old = tmp_path / "jit_f-0123-cache"
+    old.write_bytes(b"x" * 10)
+    os.utime(old, ns=(5_000_000_000, 5_000_000_000))
+    (tmp_path / "jit_g-4567-cache").write_bytes(b"y")
+    (tmp_path / "jit_g-4567-atime").write_bytes((7).to_bytes(8, "little"))
+    cache = LRUCache(str(tmp_path), max_size=1 << 20)
+    with pytest.raises(FileNotFoundError):  # what every write of such a folder meets
+        cache.put("jit_h-89ab", b"z")
+    assert runtime.adopt_entries(tmp_path) == 1
+    assert (tmp_path / "jit_f-0123-atime").read_bytes() == (5_000_000_000).to_bytes(8, "little")
+    assert (tmp_path / "jit_g-4567-atime").read_bytes() == (7).to_bytes(8, "little")
+    cache.put("jit_h-89ab", b"z")
+    assert cache.get("jit_h-89ab") == b"z"
+    assert runtime.adopt_entries(tmp_path) == 0
