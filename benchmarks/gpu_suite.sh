@@ -10,9 +10,12 @@
 #      the automatic one (im2col patches on GPU, core/conv.py);
 #   5. gpu_round_throughput.py --precisions default,fp32,bf16 at cohorts 100 / 1000;
 #   6. profile_round.py: kernels and bytes per local step against the memory bound, with
-#      jax.profiler traces in $OUT/traces.
+#      jax.profiler traces in $OUT/traces;
+#   7. plain_command.py at cohorts 100 / 1000 against the plain JAX program and the
+#      strongest PyTorch programs (torch.func.vmap, batched weights, batched + CUDA graph),
+#      interleaved: the top table of RESULTS.md.
 #
-# On an H100 steps 1-4 took about 80, 100, 60 and 90 s; 5 and 6 have not run on a GPU yet.
+# On an H100 steps 1-4 took about 80, 100, 60 and 90 s; 5-7 have not run on a GPU yet.
 #
 # Each step has its own time limit (seconds, below), so one slow step cannot take the others
 # with it. While they run, nvidia-smi samples the GPU's utilisation every 200 ms into
@@ -58,6 +61,8 @@ step precision 120 benchmarks/gpu_round_throughput.py --fmnist-dir "$fmnist" \
     --no-torch --no-matmul-peak --out "$out/gpu_round_precision.json"
 step profile 120 benchmarks/profile_round.py --fmnist-dir "$fmnist" --cohorts 100,1000 \
     --precisions default,bf16 --repeats 5 --trace "$out/traces" --out "$out/profile_round.json"
+step peers 240 benchmarks/plain_command.py --fmnist-dir "$fmnist" --cohorts 100,1000 \
+    --repeats 3 --torch-variants vmap,batched,graph --out "$out/plain_command.json"
 step sweep 130 benchmarks/sweep_throughput.py --fmnist-dir "$fmnist" --subset 2 \
     --quiet --out "$out/sweep_throughput.json"
 step selection 80 benchmarks/selection_speed.py --scale --scale-max-flops 3e13

@@ -13,8 +13,11 @@ cohorts 10 and 100. Sides, each timed once per repeat, in turn:
     before the automatic one).
   * a plain JAX program (`jax_prototype.py`, about 100 lines: vmap over the cohort, scan
     over local steps, one jit per round) in this process.
-  * the plain PyTorch loop (`torch_peer.py`, `load_state_dict` variant; threads the faster
-    of 1 and all cores), in this process, when torch is installed.
+  * PyTorch (`torch_peer.py`), in this process, when torch is installed, on the GPU when
+    torch sees one: the plain loop (`load_state_dict` variant; on the CPU threads the
+    faster of 1 and all cores) and any other variants of `--torch-variants`, e.g. the
+    cohort's weights batched into one matmul per layer (`batched`) and that program
+    captured in a CUDA graph (`graph`, GPU only): the strongest PyTorch programs.
   * FedJAX 0.0.17 (`--fedjax`; its own venv, see `peer_fedjax.py`): its worker per repeat,
     timing rounds after a warm-up round.
 
@@ -81,7 +84,10 @@ def main():
     ap.add_argument("--cohorts", default="10,100")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--fedjax", action="store_true", help="also FedJAX 0.0.17 (own venv)")
-    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch loop")
+    ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    ap.add_argument("--torch-variants", default="loop",
+                    help="comma list of torch_peer variants (loop, func, vmap, dataloader, "
+                         "batched, graph; graph needs CUDA)")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
     ap.add_argument("--no-write", action="store_true",
                     help="do not write the table into benchmarks/RESULTS.md (smoke tests)")
@@ -117,13 +123,20 @@ def main():
             info: dict[str, dict] = {}
             proto = prototype_round(data, ds, cfg, float(HP.client_lr))
             proto()  # compile
-            torch_round = None
+            torch_rounds = {}
             if torch_ok:
-                threads = pick_threads(data, ds, cfg, HP, "cpu", "loop", "auto")
-                torch_round = make_torch_round(data, ds, cfg, HP, "cpu", "loop", threads)
-                torch_round()
-                sides["torch"] = []
-                info["torch"] = {"threads": threads}
+                import torch
+
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+                for v in [v.strip() for v in args.torch_variants.split(",") if v.strip()]:
+                    threads = (pick_threads(data, ds, cfg, HP, device, v, "auto")
+                               if device == "cpu" else None)
+                    side = torch_side(v)
+                    torch_rounds[side] = make_torch_round(data, ds, cfg, HP, device, v,
+                                                          threads)
+                    torch_rounds[side]()  # warm-up (and the CUDA graph's capture)
+                    sides[side] = []
+                    info[side] = {"threads": threads, "device": device}
             npz = None
             if fedjax_py is not None:
                 npz = tmp / f"clients_{m}.npz"
@@ -140,10 +153,10 @@ def main():
                 t = time.perf_counter()
                 proto()
                 sides["prototype"].append(time.perf_counter() - t)
-                if torch_round is not None:
+                for side, torch_round in torch_rounds.items():
                     t = time.perf_counter()
                     torch_round()
-                    sides["torch"].append(time.perf_counter() - t)
+                    sides[side].append(time.perf_counter() - t)
                 if npz is not None:
                     try:
                         peer = run_peer(fedjax_py, tmp, npz, m, 2, cfg)
@@ -172,14 +185,28 @@ LABELS = {"plain": "`fedjax-appeal run` (plain)", "manual": "… `--layout manua
           "prototype": "plain JAX program", "torch": "PyTorch loop", "fedjax": "FedJAX 0.0.17"}
 
 
+def torch_side(variant: str) -> str:
+    """The side a torch_peer variant is reported as ("torch" for the plain loop)."""
+    return "torch" if variant == "loop" else f"torch_{variant}"
+
+
+def label(side: str) -> str:
+    if side in LABELS:
+        return LABELS[side]
+    from torch_peer import LABELS as TORCH
+
+    return "PyTorch: " + TORCH[side.removeprefix("torch_")]
+
+
 def render(result: dict) -> str:
     """The top table of RESULTS.md: s/round per side and each side's ratio to the plain
     command, one row per cohort."""
     import datetime as _dt
 
-    names = [n for n in LABELS if any(n in r["sides"] for r in result["rows"])]
+    seen = list(dict.fromkeys(n for r in result["rows"] for n in r["sides"]))
+    names = [n for n in LABELS if n in seen] + [n for n in seen if n not in LABELS]
     head = ("| cohort | layout chosen | " + " | ".join(
-        f"{LABELS[n]} s/round (min / median; × plain)" for n in names) + " |")
+        f"{label(n)} s/round (min / median; × plain)" for n in names) + " |")
     lines = [head, "|" + "---|" * (2 + len(names))]
     for r in result["rows"]:
         lay = r["layout"]

@@ -71,3 +71,25 @@ def test_plain_table_ratios_and_top_replacement(bench):
     text = md.read_text()
     assert text.count(plain.TOP_BEGIN) == 1 and "4.00×" in text and "5.00×" not in text
     assert text.index(plain.TOP_END) < text.index("## kept")
+
+
+def test_plain_table_names_each_torch_variant_after_the_fixed_sides(bench):
+    _, plain, _ = bench
+    row = {"cohort": 1000,
+           "sides": {"plain": _stats([0.02, 0.02, 0.02]),
+                     "torch_graph": _stats([0.04, 0.05, 0.06]),
+                     "torch": _stats([9.0, 9.5, 10.0]),
+                     "torch_batched": _stats([0.08, 0.09, 0.1])},
+           "wall": {"plain": _stats([10, 11, 12]), "manual": _stats([20, 21, 22])},
+           "eval": {"plain": _stats([0.1, 0.1, 0.1]), "manual": _stats([0.2, 0.2, 0.2])},
+           "ratio": {"plain": 1.0, "torch_graph": 2.5, "torch": 475.0, "torch_batched": 4.5},
+           "layout": {"devices": 1, "client_lanes": 0}}
+    table = plain.render({"machine": "m", "workload": "W", "repeats": 3, "rows": [row],
+                          "command": "c"})
+    head = next(line for line in table.splitlines() if line.startswith("| cohort"))
+    order = [head.index(s) for s in ("`fedjax-appeal run` (plain)", "PyTorch loop",
+                                     "PyTorch: torch batched weights + CUDA graph",
+                                     "PyTorch: torch batched weights (bmm, hand backward)")]
+    assert order[0] < order[1] < min(order[2:])  # fixed sides first, in LABELS order
+    assert "0.040 / 0.050; 2.50×" in table and "0.080 / 0.090; 4.50×" in table
+    assert plain.torch_side("loop") == "torch" and plain.torch_side("graph") == "torch_graph"
