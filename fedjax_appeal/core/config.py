@@ -29,6 +29,7 @@ from .errors import ConfigError, UndeclaredOption
 from .registry import Registry, did_you_mean
 from .tunables import TUNABLES, check_tunable, reserve
 
+PRECISIONS = ("default", "fp32", "tf32", "bf16")  # RunConfig.precision (core/precision.py)
 SEED_LIMIT = 2 ** 63  # seeds are non-negative int64 values (jax.random.key)
 
 # The sections of the configuration: every field declares one (`group=`), and
@@ -366,7 +367,7 @@ class RunConfig:
                                    "TF32 matmuls on an Ampere+ GPU), fp32 (exact float32 "
                                    "matmuls everywhere), tf32 (GPU only), bf16 (bfloat16 "
                                    "compute, float32 master weights and updates)",
-                        ("default", "fp32", "tf32", "bf16"), group="algorithm")
+                        PRECISIONS, group="algorithm")
     server_opt: str = _f("sgd", "server optimizer on the pseudo-gradient",
                          registry="server_opt", group="algorithm")
     selector: str = _f("random", "cohort selector (random = uniform from the available pool)",

@@ -26,9 +26,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from .config import PRECISIONS
 from .errors import ConfigError
 
-PRECISIONS = ("default", "fp32", "tf32", "bf16")
 _MATMUL = {"fp32": "float32", "tf32": "tensorfloat32"}
 
 
@@ -77,8 +77,10 @@ def check_precision(precision: str, backend: str | None = None) -> None:
     if precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r}; choose one of: "
                           f"{', '.join(PRECISIONS)}")
+    if precision != "tf32":
+        return
     backend = backend or jax.default_backend()
-    if precision == "tf32" and backend != "gpu":
+    if backend != "gpu":
         raise ConfigError(f"--precision tf32 needs a GPU with TensorFloat-32 (this run is on "
                           f"{backend}, whose float32 matmuls are exact float32); use "
                           "--precision default, fp32 or bf16")
