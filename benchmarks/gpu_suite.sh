@@ -24,6 +24,10 @@
 #   OUT=/tmp/gpu FMNIST_DIR=/usr/share/datasets/fashion-mnist \
 #       FEDJAX_APPEAL_DATA=/path/to/data bash benchmarks/gpu_suite.sh
 #
+# STEPS="precision profile peers" runs only the named steps (fmnist, precision, profile,
+# peers, sweep, selection, cifar): those three are the round against the memory bound and
+# the strongest peers, in about 8 minutes.
+#
 # Results: each script appends its section to benchmarks/RESULTS.md and writes its JSON
 # under $OUT (default benchmarks/results; selection_speed.py writes
 # benchmarks/results/selection_scale.json, copied there); a copy of RESULTS.md goes to $OUT after each step.
@@ -43,9 +47,13 @@ nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,nohead
     -lms 200 >"$out/gpu_util.csv" 2>/dev/null &
 smi=$!
 
-step() {  # step NAME LIMIT_S ARGS...
+step() {  # step NAME LIMIT_S ARGS...; skipped unless NAME is in $STEPS (when set)
     local name=$1 limit=$2
     shift 2
+    if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+        echo "=== step $name skipped (STEPS=$STEPS)"
+        return 0
+    fi
     echo "=== step $name start $(date +%s.%N)"
     timeout "$limit" "$py" "$@"
     local rc=$?
