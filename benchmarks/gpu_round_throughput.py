@@ -78,6 +78,35 @@ TARGET_MS_1000 = 50.0
 TARGET_SPEEDUP_100 = 50.0
 
 
+def jobs_first_impl(jobs, name: str) -> str:
+    """The first convolution of a dataset's jobs (the stacked PyTorch peer runs once)."""
+    return next(impl for n, _, impl, _ in jobs if n == name)
+
+
+def batched_torch_times(name: str, data, ds, cfg, device: str, variant: str, repeats: int
+                        ) -> list[float]:
+    """Seconds per round of the strongest PyTorch program of the workload: the cohort's
+    weights stacked (`torch_peer.py` variant `batched`/`graph` for the MLP,
+    `torch_cnn_peer.py` for the CNN), after one warm-up round."""
+    import time
+
+    if name == "fmnist":
+        from torch_peer import make_torch_round
+
+        one_round = make_torch_round(data, ds, cfg, HP, device, variant)
+    else:
+        from torch_cnn_peer import make_cnn_round
+
+        one_round = make_cnn_round(data, ds, cfg, HP, device, graph=variant == "graph")
+    one_round()
+    secs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        one_round()
+        secs.append(time.perf_counter() - t)
+    return secs
+
+
 def peak_for(kind: str) -> tuple[float, float] | None:
     for name, peak in PEAKS.items():
         if name.lower() in kind.lower():
@@ -116,6 +145,9 @@ def main():
     ap.add_argument("--torch-repeats", type=int, default=None, help="default 3 (GPU) / 2 (CPU)")
     ap.add_argument("--torch-max-cohort", type=int, default=100)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-batched-torch", action="store_true",
+                    help="leave out the stacked-weights PyTorch programs (and their CUDA "
+                         "graphs), which otherwise run for every cohort and both models")
     ap.add_argument("--no-matmul-peak", action="store_true",
                     help="skip measuring the device's fp32 matmul peak")
     ap.add_argument("--peak-flops", type=float, default=0.0,
@@ -208,6 +240,15 @@ def main():
                       f"{np.median(tsecs):.3f} s/round -> "
                       f"{row[f'speedup_{v}_median']:.1f}x (median)", flush=True)
             row["speedup_median"] = row["speedup_loop_median"]
+        if use_torch and not args.no_batched_torch and prec == "default" and \
+                impl == jobs_first_impl(jobs, name):
+            for v in ("batched", "graph") if device.startswith("cuda") else ("batched",):
+                tsecs = batched_torch_times(name, data, ds, cfg, device, v, t_repeats)
+                row[f"torch_{v}"] = stats(tsecs)
+                row[f"speedup_{v}_median"] = float(np.median(tsecs) / np.median(secs))
+                print(f"      PyTorch stacked {v} ({device}): {min(tsecs):.4f} / "
+                      f"{np.median(tsecs):.4f} s/round -> "
+                      f"{row[f'speedup_{v}_median']:.2f}x (median)", flush=True)
         rows.append(row)
         del data, ds
 
@@ -248,19 +289,23 @@ def main():
     lines = ["| data / model | cohort | clients | ours ms/round (min / median) | compile s | "
              "samples/s | GFLOP/s | util fp32 / bf16 peak | util measured matmul peak | "
              "PyTorch loop s/round (min / median) | speedup (median) | "
-             "torch.func.vmap cohort s/round (median; speedup) |", "|---" * 12 + "|"]
+             "torch.func.vmap cohort s/round (median; speedup) | "
+             "PyTorch stacked weights / + CUDA graph s/round (median; speedup) |",
+             "|---" * 13 + "|"]
     for r in rows:
         t = (f"{r['torch']['min']:.3f} / {r['torch']['median']:.3f} ({r['torch_device']})"
              if "torch" in r else "—")
         s = f"{r['speedup_median']:.1f}×" if "torch" in r else "—"
         tv = (f"{r['torch_vmap']['median']:.3f}; {r['speedup_vmap_median']:.1f}×"
               if "torch_vmap" in r else "—")
+        tb = " / ".join(f"{r[f'torch_{v}']['median']:.4f}; {r[f'speedup_{v}_median']:.2f}×"
+                        for v in ("batched", "graph") if f"torch_{v}" in r) or "—"
         lines.append(f"| {r['dataset']} / {r['model']} | {r['cohort']} | {r['clients']} | "
                      f"{r['jax']['min'] * 1e3:.1f} / {r['jax']['median'] * 1e3:.1f} | "
                      f"{r['jax_compile_s']:.1f} | {r['samples_per_s']:.3g} | "
                      f"{r['flops_per_s'] / 1e9:.1f} | {util(r, 'util_fp32_peak')} / "
                      f"{util(r, 'util_bf16_peak')} | {util(r, 'util_measured_peak')} | {t} | {s} | "
-                     f"{tv} |")
+                     f"{tv} | {tb} |")
     srcs = sorted({f"{r['dataset']}: {r['step_flops'] / 1e6:.2f} MFLOP per step "
                    f"({r['flops_source']}; jaxpr dot/conv count "
                    f"{r['step_flops_jaxpr_count'] / 1e6:.2f})" for r in rows})
@@ -278,7 +323,10 @@ def main():
                 f"; measured fp32 matmul peak (jnp.dot {measured['n']}^2, same run): "
                 f"{measured['best_flops'] / 1e12:.3f} TFLOP/s")
              + ". PyTorch peers: see benchmarks/torch_peer.py (tensors on the device, "
-               "threads = faster of 1 and all cores on a CPU)."
+               "threads = faster of 1 and all cores on a CPU); the stacked-weights programs "
+               "(one batched matmul or grouped convolution per layer for the whole cohort, "
+               "and the same in a CUDA graph on a GPU) are torch_peer.py's `batched`/`graph` "
+               "(MLP) and torch_cnn_peer.py (CNN), timed for every cohort."
              + " Targets: " + "; ".join(targets) + ".")
     if not args.no_append:
         title = "FedAvg round throughput vs cohort, FLOP/s (" + (

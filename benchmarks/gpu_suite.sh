@@ -7,7 +7,8 @@
 #   2. sweep_throughput.py, the 45-config x 3-seed grid against one run at a time;
 #   3. selection_speed.py --scale, stochastic greedy with model-sized features;
 #   4. gpu_round_throughput.py, CIFAR-10 cnn cohorts 100 / 1000, XLA's convolution against
-#      the automatic one (im2col patches on GPU, core/conv.py);
+#      the automatic one (im2col patches on GPU, core/conv.py), and the stacked PyTorch CNN
+#      (torch_cnn_peer.py, with and without a CUDA graph);
 #   5. gpu_round_throughput.py --precisions default,fp32,bf16 at cohorts 100 / 1000;
 #   6. profile_round.py: kernels and bytes per local step against the memory bound, with
 #      jax.profiler traces in $OUT/traces;
@@ -76,7 +77,7 @@ step sweep 130 benchmarks/sweep_throughput.py --fmnist-dir "$fmnist" --subset 2 
 step selection 80 benchmarks/selection_speed.py --scale --scale-max-flops 3e13
 cp benchmarks/results/selection_scale.json "$out/" 2>/dev/null
 step cifar 150 benchmarks/gpu_round_throughput.py --fmnist-cohorts '' \
-    --cifar-cohorts 100,1000 --conv-impls xla,auto --cifar-repeats 2 --no-matmul-peak --no-torch \
+    --cifar-cohorts 100,1000 --conv-impls xla,auto --cifar-repeats 2 --no-matmul-peak \
     --out "$out/gpu_round_throughput_cifar.json"
 
 kill "$smi" 2>/dev/null
