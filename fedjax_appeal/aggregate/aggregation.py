@@ -100,6 +100,9 @@ def _exp_alpha_rule(scaled: bool) -> WeightRule:
 
 # The weight rules that read `hp.exp_alpha` (plain, and scaled by the data sizes n_i).
 EXP_ALPHA_RULES = ("exp-alpha", "exp-alpha-n")
+# `--aggregation` name -> the options only that rule reads (`run.validate.component_options`
+# refuses them for a run that aggregates otherwise)
+OWN_OPTIONS = {name: ("exp_alpha",) for name in EXP_ALPHA_RULES}
 
 # `--aggregation` name -> WeightRule (the rules of FedAvg-style algorithms)
 AGGREGATIONS = Registry("aggregation", {

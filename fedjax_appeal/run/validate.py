@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..aggregate import accounting, privacy, uplink
-from ..aggregate.aggregation import AGGREGATIONS, EXP_ALPHA_RULES
+from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS, server_opt_reads
 from ..algorithms import ALGORITHMS
 from ..core.capabilities import owners, supports, with_capability
@@ -162,14 +162,14 @@ def ignored_reason(key: str, cfg: RunConfig) -> str | None:
 def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:
     """(the RunConfig field naming a component, {component: its own options}) of every
     kind of component that declares options of its own, each in its own module."""
-    from ..aggregate import privacy
+    from ..aggregate import aggregation, privacy
     from ..data import partition, pool
     from ..local import compress
     from ..select import selectors
 
     return [("partition", partition.OWN_OPTIONS), ("dataset", pool.DATASET_OPTIONS),
             ("selector", selectors.OWN_OPTIONS), ("compress", compress.OWN_OPTIONS),
-            ("dp", privacy.OWN_OPTIONS)]
+            ("dp", privacy.OWN_OPTIONS), ("aggregation", aggregation.OWN_OPTIONS)]
 
 
 def owned_reason(key: str, cfg: RunConfig) -> str | None:
@@ -197,9 +197,6 @@ def _hparam_ignored(key: str, cfg: RunConfig, sup) -> str | None:
             cfg.server_opt, frozenset((key,))):
         users = [n for n, names in reads.items() if key in names]
         return f"it configures --server-opt {' or '.join(users)}"
-    if key == "exp_alpha" and (cfg.aggregation not in EXP_ALPHA_RULES
-                               or not sup.aggregation):
-        return f"it is the temperature of --aggregation {' or '.join(EXP_ALPHA_RULES)}"
     if key in ("byzantine_noise", "byzantine_loss_scale") and not (
             cfg.byzantine_fraction > 0 and sup.byzantine):
         return "it configures Byzantine clients (--byzantine-fraction > 0)"
