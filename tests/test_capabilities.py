@@ -115,3 +115,29 @@ def test_component_options_are_refused_by_their_declarations():
                 assert ignored_reason(key, builds) is None, (field, name, key)
                 checked += 1
     assert checked >= 30
+
+
+def test_switched_options_are_refused_by_their_declarations():
+    """Every option a switched-on part declares (`run.validate.switched_options`: the appeal
+    protocol, solo models, the imbalanced pool, label flipping, Byzantine clients, SubTrunc
+    under UnionFL) is refused with that part's reason in a configuration where the part is
+    off, and not by it where the part is on; each part is found both ways in a small grid."""
+    import itertools
+
+    from fedjax_appeal.run.validate import ignored_reason, switched_options
+
+    grid = dict(algorithm=["fedavg", "maxfl"], appeal=["off", "on"],
+                selector=["random", "unionfl"], union_base=["divfl", "subtrunc"],
+                imbalance_ratios=["", "1.0"], label_flip_fraction=[0.0, 0.3],
+                byzantine_fraction=[0.0, 0.1])
+    cfgs = [RunConfig(**dict(zip(grid, v, strict=True)))
+            for v in itertools.product(*grid.values())]
+    declared = switched_options()
+    assert len(declared) >= 7
+    for sw in declared:
+        off = [c for c in cfgs if not sw.active(c, supports(c.algorithm))]
+        on = [c for c in cfgs if sw.active(c, supports(c.algorithm))]
+        assert off and on, sw.reason
+        for key in sw.options:
+            assert all(ignored_reason(key, c) == sw.reason for c in off), (key, sw.reason)
+            assert all(ignored_reason(key, c) != sw.reason for c in on), (key, sw.reason)

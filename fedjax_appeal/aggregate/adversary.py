@@ -11,7 +11,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import Switched
 from ..core.round import ClientUpdate
+
+# the Byzantine clients' options (refused without them, or for an algorithm that has none)
+SWITCHED = (Switched(("byzantine_noise", "byzantine_loss_scale"),
+                     lambda cfg, sup: cfg.byzantine_fraction > 0 and sup.byzantine,
+                     "it configures Byzantine clients (--byzantine-fraction > 0)"),)
 
 REPORTED_LOSSES = ("loss_before", "loss_after")
 

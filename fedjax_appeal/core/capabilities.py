@@ -11,6 +11,8 @@ which every entry point (validation, assembly, `build`) does first.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from .registry import Registry
 
@@ -80,3 +82,15 @@ def owners(option: str) -> list[str]:
     """The registered algorithms that declare `option` as one of their own (`options` or
     `tuning`)."""
     return [n for n in SUPPORTS if option in (*SUPPORTS[n].options, *SUPPORTS[n].tuning)]
+
+
+class Switched(NamedTuple):
+    """Options that only a part of a run reads which a condition switches on (the appeal
+    protocol, label flipping, Byzantine clients, ...), declared in that part's module as
+    one of its `SWITCHED` and refused in one line, with `reason`, by
+    `run.validate.ignored_reason` for a run in which `active(cfg, supports)` is false
+    (`supports`: the capability flags of the run's algorithm)."""
+
+    options: tuple[str, ...]
+    active: Callable[[Any, Supports], bool]
+    reason: str

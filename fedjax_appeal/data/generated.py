@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData
+from ..core.capabilities import Switched
 from ..core.config import ConfigError, Options, data_seed
 from . import heterogeneity, partition, sources
 from .pool import apply_heterogeneity, load_dataset
@@ -105,6 +106,12 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
 # it they are refused (`run.validate.check_ignored`; the digits pool's are
 # `pool.DATASET_OPTIONS["digits"]`).
 IMBALANCE_OPTIONS = ("imbalance_nmax", "imbalance_test_per_class", "imbalance_major")
+# the pool's own options, and the Dirichlet concentration it replaces
+SWITCHED = (
+    Switched(("alpha",), lambda cfg, sup: not cfg.imbalance_ratios,
+             "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"),
+    Switched(IMBALANCE_OPTIONS, lambda cfg, sup: bool(cfg.imbalance_ratios),
+             "it configures the generated imbalanced pool (--imbalance-ratios)"))
 
 
 def imbalanced_federation(ds: Dataset, opts: Options, rng: np.random.Generator

@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.capabilities import Switched
+
+# label flipping's own option (refused without flipped clients, `run.validate`)
+SWITCHED = (Switched(("flip_ratio",), lambda cfg, sup: cfg.label_flip_fraction != 0,
+                     "it configures label flipping (--label-flip-fraction > 0)"),)
+
 
 def choose_fraction(num_clients: int, fraction: float, rng: np.random.Generator) -> np.ndarray:
     """A [num_clients] bool mask with exactly round(fraction * num_clients) True entries."""

@@ -8,7 +8,7 @@ from ..aggregate import accounting, privacy, uplink
 from ..aggregate.aggregation import AGGREGATIONS
 from ..aggregate.server import SERVER_OPTS, server_opt_reads
 from ..algorithms import ALGORITHMS
-from ..core.capabilities import owners, supports, with_capability
+from ..core.capabilities import Switched, owners, supports, with_capability
 from ..core.config import (
     ConfigError,
     HParams,
@@ -139,24 +139,27 @@ def _validate_selection(opts: Options, hp: HParams) -> None:
 # build a RunConfig keep the defaults of unrelated fields without error.
 def ignored_reason(key: str, cfg: RunConfig) -> str | None:
     """Why option `key` has no effect in `cfg`, or None if it has one."""
-    appeal_keys = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
-    if key in appeal_keys and not appeal_on(cfg):
-        return "it belongs to the appeal protocol, which --appeal off turns off"
     sup = supports(cfg.algorithm)
+    for sw in switched_options():
+        if key in sw.options and not sw.active(cfg, sup):
+            return sw.reason
     if key == "aggregation" and not sup.aggregation:
         return sup.why("aggregation", f"{cfg.algorithm} computes its own aggregation weights")
     if owners(key) and key not in (*sup.options, *sup.tuning):  # another algorithm's own
         return f"it configures --algorithm {' or '.join(owners(key))}"
-    if key == "alpha" and cfg.imbalance_ratios:
-        return "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"
-    if key in ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b") and \
-            cfg.selector == "unionfl" and cfg.union_base != "subtrunc":
-        return "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
-    from ..data.generated import IMBALANCE_OPTIONS
+    return owned_reason(key, cfg) or _hparam_ignored(key, cfg) or _uplink_ignored(key, cfg)
 
-    if key in IMBALANCE_OPTIONS and not cfg.imbalance_ratios:
-        return "it configures the generated imbalanced pool (--imbalance-ratios)"
-    return owned_reason(key, cfg) or _rest_ignored(key, cfg, sup)
+
+def switched_options() -> list[Switched]:
+    """The options of every part of a run that a condition switches on, each declared in
+    its part's module (`core.capabilities.Switched`)."""
+    from ..aggregate import adversary
+    from ..data import generated, heterogeneity
+    from ..protocols.appeal import appeal, requirement
+    from ..select import selectors
+
+    return [*appeal.SWITCHED, *requirement.SWITCHED, *generated.SWITCHED,
+            *selectors.SWITCHED, *heterogeneity.SWITCHED, *adversary.SWITCHED]
 
 
 def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:
@@ -182,28 +185,13 @@ def owned_reason(key: str, cfg: RunConfig) -> str | None:
     return None
 
 
-def _rest_ignored(key: str, cfg: RunConfig, sup) -> str | None:
-    """The conditions that are no component's own option."""
-    if key == "flip_ratio" and cfg.label_flip_fraction == 0:
-        return "it configures label flipping (--label-flip-fraction > 0)"
-    return _hparam_ignored(key, cfg, sup) or _uplink_ignored(key, cfg)
-
-
-def _hparam_ignored(key: str, cfg: RunConfig, sup) -> str | None:
-    """Hyperparameters of the server optimizer, the weight rule, Byzantine clients and the
-    solo models that the combination `cfg` ignores."""
+def _hparam_ignored(key: str, cfg: RunConfig) -> str | None:
+    """Hyperparameters of a server optimizer that `cfg` does not use."""
     reads = server_opt_reads()
     if any(key in names for names in reads.values()) and key not in reads.get(
             cfg.server_opt, frozenset((key,))):
         users = [n for n, names in reads.items() if key in names]
         return f"it configures --server-opt {' or '.join(users)}"
-    if key in ("byzantine_noise", "byzantine_loss_scale") and not (
-            cfg.byzantine_fraction > 0 and sup.byzantine):
-        return "it configures Byzantine clients (--byzantine-fraction > 0)"
-    solo_rho = sup.needs_requirements and str(cfg.requirement).strip() == "solo"
-    if key in ("solo_lr", "rho_steps") and not (appeal_on(cfg) or solo_rho):
-        return ("it trains the solo models of the appeal protocol, which --appeal off turns "
-                "off")
     return None
 
 

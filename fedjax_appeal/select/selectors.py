@@ -54,6 +54,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays, client_chunk
+from ..core.capabilities import Switched
 from ..core.config import ConfigError, Options, fields_in
 from ..core.models import Model
 from ..core.parts import Selector
@@ -287,6 +288,11 @@ def flip_selector(opts):
 _GREEDY = ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
            "distance_budget_mb", "greedy_epsilon", "selector_objective")
 _SUBTRUNC = ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b")
+# UnionFL reads SubTrunc's options only on its SubTrunc base
+SWITCHED = (Switched(_SUBTRUNC, lambda cfg, sup: not (cfg.selector == "unionfl"
+                                                      and cfg.union_base != "subtrunc"),
+                     "it configures --selector subtrunc (or unionfl with --union-base "
+                     "subtrunc)"),)
 OWN_OPTIONS = {"stratified": ("cohort_groups",), "poc": ("poc_d",), "divfl": _GREEDY,
                "subtrunc": (*_GREEDY, *_SUBTRUNC),
                # SubTrunc's options apply to UnionFL on a SubTrunc base (`run.validate`)

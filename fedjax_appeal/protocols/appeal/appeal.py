@@ -54,7 +54,8 @@ import numpy as np
 
 from ...algorithms.base import FederatedAlgorithm
 from ...core.arrays import FederatedData
-from ...core.config import HParams, Options, fields_in
+from ...core.capabilities import Switched
+from ...core.config import APPEAL_OPTIONS, HParams, Options, appeal_on, fields_in
 from ...core.models import Model
 from ...core.round import ServerState
 from ...evaluate.evaluation import evaluate_split
@@ -64,6 +65,9 @@ from .requirement import parse_requirement, requirement_values, seen_solo, unsee
 # The configuration fields of the appeal protocol (`RunConfig.view`): its own group and the
 # local batch size of the solo models and the fine-tuning.
 OPTIONS = (*fields_in("appeal"), "batch_size")
+# options only the protocol reads (refused with --appeal off, `run.validate`)
+SWITCHED = (Switched(APPEAL_OPTIONS, lambda cfg, sup: appeal_on(cfg),
+                     "it belongs to the appeal protocol, which --appeal off turns off"),)
 
 FT_TAG = 0xF17E  # fold_in tag of the fine-tuning key
 

@@ -24,13 +24,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core.arrays import FederatedData
-from ...core.config import ConfigError, HParams, Options
+from ...core.capabilities import Switched
+from ...core.config import ConfigError, HParams, Options, appeal_on
 from ...core.models import Model
 from ...local.solo import SoloStats, solo_stats
 
 SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
 # The configuration fields of the solo models (`seen_solo`, `unseen_solo`; `RunConfig.view`).
 SOLO_OPTIONS = ("rho_steps", "batch_size")
+# the solo models' options: read only where solo models are trained (the appeal protocol,
+# or an algorithm whose requirement is the solo model's loss)
+SWITCHED = (Switched(
+    ("solo_lr", "rho_steps"),
+    lambda cfg, sup: appeal_on(cfg) or (sup.needs_requirements
+                                        and str(cfg.requirement).strip() == "solo"),
+    "it trains the solo models of the appeal protocol, which --appeal off turns off"),)
 
 
 def parse_requirement(value: str) -> None | float | np.ndarray:
