@@ -47,7 +47,16 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import HERE, append_results, machine, matmul_peak, stats, step_flops, write_json  # noqa: E402
+from _common import (  # noqa: E402
+    HERE,
+    append_results,
+    machine,
+    matmul_peak,
+    stats,
+    step_flops,
+    time_repeats,
+    write_json,
+)
 from round_throughput import (  # noqa: E402
     FMNIST_DIR,
     HP,
@@ -88,8 +97,6 @@ def batched_torch_times(name: str, data, ds, cfg, device: str, variant: str, rep
     """Seconds per round of the strongest PyTorch program of the workload: the cohort's
     weights stacked (`torch_peer.py` variant `batched`/`graph` for the MLP,
     `torch_cnn_peer.py` for the CNN), after one warm-up round."""
-    import time
-
     if name == "fmnist":
         from torch_peer import make_torch_round
 
@@ -98,13 +105,7 @@ def batched_torch_times(name: str, data, ds, cfg, device: str, variant: str, rep
         from torch_cnn_peer import make_cnn_round
 
         one_round = make_cnn_round(data, ds, cfg, HP, device, graph=variant == "graph")
-    one_round()
-    secs = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        one_round()
-        secs.append(time.perf_counter() - t)
-    return secs
+    return time_repeats(one_round, repeats)
 
 
 def peak_for(kind: str) -> tuple[float, float] | None:

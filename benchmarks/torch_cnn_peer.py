@@ -88,6 +88,7 @@ def local_steps(params, xs_fn, y_fn, tau: int, lr: float):
 def make_cnn_round(data, ds, cfg, hp, device: str, graph: bool = False):
     """One FedAvg round of the stacked CNN as a no-argument callable (blocks until done)."""
     import torch
+    from torch_peer import cuda_graph_of
 
     if graph and not str(device).startswith("cuda"):
         raise ValueError("graph=True captures a CUDA graph: it needs a CUDA device")
@@ -120,17 +121,7 @@ def make_cnn_round(data, ds, cfg, hp, device: str, graph: bool = False):
     def steps():
         local_steps(params, xs, ys, tau, lr)
 
-    replay = None
-    if graph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                steps()
-        torch.cuda.current_stream().wait_stream(side)
-        replay = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(replay):
-            steps()
+    replay = cuda_graph_of(steps) if graph else None
 
     def one_round():
         cohort = torch.as_tensor(rng.choice(tr.num_clients, m, replace=False), device=device)

@@ -253,6 +253,24 @@ def batched_sgd_steps(ws, bs, xs_fn, y_fn, tau: int, lr: float, drop: float = 0.
                 g = gin
 
 
+def cuda_graph_of(steps):
+    """`steps()` (no arguments, static tensors only) captured in a CUDA graph after two
+    warm-up calls on a side stream, as PyTorch's documentation prescribes; replay it with
+    `.replay()`."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            steps()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        steps()
+    return graph
+
+
 def _batched_round(global_model, x_all, y_all, offset, count, count_np, prep, m, tau, b, lr,
                    num_clients, rng, device, sync, graph: bool):
     """One round of the ``batched`` / ``graph`` variants (see the module docstring)."""
@@ -277,17 +295,7 @@ def _batched_round(global_model, x_all, y_all, offset, count, count_np, prep, m,
         with torch.no_grad():
             batched_sgd_steps(ws, bs, xs, ys, tau, lr)
 
-    replay = None
-    if graph:
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):  # warm-up before capture
-                steps()
-        torch.cuda.current_stream().wait_stream(side)
-        replay = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(replay):
-            steps()
+    replay = cuda_graph_of(steps) if graph else None
 
     def one_round():
         cohort = torch.as_tensor(rng.choice(num_clients, m, replace=False), device=device)
