@@ -40,7 +40,12 @@ from ..select import selectors
 from ..select.availability import with_availability
 from ..select.selectors import make_selector
 
-InitFn = Callable[[jax.Array, FederatedData, HParams], ServerState]
+# init(key, data, hp[, pre]) -> state; `pre` is the output of `FederatedAlgorithm.pre_init`
+InitFn = Callable[..., ServerState]
+# pre_init(key, data, hp) -> dict: the part of init that does not depend on the algorithm
+PreInitFn = Callable[[jax.Array, FederatedData, HParams], dict]
+# initial(key) -> (params, model_state): the initial global model of an init key
+InitialFn = Callable[[jax.Array], tuple[Any, Any]]
 RoundFn = Callable[[ServerState, FederatedData, jax.Array, HParams], tuple[ServerState, dict]]
 EvalFn = Callable[[ServerState, FederatedData, HParams], dict[str, Any]]
 # local(state, data, k, key, hp) -> Trained: one client's local objective
@@ -55,15 +60,29 @@ class FederatedAlgorithm(NamedTuple):
     init(key, data, hp) -> state
     round(state, data, key, hp) -> (state, metrics)   # metrics: dict of scalars
     evaluate(state, data, hp) -> {split: ClientEval, ..., "metrics": {name: scalar}}
+
+    Optional:
+      account(rounds, hp, num_clients) -> {name: float}: host-side privacy accounting
+        entries of the history (DP runs only, see aggregate/accounting.py).
+      pre_init(key, data, hp) -> pre: the costly part of init that depends on the key,
+        the data and hp but not on the algorithm: the initial model and the solo models of
+        the appeal protocol and of MaxFL's requirement (`requirement.solo_models`). With
+        it, `init(key, data, hp, pre)` takes its output, and `init(key, data, hp)` computes
+        it inline. The driver compiles `pre_init` as a program of its own, so the arms of
+        a comparison (MaxFL and FedAvg under the appeal protocol) share one compiled
+        program. `compose`'s init takes a `pre` (its "initial" entry) whether or not the
+        algorithm has a `pre_init` of its own (the appeal protocol passes its own).
+      initial(key) -> (params, model_state): the initial global model of an init key (what
+        `compose`'s init starts from).
     """
 
     name: str
     init: InitFn
     round: RoundFn
     evaluate: EvalFn
-    # account(rounds, hp, num_clients) -> {name: float}: host-side privacy accounting
-    # entries of the history (DP runs only, see aggregate/accounting.py)
     account: Callable[[int, HParams, int], dict] | None = None
+    pre_init: PreInitFn | None = None
+    initial: InitialFn | None = None
 
 
 def global_evaluator(model: Model) -> EvalFn:
@@ -98,10 +117,20 @@ def options_for(name: str, cfg: RunConfig | Options) -> Options:
                     f"algorithm {name!r}")
 
 
+def initial_model(model: Model) -> InitialFn:
+    """initial(key) -> (params, model_state): the model `compose`'s init builds from its init
+    key (the first half of `jax.random.split(key)`)."""
+    def initial(key):
+        return model.init(jax.random.split(key)[0])
+
+    return initial
+
+
 def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
             weights: WeightRule, post: PostFn | None = None, init_extra: ExtraInit | None = None,
             evaluate: EvalFn | None = None, average_state: bool = True,
-            executor: CohortExecutor | None = None) -> FederatedAlgorithm:
+            executor: CohortExecutor | None = None,
+            pre_init: PreInitFn | None = None) -> FederatedAlgorithm:
     """An algorithm from its parts; the shared parts come from `opts` (the builder's
     options, `options_for`; each part is handed the view of the fields it declares).
 
@@ -118,11 +147,14 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
       local: one client's local objective, returning `client.Trained`.
       weights: the aggregation `WeightRule`.
       post: `post(old, new, updates, idx, valid, w, hp)`, the algorithm's state update.
-      init_extra: the algorithm's entries of `state.extra`.
+      init_extra: the algorithm's entries of `state.extra`; with `pre_init`, it takes the
+        pre-init output as a sixth argument.
       evaluate: the evaluator (default: the global model on every split).
       average_state: average the clients' model state (FedBN keeps it per client).
       executor: runs the cohort's local updates (a `CohortExecutor`: vmapped, lanes,
         chunked, sharded).
+      pre_init: the algorithm-independent part of its init (`FederatedAlgorithm.pre_init`),
+        from the initial model `initial_model(model)`.
     """
     hetero_opts = opts.view(hetero.OPTIONS, "client heterogeneity")
     up = make_uplink(opts.view(uplink.OPTIONS, "the uplink"))  # None when both are off
@@ -135,10 +167,15 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
     def tx(hp):
         return server_optimizer(server_opt, hp)
 
-    def init(key, data, hp):
+    def init(key, data, hp, pre=None):
         k_model, k_sel = jax.random.split(key)
-        params, mstate = model.init(k_model)
-        extra = init_extra(key, params, mstate, data, hp) if init_extra is not None else None
+        if pre is None and pre_init is not None:
+            pre = pre_init(key, data, hp)
+        params, mstate = pre["initial"] if pre is not None else model.init(k_model)
+        extra = None
+        if init_extra is not None:
+            extra = (init_extra(key, params, mstate, data, hp) if pre_init is None else
+                     init_extra(key, params, mstate, data, hp, pre))
         if hetero_on(hetero_opts):  # per-client steps, availability, deadline (local/hetero.py)
             extra = {**(extra or {}), "hetero": init_hetero(key, data.num_clients)}
         state = init_state(params, mstate, tx(hp), data.num_clients, extra)
@@ -154,7 +191,8 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
                                Executor(opts.client_chunk, None, opts.client_lanes)),
                      uplink=up)
     return FederatedAlgorithm(name, init, rnd, evaluate or global_evaluator(model),
-                              accountant(opts.view(accounting.OPTIONS, "the privacy accounting")))
+                              accountant(opts.view(accounting.OPTIONS, "the privacy accounting")),
+                              pre_init=pre_init, initial=initial_model(model))
 
 
 # builder(model, opts, executor) -> FederatedAlgorithm; opts = `options_for(name, cfg)`

@@ -30,8 +30,9 @@ from ..protocols.appeal.requirement import (
     parse_requirement,
     requirement_values,
     seen_solo,
+    solo_models,
 )
-from .base import compose, register
+from .base import compose, initial_model, register
 from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
 
 
@@ -57,15 +58,25 @@ def requirement_init(model: Model, opts: Options):
     req = parse_requirement(opts.requirement)
     solo_opts = opts.view(SOLO_OPTIONS, "the solo models")
 
-    def init_extra(key, params, mstate, data, hp):
+    def init_extra(key, params, mstate, data, hp, pre=None):
         extra, solo_loss = {}, None
         if req is None:  # reused by the appeal protocol (same key)
-            extra["solo"] = seen_solo(model, solo_opts, params, mstate, data, key, hp)
+            extra["solo"] = (seen_solo(model, solo_opts, params, mstate, data, key, hp)
+                             if pre is None else pre["solo_seen"])
             solo_loss = extra["solo"].train_loss
         extra["rho"] = requirement_values(req, solo_loss, data.num_clients, data.num_unseen)
         return extra
 
     return init_extra
+
+
+def requirement_pre_init(model: Model, opts: Options):
+    """pre_init of MaxFL, IncFL and MW-Fed: the seen clients' solo models when rho_k is
+    'solo' (`requirement.solo_models`), else None."""
+    if parse_requirement(opts.requirement) is not None:
+        return None
+    return solo_models(model, opts.view(SOLO_OPTIONS, "the solo models"),
+                       initial_model(model), unseen=False)
 
 
 MAXFL_RULE = WeightRule(
@@ -82,7 +93,8 @@ MAXFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requiremen
 @register("maxfl", MAXFL_SUPPORTS)
 def maxfl(model: Model, opts: Options, executor=None):
     return compose("maxfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, opts), executor=executor)
+                   init_extra=requirement_init(model, opts), executor=executor,
+                   pre_init=requirement_pre_init(model, opts))
 
 
 INCFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
@@ -94,4 +106,5 @@ INCFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requiremen
 def incfl(model: Model, opts: Options, executor=None):
     """IncFL: the same update rule as MaxFL (its earlier version)."""
     return compose("incfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, opts), executor=executor)
+                   init_extra=requirement_init(model, opts), executor=executor,
+                   pre_init=requirement_pre_init(model, opts))

@@ -34,7 +34,7 @@ from ..core.models import Model
 from ..core.round import WeightRule
 from .base import compose, register
 from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
-from .maxfl import REQUIREMENT_READS, requirement_init
+from .maxfl import REQUIREMENT_READS, requirement_init, requirement_pre_init
 
 
 class MWFedState(NamedTuple):
@@ -81,9 +81,10 @@ MWFED_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requiremen
 def mwfed(model: Model, opts: Options, executor=None):
     req_init = requirement_init(model, opts)
 
-    def init_extra(key, params, mstate, data, hp):  # [M] log v_k, rho_k
+    def init_extra(key, params, mstate, data, hp, pre=None):  # [M] log v_k, rho_k
         return {"mwfed": MWFedState(jnp.zeros((data.num_clients,), jnp.float32)),
-                **req_init(key, params, mstate, data, hp)}
+                **req_init(key, params, mstate, data, hp, pre)}
 
     return compose("mwfed", model, opts, local=sgd_local(model, opts), weights=MW_RULE,
-                   post=mw_post, init_extra=init_extra, executor=executor)
+                   post=mw_post, init_extra=init_extra, executor=executor,
+                   pre_init=requirement_pre_init(model, opts))

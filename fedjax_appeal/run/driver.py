@@ -108,7 +108,8 @@ class Driver:
       lanes: with `runs`, runs side by side in one vmap (0 = all P).
       mesh: a `distributed` mesh: one run replicates data and state over it (its algorithm
         shards the cohort); a batch shards the runs axis over it.
-      compiled: the cache of compiled programs ("init", "eval", ("chunk", length)).
+      compiled: the cache of compiled programs ("pre_init", "init", "eval", ("chunk",
+        length)).
       keep_metric: which per-round metrics the driver keeps (name, host array) -> bool.
       account: `alg.account` of DP runs: privacy entries added to each history entry.
       before_training: called once, with the state and the number of per-round metric
@@ -186,16 +187,29 @@ class Driver:
     def _vmapped(self, fn, in_axes):
         return fn if self.runs is None else jax.vmap(fn, in_axes=in_axes)
 
-    def init(self):
-        """The initial server state(s)."""
-        if "init" not in self.compiled:
+    def _init_program(self, role: str, fn, in_axes, args: tuple):
+        if role not in self.compiled:
             t = time.perf_counter()
-            self.compiled["init"] = self._compile(
-                "init", self._vmapped(self.alg.init, (0, None, 0)),
-                (self.k_init, self.data, self.hp))
+            self.compiled[role] = self._compile(role, self._vmapped(fn, in_axes), args)
             self.timing["init_compile_s"] += time.perf_counter() - t
+        return self.compiled[role]
+
+    def init(self):
+        """The initial server state(s). An algorithm with a `pre_init` (the solo models)
+        runs it as a program of its own first, whose compiled form the arms of a
+        comparison share."""
+        args = (self.k_init, self.data, self.hp)
+        if self.alg.pre_init is None:
+            init = self._init_program("init", self.alg.init, (0, None, 0), args)
+        else:
+            pre = self._init_program("pre_init", self.alg.pre_init, (0, None, 0), args)
         t = time.perf_counter()
-        state = _block(self.compiled["init"](self.k_init, self.data, self.hp))
+        if self.alg.pre_init is not None:
+            args = (*args, _block(pre(*args)))
+            self.init_s += time.perf_counter() - t
+            init = self._init_program("init", self.alg.init, (0, None, 0, 0), args)
+            t = time.perf_counter()
+        state = _block(init(*args))
         self.init_s += time.perf_counter() - t  # what init trains (solo models, features)
         return state
 

@@ -60,7 +60,13 @@ from ...core.models import Model
 from ...core.round import ServerState
 from ...evaluate.evaluation import evaluate_split
 from ...local.solo import SoloStats, solo_stats
-from .requirement import parse_requirement, requirement_values, seen_solo, unseen_solo
+from .requirement import (
+    parse_requirement,
+    requirement_values,
+    seen_solo,
+    solo_models,
+    unseen_solo,
+)
 
 # The configuration fields of the appeal protocol (`RunConfig.view`): its own group and the
 # local batch size of the solo models and the fine-tuning.
@@ -111,17 +117,19 @@ def _requirement(opts: Options, solo: SoloStats, rho: jax.Array) -> jax.Array:
 
 
 def init_appeal(model: Model, opts: Options, state: ServerState, data: FederatedData,
-                key: jax.Array, hp: HParams) -> dict:
-    """Solo statistics and requirements of the seen (and unseen) clients."""
+                key: jax.Array, hp: HParams, pre: dict | None = None) -> dict:
+    """Solo statistics and requirements of the seen (and unseen) clients; the solo models
+    are read from `pre` (`requirement.solo_models`) when given."""
     req = parse_requirement(opts.requirement)
-    solo = state.extra.get("solo")
+    solo = pre["solo_seen"] if pre is not None else state.extra.get("solo")
     if solo is None:
         solo = seen_solo(model, opts, state.params, state.model_state, data, key, hp)
     out = {"solo_seen": solo,
            "rho_seen": requirement_values(req, solo.train_loss, data.num_clients,
                                           data.num_unseen)}
     if data.num_unseen:
-        us = unseen_solo(model, opts, state.params, state.model_state, data, key, hp)
+        us = (pre["solo_unseen"] if pre is not None else
+              unseen_solo(model, opts, state.params, state.model_state, data, key, hp))
         out["solo_unseen"] = us
         out["rho_unseen"] = requirement_values(req, us.train_loss, data.num_clients,
                                                data.num_unseen, unseen=True)
@@ -192,12 +200,21 @@ def per_cluster(cluster: np.ndarray, values: dict[str, np.ndarray]) -> dict[str,
 
 
 def with_appeal(alg: FederatedAlgorithm, model: Model, opts: Options) -> FederatedAlgorithm:
-    """`alg` with solo models, appeal metrics and (optionally) appeal-based opt-out."""
+    """`alg` with solo models, appeal metrics and (optionally) appeal-based opt-out.
 
-    def init(key, data, hp):
-        state = alg.init(key, data, hp)
+    When `alg` names its initial model (`FederatedAlgorithm.initial`, every algorithm built
+    by `compose`), the solo models are its `pre_init` (`requirement.solo_models`), which
+    every algorithm under the protocol shares; they are the same models either way."""
+    pre_init = (None if alg.initial is None else
+                solo_models(model, opts, alg.initial, unseen=True))
+
+    def init(key, data, hp, pre=None):
+        if pre_init is not None and pre is None:
+            pre = pre_init(key, data, hp)
+        state = alg.init(key, data, hp) if pre is None else alg.init(key, data, hp, pre)
         return state.replace(extra={**state.extra,
-                                    "appeal": init_appeal(model, opts, state, data, key, hp)})
+                                    "appeal": init_appeal(model, opts, state, data, key, hp,
+                                                          pre)})
 
     def round_fn(state, data, key, hp):
         appealed = None
@@ -217,7 +234,8 @@ def with_appeal(alg: FederatedAlgorithm, model: Model, opts: Options) -> Federat
         extra = appeal_metrics(opts, state.extra["appeal"], ev)
         return {**ev, "metrics": {**ev.get("metrics", {}), **extra}}
 
-    return FederatedAlgorithm(alg.name, init, round_fn, evaluate)
+    return FederatedAlgorithm(alg.name, init, round_fn, evaluate, pre_init=pre_init,
+                              initial=alg.initial)
 
 
 def personalize(model: Model, opts: Options, state: ServerState, data: FederatedData,

@@ -94,6 +94,26 @@ def unseen_solo(model: Model, opts: Options, params, mstate, data: FederatedData
                       batch_size=opts.batch_size)
 
 
+def solo_models(model: Model, opts: Options, initial, unseen: bool):
+    """pre_init(key, data, hp) -> {"initial": (params, model_state), "solo_seen": SoloStats[,
+    "solo_unseen": SoloStats]}: the initial model `initial(key)` and the solo models trained
+    from it (`FederatedAlgorithm.pre_init`); those of the unseen clients when `unseen` and
+    the data has unseen clients. `compose`'s init starts from "initial", and MaxFL's
+    requirement and the appeal protocol read the same solo models, so every algorithm under
+    the appeal protocol compiles the same pre-init program. (The initial model is computed
+    here, beside the solo models that start from it, so that both are the very values one
+    init program computes: XLA may round a value differently in another program.)"""
+    def pre_init(key, data, hp):
+        params, mstate = initial(key)
+        out = {"initial": (params, mstate),
+               "solo_seen": seen_solo(model, opts, params, mstate, data, key, hp)}
+        if unseen and data.num_unseen:
+            out["solo_unseen"] = unseen_solo(model, opts, params, mstate, data, key, hp)
+        return out
+
+    return pre_init
+
+
 def requirement_values(req: None | float | np.ndarray, solo_train_loss: jax.Array | None,
                        num_seen: int, num_unseen: int, unseen: bool = False) -> jax.Array:
     """rho_k of the seen clients ([M]) or, with `unseen`, of the unseen clients ([U]).
