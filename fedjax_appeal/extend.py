@@ -20,6 +20,14 @@ Registries (name -> value):
   * `TUNABLES`: a user hyperparameter -> `Tunable(default, help)`
     (`register_tunable("name", default, help)`); read it as `hp.get("name")`.
 
+Static options (an int, a string, a bool or a float that fixes a program's structure: a
+number of inner steps, a variant) are declared beside the component that reads them with
+`register_option(name, default, help, choices, kind="algorithm", names=("mine",))`, as the
+built-in components declare theirs (`pfedme_k`, `poc_d`, `union_window`, ...): the option is
+then `--name` on run and sweep, a `--config` key, a static `--grid` axis, `cfg.name` and
+`opts.name` in the builders of the components named, and refused in one line for a run
+that builds none of them.
+
 `opts` is the component's read-only `Options`: the configuration fields its kind declares
 (`options_for(name, cfg)` for an algorithm: `SHARED_OPTIONS` plus its `Supports(options=...,
 reads=...)`); reading another field raises `UndeclaredOption`.
@@ -46,6 +54,7 @@ from .core.arrays import ClientArrays, FederatedData
 from .core.capabilities import Supports
 from .core.config import DATASETS, PARTITIONS, HParams, Options, RunConfig
 from .core.errors import UndeclaredOption
+from .core.fields import COMPONENT_OPTIONS, register_option
 from .core.models import MODELS, Model, Normalize, model_for
 from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
 from .core.tunables import TUNABLES, Tunable, register_tunable
@@ -57,12 +66,14 @@ from .select.selection import uniform as uniform_cohort
 from .select.selection import weighted as weighted_cohort
 from .select.selectors import SELECTORS
 
-__all__ = ["AGGREGATIONS", "ALGORITHMS", "APPEAL_DEFS", "DATASETS", "MODELS", "PARTITIONS",
+__all__ = ["AGGREGATIONS", "ALGORITHMS", "APPEAL_DEFS", "COMPONENT_OPTIONS", "DATASETS", "MODELS",
+           "PARTITIONS",
            "SELECTORS", "SERVER_OPTS", "SHARED_OPTIONS", "TUNABLES", "ClientArrays",
            "ClientUpdate", "Dataset", "FederatedData", "HParams", "Model", "Normalize",
            "Options", "RunConfig", "Selector", "ServerState", "Supports", "Trained", "Tunable",
            "UndeclaredOption", "WeightRule", "build", "client_loss", "compose", "local_sgd",
            "masked_softmax", "model_for", "options_for", "per_cluster", "poisson_buffer",
-           "proportional", "proximal", "register", "register_dataset", "register_partition",
+           "proportional", "proximal", "register", "register_dataset", "register_option",
+           "register_partition",
            "register_tunable", "sgd_local", "uniform_cohort", "uniform_weights",
            "weighted_cohort"]

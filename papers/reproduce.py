@@ -139,7 +139,7 @@ def source_hash() -> str:
 def run_key(cfg: RunConfig, hp: HParams) -> str:
     """Cache key of one run: its configuration (data locations aside), hyperparameters and
     the package's source hash."""
-    c = {k: v for k, v in dataclasses.asdict(cfg).items()
+    c = {k: v for k, v in cfg.as_dict().items()
          if k not in ("data_dir", "fmnist_dir", "cache_dir", "out")}
     h = hp.to_dict()
     blob = json.dumps({"config": c, "hparams": h, "code": source_hash()}, sort_keys=True)

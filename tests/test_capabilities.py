@@ -36,9 +36,9 @@ def test_every_registered_algorithm_declares_its_capabilities():
     assert set(SUPPORTS) == set(ALGORITHMS)
     for name in ALGORITHMS:
         sup = supports(name)
-        fields = {f.name for f in dataclasses.fields(RunConfig)}
-        from fedjax_appeal.core.config import HParams
+        from fedjax_appeal.core.config import HParams, field_names
 
+        fields = set(field_names(RunConfig))
         known = fields | {f.name for f in dataclasses.fields(HParams)}
         assert set(sup.options) <= known, name
 

@@ -4,7 +4,6 @@ final accuracy is recomputed from the exported file alone."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import jax
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.cli.commands import main
-from fedjax_appeal.core.config import ConfigError, RunConfig
+from fedjax_appeal.core.config import ConfigError, RunConfig, field_names
 from fedjax_appeal.core.models import make_model
 from fedjax_appeal.data import load_federated
 from fedjax_appeal.run.export import load_model, save_model
@@ -62,7 +61,7 @@ def test_cli_run_exports_the_final_model_and_its_accuracy_recomputes(tmp_path):
                  "--no-appeal", "--client-lr", "0.3", "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
     model, params, state = load_model(out)
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    fields = set(field_names(RunConfig))
     cfg = RunConfig(**{k: v for k, v in res["config"].items() if k in fields})
     data, _ = load_federated(cfg)
     te = data.test

@@ -16,6 +16,7 @@ import pytest
 from fedjax_appeal.cli import main
 from fedjax_appeal.cli.commands import registries as registries_of_cli
 from fedjax_appeal.core.capabilities import SUPPORTS
+from fedjax_appeal.core.fields import COMPONENT_OPTIONS
 from fedjax_appeal.core.tunables import TUNABLES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
@@ -29,7 +30,7 @@ def plugin(tmp_path_factory):
     assert len(blocks) == 1
     path = tmp_path_factory.mktemp("plugin") / "my_fl.py"
     path.write_text(blocks[0])
-    registries = [*registries_of_cli().values(), TUNABLES, SUPPORTS]
+    registries = [*registries_of_cli().values(), TUNABLES, SUPPORTS, COMPONENT_OPTIONS]
     before = [set(r) for r in registries]
     yield path
     for reg, names in zip(registries, before, strict=True):
@@ -57,6 +58,25 @@ def test_the_guide_plugin_runs_end_to_end(plugin, tmp_path):
     np.testing.assert_allclose(w.sum(1), 1.0, rtol=1e-5)
     assert np.ptp(w, axis=1).min() > 0  # loss-weighted, not uniform
     assert res["history"][-1]["test_acc_seen"] > 0.5  # the blobs are separable: it learns
+    # the selector's own static option: stride 5 picks r*4 + 5i (mod 12)
+    assert res["config"]["rr_stride"] == 1
+    out5 = tmp_path / "r5"
+    assert main(["run", "--plugin", str(plugin), *RUN, "--algorithm", "fedavg-localmom",
+                 "--aggregation", "loss-weighted", "--selector", "round-robin",
+                 "--rr-stride", "5", "--out", str(out5)]) == 0
+    res5 = json.loads((out5 / "results.json").read_text())
+    assert res5["config"]["rr_stride"] == 5
+    np.testing.assert_array_equal(np.asarray(res5["round_metrics"]["cohort_idx"]),
+                                  [(r * 4 + 5 * np.arange(4)) % 12 for r in range(6)])
+
+
+def test_the_guide_option_is_refused_without_its_selector(plugin, tmp_path, capsys):
+    assert main(["run", "--plugin", str(plugin), *RUN, "--rr-stride", "2",
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--rr-stride has no effect here" in err
+    assert "it configures --selector round-robin" in err
+    assert not (tmp_path / "r").exists()
 
 
 def test_plugin_names_reach_list_help_and_validation(plugin, capsys, tmp_path):

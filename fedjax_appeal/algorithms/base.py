@@ -18,6 +18,7 @@ from ..aggregate.uplink import make_uplink
 from ..core.arrays import FederatedData
 from ..core.capabilities import SUPPORTS, Supports, supports
 from ..core.config import HParams, Options, RunConfig
+from ..core.fields import declared_for
 from ..core.models import Model
 from ..core.registry import Registry
 from ..core.round import (
@@ -110,11 +111,11 @@ SHARED_OPTIONS = tuple(dict.fromkeys((
 
 def options_for(name: str, cfg: RunConfig | Options) -> Options:
     """The options algorithm `name`'s builder receives: a read-only view of `cfg` with
-    `SHARED_OPTIONS` and the fields its `Supports` declares (`options`, `reads`,
-    `tuning`)."""
+    `SHARED_OPTIONS`, the fields its `Supports` declares (`options`, `reads`, `tuning`)
+    and the options declared for it or for a selector (`core.fields.register_option`)."""
     sup = supports(name)
-    return cfg.view((*SHARED_OPTIONS, *sup.options, *sup.reads, *sup.tuning),
-                    f"algorithm {name!r}")
+    return cfg.view((*SHARED_OPTIONS, *declared_for("selector"), *sup.options, *sup.reads,
+                     *sup.tuning, *declared_for("algorithm", name)), f"algorithm {name!r}")
 
 
 def initial_model(model: Model) -> InitialFn:
@@ -160,7 +161,8 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
     up = make_uplink(opts.view(uplink.OPTIONS, "the uplink"))  # None when both are off
     selector = (poisson_selector(opts.view(privacy.SELECTOR_OPTIONS, "the DP cohort"))
                 if opts.dp != "off" and opts.dp_sampling == "poisson" else
-                make_selector(model, opts.view(selectors.OPTIONS, f"selector {opts.selector!r}")))
+                make_selector(model, opts.view((*selectors.OPTIONS, *declared_for("selector")),
+                                              f"selector {opts.selector!r}")))
     selector = with_availability(selector, hetero_opts)  # identity unless asked
     server_opt = opts.server_opt
 

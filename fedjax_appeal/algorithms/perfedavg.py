@@ -29,10 +29,15 @@ from ..aggregate.aggregation import weight_rule
 from ..core.arrays import sample_batch
 from ..core.capabilities import Supports
 from ..core.config import Options
+from ..core.fields import register_option
 from ..core.models import Model
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
 from .base import compose, register
+
+VARIANT = register_option("perfedavg_variant", "fo", "Per-FedAvg variant: fo (first-order) or "
+                          "hf (Hessian-free)", ("fo", "hf"), kind="algorithm",
+                          names=("perfedavg",))
 
 
 def _axpy(a, x, y):

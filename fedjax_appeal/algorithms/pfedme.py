@@ -30,11 +30,15 @@ from ..aggregate.aggregation import weight_rule
 from ..core.arrays import sample_batch
 from ..core.capabilities import Supports
 from ..core.config import Options
+from ..core.fields import register_option
 from ..core.models import Model
 from ..core.round import WeightRule
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
 from .base import compose, register
+
+K = register_option("pfedme_k", 5, "pFedMe inner steps K per local step",
+                    kind="algorithm", names=("pfedme",), ge=1)
 
 
 def inner_solve(grad_fn, theta, w, lam, lr, steps: int):

@@ -352,7 +352,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     validate(cfg, hp)
     if cfg.resume:  # the checkpoint's configuration must be this one (before any loading)
         meta = read_meta(cfg.resume)
-        check_compatible(meta, dataclasses.asdict(cfg), hp.to_dict(), cfg.resume)
+        check_compatible(meta, cfg.as_dict(), hp.to_dict(), cfg.resume)
         if cfg.rounds < int(meta["round"]):
             raise ConfigError(f"--rounds {cfg.rounds} is below round {meta['round']} of the "
                               f"checkpoint in {cfg.resume}: a resumed run continues from it; "

@@ -161,7 +161,6 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import dataclasses
 
     from ..execute.distributed import check_processes
     from ..run.outlock import out_lock
@@ -204,7 +203,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for cfg_g in groups_of(cfg, checked):
         check_ignored(cfg_g, given | set(checked))
         check_source_size(cfg_g)
-    now = {"config": dataclasses.asdict(cfg),
+    now = {"config": cfg.as_dict(),
            "hparams": hp.to_dict(),
            "grid": {k: [to_jsonable(v) for v in vs] for k, vs in checked.items()},
            "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}

@@ -26,38 +26,12 @@ from flax import struct
 
 from .capabilities import supports
 from .errors import ConfigError, UndeclaredOption
+from .fields import COMPONENT_OPTIONS, GROUPS, load_option_modules, meta, option_value
 from .registry import Registry, did_you_mean
 from .tunables import TUNABLES, check_tunable, reserve
 
 PRECISIONS = ("default", "fp32", "tf32", "bf16")  # RunConfig.precision (core/precision.py)
 SEED_LIMIT = 2 ** 63  # seeds are non-negative int64 values (jax.random.key)
-
-# The sections of the configuration: every field declares one (`group=`), and
-# `fedjax-appeal run --help` lists the options section by section in this order.
-GROUPS = {
-    "data": "data: dataset, partition, generated clients, label noise",
-    "federation": "federation: clients, cohort, rounds, local training, Byzantine clients",
-    "algorithm": "algorithm: local objective, aggregation, server optimizer, model",
-    "selection": "client selection: Power-of-Choice, DivFL, SubTrunc, UnionFL",
-    "uplink": "uplink: update compression and differential privacy",
-    "hetero": "heterogeneous and unreliable clients",
-    "appeal": "appeal protocol: requirements, GM-Appeal, opt-out, fine-tuning",
-    "scale": "scale and layout: devices, chunks, lanes, checkpoints",
-    "output": "output: schedule, seeds, folder",
-    "tracking": "tracking",
-}
-
-
-def _meta(help: str, group: str, choices, ge, gt, le, lt, hint: str, **extra) -> dict:
-    if group not in GROUPS:
-        raise ValueError(f"unknown configuration group {group!r}")
-    meta = {"help": help, "group": group, "hint": hint, **extra}
-    if choices is not None:
-        meta["choices"] = choices
-    meta["range"] = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt))
-                     if v is not None}
-    return meta
-
 
 def _f(default: Any, help: str, choices: tuple | None = None, *, group: str,
        data: bool = False, ge=None, gt=None, le=None, lt=None, hint: str = "",
@@ -67,9 +41,9 @@ def _f(default: Any, help: str, choices: tuple | None = None, *, group: str,
     a `hint` appended to a refusal, whether it changes the data, and `shown`: what `--help`
     says the default is when the stored one stands for something else (an empty folder
     name that means an environment variable or a folder named after the run)."""
-    meta = _meta(help, group, choices, ge, gt, le, lt, hint, data=data, registry=registry,
-                 prefixes=prefixes, shown=shown)
-    return dataclasses.field(default=default, metadata=meta, **kw)
+    m = meta(help, group, choices, ge, gt, le, lt, hint, data=data, registry=registry,
+             prefixes=prefixes, shown=shown)
+    return dataclasses.field(default=default, metadata=m, **kw)
 
 
 def _data(default: Any, help: str, choices: tuple | None = None, **kw):
@@ -81,7 +55,7 @@ def _hp(default: float, help: str, *, group: str, ge=None, gt=None, le=None, lt=
         hint: str = ""):
     """A vmappable hyperparameter, declared like `_f` (always a float)."""
     return struct.field(default=default,
-                        metadata=_meta(help, group, None, ge, gt, le, lt, hint))
+                        metadata=meta(help, group, None, ge, gt, le, lt, hint))
 
 
 @struct.dataclass
@@ -260,7 +234,7 @@ def appeal_on(cfg: RunConfig) -> bool:
         return cfg.appeal
     if cfg.appeal != "auto":
         return cfg.appeal == "on"
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    defaults = {f.name: f.default for f in run_fields(load=False)}
     return supports(cfg.algorithm).needs_requirements or any(
         getattr(cfg, k) != defaults[k] for k in APPEAL_OPTIONS)
 
@@ -376,13 +350,7 @@ class RunConfig:
                           registry="aggregation", group="algorithm")
     rho_steps: int = _f(100, "local SGD steps of each client's solo model (MaxFL requirement "
                              "rho_k, preferred-model metrics)", group="appeal", ge=0)
-    # Baselines (branch baselines)
-    perfedavg_variant: str = _f("fo", "Per-FedAvg variant: fo (first-order) or hf "
-                                      "(Hessian-free)", ("fo", "hf"), group="algorithm")
-    pfedme_k: int = _f(5, "pFedMe inner steps K per local step", group="algorithm", ge=1)
     # --- client selection (Power-of-Choice, DivFL, SubTrunc, UnionFL) ---
-    poc_d: int = _f(0, "Power-of-Choice candidates d drawn per round (0 = 2 x cohort, at most "
-                       "the number of clients)", group="selection", ge=0)
     greedy_candidates: int = _f(0, "stochastic greedy: random candidates r scored per pick "
                                    "(0 = exact greedy over all clients)", group="selection", ge=0)
     greedy_epsilon: float = _f(0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
@@ -401,12 +369,6 @@ class RunConfig:
     distance_budget_mb: float = _f(256.0, "largest N x N distance matrix (MB) the exact greedy "
                                           "materialises; above it columns are computed in blocks",
                                    group="selection", gt=0)
-    union_window: int = _f(5, "UnionFL window u: number of past rounds whose cohorts are "
-                              "penalised", group="selection", ge=1)
-    union_base: str = _f("divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"),
-                         group="selection")
-    subtrunc_phi: str = _f("log", "SubTrunc phi: log = ln(1+x), or identity", ("log", "identity"),
-                           group="selection")
     selector_objective: str = _f("raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the "
                                         "paper's sum of ||g_i - g_j|| over clients; normalized "
                                         "= distances / (2 max ||g||), averaged over clients",
@@ -558,8 +520,26 @@ class RunConfig:
                                         "rounds): auto = on for topk, off for qsgd",
                                 ("auto", "on", "off"), group="uplink")
 
+    # the given values of the options components declare in their own files
+    # (`core.fields.register_option`), as sorted (name, value) pairs; read them as attributes
+    component_options: tuple = dataclasses.field(default=(), metadata={"group": "output"})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "component_options":
+            raise AttributeError(name)
+        if name not in COMPONENT_OPTIONS:
+            load_option_modules()
+        if name not in COMPONENT_OPTIONS:
+            raise AttributeError(f"'RunConfig' object has no attribute {name!r}")
+        return option_value(object.__getattribute__(self, "component_options"), name)
+
     def replace(self, **kw) -> RunConfig:
         return dataclasses.replace(self, **kw)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every key of the configuration and its value: the fields and every declared
+        component option (a flat dict, as results.json's `config`)."""
+        return {f.name: getattr(self, f.name) for f in run_fields()}
 
     def view(self, names: Iterable[str], component: str) -> Options:
         """The read-only `Options` of `component`: the fields `names` of this configuration
@@ -567,9 +547,41 @@ class RunConfig:
         return Options(component, {n: getattr(self, n) for n in _declared(names, component)})
 
 
-reserve([*(f.name for f in dataclasses.fields(RunConfig)), *_HP_OWN])
-_RUN_NAMES = frozenset(f.name for f in dataclasses.fields(RunConfig))
-_HP_NAMES = frozenset(_HP_OWN) - _RUN_NAMES
+_CORE_FIELDS = tuple(f for f in dataclasses.fields(RunConfig) if f.name != "component_options")
+_CORE_NAMES = frozenset(f.name for f in _CORE_FIELDS)
+_dataclass_init = RunConfig.__init__
+
+
+def _run_init(self, **kw: Any) -> None:
+    """RunConfig(**keys): its fields, and the declared component options by name (kept in
+    `component_options` when they differ from their default)."""
+    given = dict(kw.pop("component_options", ()))
+    for k in [k for k in kw if k not in _CORE_NAMES]:
+        if k not in COMPONENT_OPTIONS:
+            load_option_modules()
+        if k in COMPONENT_OPTIONS:
+            given[k] = kw.pop(k)
+    own = tuple(sorted((k, v) for k, v in given.items()
+                       if k not in COMPONENT_OPTIONS or v != COMPONENT_OPTIONS[k].default))
+    _dataclass_init(self, **kw, component_options=own)
+
+
+RunConfig.__init__ = _run_init
+reserve([*_CORE_NAMES, *_HP_OWN])
+_HP_NAMES = frozenset(_HP_OWN) - _CORE_NAMES
+
+
+def run_fields(load: bool = True) -> list[dataclasses.Field]:
+    """The declarations of every configuration key: RunConfig's fields, then the options
+    components declare (`core.fields.register_option`; with `load`, after the package's modules
+    that declare built-in options are imported)."""
+    if load:
+        load_option_modules()
+    return [*_CORE_FIELDS, *COMPONENT_OPTIONS.values()]
+
+
+def _run_names() -> frozenset[str]:
+    return _CORE_NAMES | COMPONENT_OPTIONS.keys()
 
 
 def _declared(names: Iterable[str], component: str) -> tuple[str, ...]:
@@ -577,7 +589,7 @@ def _declared(names: Iterable[str], component: str) -> tuple[str, ...]:
     and registered tunables, which `Supports.options` may also list, are left out: they
     travel in `hp`)."""
     out = tuple(dict.fromkeys(n for n in names if n not in _HP_NAMES and n not in TUNABLES))
-    unknown = [n for n in out if n not in _RUN_NAMES]
+    unknown = [n for n in out if n not in _run_names()]
     if unknown:
         raise ValueError(f"{component} declares unknown configuration field(s) "
                          f"{', '.join(map(repr, unknown))}")
@@ -609,7 +621,7 @@ class Options:
         if name in values:
             return values[name]
         component = object.__getattribute__(self, "_component")
-        if name in _RUN_NAMES:
+        if name in _run_names():
             raise UndeclaredOption(
                 f"{component} reads the configuration field {name!r}, which it does not "
                 f"declare (it declares: {', '.join(values) or 'none'})")
@@ -673,12 +685,12 @@ def fields_in(*groups: str) -> tuple[str, ...]:
     for g in groups:
         if g not in GROUPS:
             raise ValueError(f"unknown configuration group {g!r}")
-    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata["group"] in groups)
+    return tuple(f.name for f in run_fields(load=False) if f.metadata["group"] in groups)
 
 
 def data_fields() -> tuple[str, ...]:
     """The RunConfig fields that change a run's data (runs equal in them share the data)."""
-    return tuple(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("data"))
+    return tuple(f.name for f in run_fields(load=False) if f.metadata.get("data"))
 
 
 def data_options(cfg: RunConfig | Options, component: str = "the data layer") -> Options:
@@ -692,7 +704,7 @@ def field_names(cls) -> list[str]:
     and every registered tunable, see `core/tunables.py`)."""
     if cls is HParams:
         return [*_HP_OWN, *TUNABLES]
-    return [f.name for f in dataclasses.fields(cls)]
+    return [f.name for f in run_fields()]
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -709,8 +721,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
                               + (f"; did you mean '{guess}'?" if guess else ""))
         out[key] = v
     out = check_types(out, f"config file {p}")
-    fields = {f.name: (f, _field_kind(RunConfig, f.name) if f.name in _RUN_NAMES else "float")
-              for cls in (RunConfig, HParams) for f in dataclasses.fields(cls)}
+    fields = {**{f.name: (f, "float") for f in dataclasses.fields(HParams)},
+              **{f.name: (f, _field_kind(RunConfig, f.name)) for f in run_fields()}}
     for k, v in out.items():
         if k in fields and k != "extra":
             err = declared_error(k, v, fields[k][0].metadata, fields[k][1])
@@ -743,7 +755,7 @@ def read_config_raw(path: str | Path) -> dict[str, Any]:
 
 
 def _field_kind(cls, name: str) -> str:
-    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    f = {f.name: f for f in (run_fields() if cls is RunConfig else dataclasses.fields(cls))}[name]
     return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
 
 
@@ -854,7 +866,7 @@ def declared_error(name: str, value: Any, meta: Mapping[str, Any], kind: str) ->
 
 def check_declared(cfg: RunConfig, hp: HParams | None = None) -> None:
     """Raise `ConfigError` for the first field of `cfg` (and `hp`) outside its declaration."""
-    for f in dataclasses.fields(RunConfig):
+    for f in run_fields():
         err = declared_error(f.name, getattr(cfg, f.name), f.metadata,
                              _field_kind(RunConfig, f.name))
         if err:
@@ -872,4 +884,6 @@ def check_declared(cfg: RunConfig, hp: HParams | None = None) -> None:
 def declarations(cls) -> list[dataclasses.Field]:
     """The declared fields of `RunConfig` or `HParams` (their metadata: help, group,
     choices, registry, range, hint)."""
+    if cls is RunConfig:
+        return run_fields()
     return [f for f in dataclasses.fields(cls) if f.name != "extra"]

@@ -176,7 +176,7 @@ def resolve_layout(cfg, *, algorithm_layouts: bool = True):
       algorithm_layouts: whether the algorithm runs its cohort through the shared executor
         (`Supports.layouts`); one that does not always gets one device.
     """
-    import dataclasses
+    from ..core.config import run_fields
 
     backend = jax.default_backend()
     count = jax.device_count()
@@ -194,7 +194,7 @@ def resolve_layout(cfg, *, algorithm_layouts: bool = True):
         return cfg, Layout("auto", 1, 0, count, backend,
                            f"{cfg.algorithm} runs its own cohort loop")
     devices, lanes, why = choose(cfg.cohort, backend=backend, device_count=count)
-    default = {f.name: f.default for f in dataclasses.fields(cfg)}
+    default = {f.name: f.default for f in run_fields()}
     defaults = (default["devices"], default["client_lanes"])
     if given not in (defaults, (devices, lanes)):
         return manual("--devices/--client-lanes given")

@@ -71,10 +71,9 @@ def program_context(cfg: RunConfig, model: Model, data: FederatedData) -> str:
     context): every field of `cfg` but `OUTSIDE_PROGRAMS`, the model as built (its flax
     module with every attribute: normalisation constants, convolution form, classes) and
     a digest of the federation's small arrays (labels, offsets, counts)."""
-    import dataclasses
 
     from ..execute.programs import arrays_digest
 
-    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in OUTSIDE_PROGRAMS}
+    fields = {k: v for k, v in cfg.as_dict().items() if k not in OUTSIDE_PROGRAMS}
     return repr((sorted(fields.items()), model.name, repr(model.module), model.input_shape,
                  str(model.input_dtype), model.objective, arrays_digest(data)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import platform
 import time
 from collections.abc import Callable
@@ -139,7 +138,7 @@ def _scale_options(cfg: RunConfig, hp: HParams):
     from .checkpoint import check_compatible, read_meta
 
     if cfg.resume:
-        check_compatible(read_meta(cfg.resume), dataclasses.asdict(cfg), hp.to_dict(),
+        check_compatible(read_meta(cfg.resume), cfg.as_dict(), hp.to_dict(),
                          cfg.resume)
     return checkpointer(cfg, hp), make_mesh(cfg.devices)
 
@@ -152,7 +151,7 @@ def checkpointer(cfg: RunConfig, hp: HParams):
     if not directory:
         return None
     return Checkpointer(Path(directory), cfg.checkpoint_every,
-                        {"config": dataclasses.asdict(cfg), "hparams": hp.to_dict(),
+                        {"config": cfg.as_dict(), "hparams": hp.to_dict(),
                          "seed": cfg.seed})
 
 

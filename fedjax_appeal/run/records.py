@@ -15,7 +15,6 @@ spread over seeds that both the sweep summary and `compare` report.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Any
@@ -35,7 +34,7 @@ NOT_A_SETTING = frozenset({"out", "resume", "overwrite", "cache_dir", "data_dir"
 def recorded_config(cfg: RunConfig, model_name: str) -> dict[str, Any]:
     """The `config` block of a run: every RunConfig field, with `model` the name of the
     model that was built and `appeal` "on" or "off" as resolved."""
-    return {**dataclasses.asdict(cfg), "model": model_name,
+    return {**cfg.as_dict(), "model": model_name,
             "appeal": "on" if appeal_on(cfg) else "off"}
 
 

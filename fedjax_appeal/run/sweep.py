@@ -43,7 +43,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.arrays import FederatedData
-from ..core.config import ConfigError, HParams, RunConfig, appeal_on, data_fields, field_names
+from ..core.config import (
+    ConfigError,
+    HParams,
+    RunConfig,
+    appeal_on,
+    data_fields,
+    declarations,
+    field_names,
+)
 from ..core.memory import memory_budget
 from ..core.tunables import TUNABLES
 from ..data import Dataset, load_federated
@@ -76,7 +84,7 @@ class SweepResult:
 def _convert(key: str, raw: Any) -> Any:
     """A grid value (string from the CLI, or a Python value) as the field's type."""
     types = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__)
-             for f in dataclasses.fields(RunConfig)}
+             for f in declarations(RunConfig)}
     t = "float" if key in field_names(HParams) else types[key]
     try:
         if t == "float":

@@ -20,6 +20,7 @@ from ..core.config import (
     declarations,
     field_names,
 )
+from ..core.fields import owner_reason
 from ..core.models import MODELS
 from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
@@ -182,7 +183,7 @@ def owned_reason(key: str, cfg: RunConfig) -> str | None:
         names = [n for n, keys in owned.items() if key in keys]
         if names and getattr(cfg, field) not in names:
             return f"it configures --{field.replace('_', '-')} {' or '.join(names)}"
-    return None
+    return owner_reason(key, lambda kind: getattr(cfg, kind))  # `core.fields.register_option`
 
 
 def _hparam_ignored(key: str, cfg: RunConfig) -> str | None:

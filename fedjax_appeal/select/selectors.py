@@ -56,6 +56,7 @@ import jax.numpy as jnp
 from ..core.arrays import ClientArrays, client_chunk
 from ..core.capabilities import Switched
 from ..core.config import ConfigError, Options, fields_in
+from ..core.fields import register_option
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
@@ -63,6 +64,20 @@ from ..execute.distributed import map_spread
 from ..local.client import client_loss
 from . import submodular
 from .selection import flip_cohort, stratified, stratified_counts, uniform, weighted
+
+# The options of one selector each, declared here (`core.fields.register_option`)
+POC_D = register_option("poc_d", 0, "Power-of-Choice candidates d drawn per round (0 = 2 x "
+                        "cohort, at most the number of clients)", kind="selector",
+                        names=("poc",), group="selection", ge=0)
+UNION_WINDOW = register_option("union_window", 5, "UnionFL window u: number of past rounds "
+                               "whose cohorts are penalised", kind="selector",
+                               names=("unionfl",), group="selection", ge=1)
+UNION_BASE = register_option("union_base", "divfl", "UnionFL base objective f_t",
+                             ("divfl", "subtrunc"), kind="selector", names=("unionfl",),
+                             group="selection")
+SUBTRUNC_PHI = register_option("subtrunc_phi", "log", "SubTrunc phi: log = ln(1+x), or "
+                               "identity", ("log", "identity"), kind="selector",
+                               names=("subtrunc", "unionfl"), group="selection")
 
 DELTA_CHUNK_ERROR = ("--selector-features delta needs every cohort update, which a chunked "
                      "cohort (--client-chunk) does not keep: use --selector-features grad or "

@@ -19,7 +19,6 @@ difference.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from pathlib import Path
@@ -120,7 +119,7 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
     settings = {arm: {**{k: getattr(cfg.replace(**{fam.arm_key: v}), k)
                          for k in [*fam.cfg, "seed"]}, **fam.hp}
                 for arm, v in ((lab, v) for lab, v in fam.arms)}
-    setting = (fam.setting.format(**dataclasses.asdict(cfg))
+    setting = (fam.setting.format(**cfg.as_dict())
                + f", {cfg.rounds} rounds x {cfg.local_steps} local steps"
                + (" (tiny: a pipeline check)" if tiny else ""))
     return {"family": fam.key, "title": fam.title, "paper": fam.paper, "claim": fam.claim,

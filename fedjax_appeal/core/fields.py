@@ -1,0 +1,151 @@
+"""How a configuration field is declared, and the options components declare in their own
+files (`register_option`).
+
+Every static configuration key has one declaration: its default, `--help` text, section
+(`GROUPS`), allowed values and range. The keys every run has are the fields of
+`RunConfig` (`core/config.py`); a component's own keys (an algorithm's inner steps, a
+selector's window) are declared beside the component's builder with `register_option`, by
+the built-in components and by plugins alike, and `RunConfig` takes them like its own fields:
+`RunConfig(pfedme_k=3)`, `cfg.pfedme_k`, `--pfedme-k 3`, a `--config` key, a static
+`--grid` axis of `sweep`, the `config` of results.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+from typing import Any
+
+from .errors import ConfigError
+from .tunables import RESERVED, reserve
+
+# The sections of the configuration: every field declares one (`group=`), and
+# `fedjax-appeal run --help` lists the options section by section in this order.
+GROUPS = {
+    "data": "data: dataset, partition, generated clients, label noise",
+    "federation": "federation: clients, cohort, rounds, local training, Byzantine clients",
+    "algorithm": "algorithm: local objective, aggregation, server optimizer, model",
+    "selection": "client selection: Power-of-Choice, DivFL, SubTrunc, UnionFL",
+    "uplink": "uplink: update compression and differential privacy",
+    "hetero": "heterogeneous and unreliable clients",
+    "appeal": "appeal protocol: requirements, GM-Appeal, opt-out, fine-tuning",
+    "scale": "scale and layout: devices, chunks, lanes, checkpoints",
+    "output": "output: schedule, seeds, folder",
+    "tracking": "tracking",
+}
+
+_KIND = {bool: "bool", int: "int", float: "float", str: "str"}
+
+# name -> the declared option (a `dataclasses.Field` with name, type and metadata, like a
+# RunConfig field's), in the order of declaration
+COMPONENT_OPTIONS: dict[str, dataclasses.Field] = {}
+_DECLARED: set[str] = set()  # every name ever declared here (a re-declaration replaces)
+
+
+def meta(help: str, group: str, choices, ge, gt, le, lt, hint: str, **extra) -> dict:
+    """The metadata of a declared field: help, group, hint, choices, range and `extra`."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown configuration group {group!r}")
+    out = {"help": help, "group": group, "hint": hint, **extra}
+    if choices is not None:
+        out["choices"] = choices
+    out["range"] = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt))
+                    if v is not None}
+    return out
+
+
+def register_option(name: str, default: bool | int | float | str, help: str,
+                    choices: tuple | None = None, *, kind: str, names: tuple[str, ...],
+                    group: str = "algorithm", ge=None, gt=None, le=None, lt=None,
+                    hint: str = "", registry: str = "") -> str:
+    """Declare a static option of a component, in the component's own file.
+
+    A static option fixes a program's structure or shapes (a number of inner steps, a
+    variant, a window); a scalar that only enters arithmetic is a tunable instead
+    (`register_tunable`, vmapped by sweeps). Declaring the same name again (a re-imported
+    plugin) replaces the declaration.
+
+    Args:
+      name: a Python identifier, not a key of the configuration already.
+      default: the value of a run that does not give one; its type (bool, int, float or
+        str) is the option's type, checked strictly like a RunConfig field's.
+      help: one line for `--help`.
+      choices: the allowed values, if they are few.
+      kind: the configuration key that names the kind of component reading the option
+        ("algorithm", "selector", "aggregation", "partition", "compress", ...).
+      names: the components of that kind that read it: a run that builds none of them
+        refuses the option in one line ("it configures --selector poc"), and the builders
+        of these components find it in their `Options`.
+      group: the `--help` section (`GROUPS`).
+      ge, gt, le, lt: the allowed range of a number.
+      hint: appended to a refusal of a value out of range.
+      registry: the name of the registry whose names the option takes.
+
+    Returns:
+      `name`, so that a module can keep it: `WINDOW = register_option("union_window", ...)`.
+
+    Raises:
+      ConfigError: the name is taken or not an identifier, or the default's type is not
+        bool, int, float or str.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"register_option: name {name!r} must be a Python identifier "
+                          "(letters, digits, _), e.g. 'my_window'")
+    typ = _KIND.get(type(default))
+    if typ is None:
+        raise ConfigError(f"register_option {name!r}: the default must be a bool, int, "
+                          f"float or str (got {default!r})")
+    if name in RESERVED and name not in _DECLARED:
+        raise ConfigError(f"register_option: '{name}' is already a configuration key; "
+                          "choose another name")
+    if isinstance(names, str) or not names:
+        raise ConfigError(f"register_option {name!r}: names must be a tuple of the "
+                          f"{kind} names that read the option")
+    f = dataclasses.field(default=default, metadata=meta(
+        help, group, choices, ge, gt, le, lt, hint, data=False, registry=registry,
+        prefixes=(), shown="", owner=(kind, tuple(names))))
+    f.name, f.type = name, typ
+    COMPONENT_OPTIONS[name] = f
+    _DECLARED.add(name)
+    reserve([name])
+    return name
+
+
+def load_option_modules() -> None:
+    """Import the package's modules that declare built-in options (the package lists them
+    in its `OPTION_MODULES`), once, so that every built-in option is known before options
+    are listed or a key is refused."""
+    pkg = sys.modules.get(__name__.split(".")[0])
+    for module in getattr(pkg, "OPTION_MODULES", ()):
+        if module not in sys.modules:
+            importlib.import_module(module)
+
+
+def declared_for(kind: str, name: str | None = None) -> tuple[str, ...]:
+    """The declared options of the components of `kind` (of component `name` only, when
+    given), in the order of declaration."""
+    return tuple(n for n, f in COMPONENT_OPTIONS.items() if f.metadata["owner"][0] == kind
+                 and (name is None or name in f.metadata["owner"][1]))
+
+
+def owner_reason(option: str, built: Any) -> str | None:
+    """"it configures --KIND NAME" when `option` is a declared component option and
+    `built(kind)` (the name of the component of that kind that a run builds) is none of
+    the components that read it; else None."""
+    f = COMPONENT_OPTIONS.get(option)
+    if f is None:
+        return None
+    kind, names = f.metadata["owner"]
+    if built(kind) in names:
+        return None
+    return f"it configures --{kind.replace('_', '-')} {' or '.join(names)}"
+
+
+def option_value(options: tuple[tuple[str, Any], ...], name: str) -> Any:
+    """The value of the declared option `name` in a configuration's given `options` (its
+    default when not given)."""
+    for k, v in options:
+        if k == name:
+            return v
+    return COMPONENT_OPTIONS[name].default

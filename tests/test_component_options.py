@@ -1,0 +1,130 @@
+"""Component options (`core.fields.register_option`): a static option of any type, declared
+beside the component that reads it, by the built-in components and by plugins alike; a run
+and a sweep take it like a RunConfig field, and a run that does not build the component
+refuses it in one line."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_appeal.cli import main
+from fedjax_appeal.core.config import ConfigError, HParams, RunConfig, field_names
+from fedjax_appeal.core.fields import COMPONENT_OPTIONS, declared_for
+from fedjax_appeal.core.tunables import RESERVED
+from fedjax_appeal.extend import SELECTORS, Selector, register_option
+from fedjax_appeal.run.experiment import run_config
+from fedjax_appeal.run.sweep import sweep
+from fedjax_appeal.run.validate import ignored_reason, validate
+
+N = 6
+
+
+def _rotating(model, opts):
+    """Clients offset, offset + 1, ... (mod N), or the reverse order with 'down'."""
+    def select(key, state, data, hp):
+        i = (opts.test_offset + jnp.arange(opts.cohort)) % data.num_clients
+        return (i[::-1] if opts.test_order == "down" else i).astype(jnp.int32), \
+            jnp.ones((opts.cohort,), bool)
+
+    return Selector(init=lambda key, state, data, hp: {}, select=select)
+
+
+@pytest.fixture
+def plugin():
+    names = (register_option("test_offset", 1, "first client of the rotating selector",
+                             kind="selector", names=("test-rotate",), group="selection",
+                             ge=0),
+             register_option("test_order", "up", "order of the rotating selector's cohort",
+                             ("up", "down"), kind="selector", names=("test-rotate",),
+                             group="selection"))
+    SELECTORS["test-rotate"] = _rotating
+    yield names
+    del SELECTORS["test-rotate"]
+    for n in names:
+        del COMPONENT_OPTIONS[n]
+        RESERVED.discard(n)
+
+
+CFG = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", clients=N,
+                unseen_clients=0, cohort=3, rounds=2, local_steps=2, batch_size=4,
+                eval_every=1, min_samples=4, appeal="off", selector="test-rotate")
+TINY = ["--dataset", "synthetic", "--partition", "natural", "--clients", str(N),
+        "--unseen-clients", "0", "--cohort", "3", "--rounds", "2", "--local-steps", "2",
+        "--batch-size", "4", "--eval-every", "1", "--min-samples", "4", "--appeal", "off",
+        "--selector", "test-rotate"]
+
+
+def test_builtin_options_are_declared_in_their_components():
+    assert declared_for("algorithm", "pfedme") == ("pfedme_k",)
+    assert declared_for("algorithm", "perfedavg") == ("perfedavg_variant",)
+    assert set(declared_for("selector")) >= {"poc_d", "union_window", "union_base",
+                                             "subtrunc_phi"}
+    assert declared_for("selector", "subtrunc") == ("subtrunc_phi",)
+    cfg = RunConfig(pfedme_k=3)
+    assert cfg.pfedme_k == 3 and RunConfig().pfedme_k == 5
+    assert cfg == RunConfig().replace(pfedme_k=3) and RunConfig(pfedme_k=5) == RunConfig()
+    assert cfg.as_dict()["pfedme_k"] == 3 and "component_options" not in cfg.as_dict()
+    assert hash(cfg) == hash(RunConfig(pfedme_k=3))
+    with pytest.raises(TypeError, match="pfedmek"):
+        RunConfig(pfedmek=3)
+
+
+def test_a_plugin_option_reaches_its_component(plugin, tmp_path):
+    assert set(plugin) <= set(field_names(RunConfig))
+    cfg = CFG.replace(test_offset=4, test_order="down")
+    validate(cfg, HParams())
+    out = tmp_path / "run"
+    assert main(["run", *TINY, "--test-offset", "4", "--test-order", "down", "--out",
+                 str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["test_offset"] == 4 and res["config"]["test_order"] == "down"
+    _, raw = run_config(cfg.replace(out=str(tmp_path / "lib")), HParams())
+    cohorts = np.asarray(raw.round_metrics["cohort_idx"])
+    assert cohorts.tolist() == [[0, 5, 4]] * 2  # 4, 5, 0 reversed, every round
+
+
+def test_a_config_file_and_a_grid_take_a_plugin_option(plugin, tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"test_offset": 2}))
+    out = tmp_path / "run"
+    assert main(["run", *TINY, "--config", str(path), "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["config"]["test_offset"] == 2
+    res = sweep(CFG, {"test_offset": [0, 3]}, [0])
+    assert sorted(r["static"]["test_offset"] for r in res.rows) == [0, 3]
+    assert res.rows[0]["final"]["train_loss"] != res.rows[1]["final"]["train_loss"]
+    for r in res.rows:  # each group ran its own cohorts
+        one, _ = run_config(CFG.replace(test_offset=r["static"]["test_offset"],
+                                        out=str(tmp_path / f"o{r['static']['test_offset']}")),
+                            HParams())
+        assert r["final"]["train_loss"] == pytest.approx(one["history"][-1]["train_loss"],
+                                                         rel=1e-5)
+
+
+def test_a_plugin_option_is_refused_in_one_line(plugin, tmp_path, capsys):
+    assert ignored_reason("test_offset", CFG.replace(selector="random")) == (
+        "it configures --selector test-rotate")
+    assert ignored_reason("test_offset", CFG) is None
+    rc = main(["run", *TINY[:-2], "--test-offset", "2", "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "--test-offset" in err and "test-rotate" in err
+    with pytest.raises(ConfigError, match="--test-order must be one of: up, down"):
+        validate(CFG.replace(test_order="sideways"), HParams())
+    with pytest.raises(ConfigError, match="--test-offset must be an integer"):
+        validate(CFG.replace(test_offset="2"), HParams())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"test_offset": 1.5}))
+    assert main(["run", *TINY, "--config", str(bad), "--out", str(tmp_path / "b")]) == 2
+    assert "test_offset" in capsys.readouterr().err
+
+
+def test_register_option_refuses_a_taken_name_or_type():
+    with pytest.raises(ConfigError, match="already a configuration key"):
+        register_option("cohort", 1, "x", kind="selector", names=("random",))
+    with pytest.raises(ConfigError, match="bool, int, float or str"):
+        register_option("test_list", [1], "x", kind="selector", names=("random",))
+    with pytest.raises(ConfigError, match="names must be a tuple"):
+        register_option("test_names", 1, "x", kind="selector", names="random")
