@@ -63,7 +63,9 @@ def test_builtin_options_are_declared_in_their_components():
     assert declared_for("algorithm", "perfedavg") == ("perfedavg_variant",)
     assert set(declared_for("selector")) >= {"poc_d", "union_window", "union_base",
                                              "subtrunc_phi"}
-    assert declared_for("selector", "subtrunc") == ("subtrunc_phi",)
+    assert "subtrunc_phi" in declared_for("selector", "subtrunc")
+    assert "subtrunc_phi" not in declared_for("selector", "divfl")
+    assert declared_for("selector", "poc") == ("poc_d",)
     cfg = RunConfig(pfedme_k=3)
     assert cfg.pfedme_k == 3 and RunConfig().pfedme_k == 5
     assert cfg == RunConfig().replace(pfedme_k=3) and RunConfig(pfedme_k=5) == RunConfig()

@@ -39,10 +39,15 @@ import optax
 from ..aggregate.server import server_optimizer
 from ..core.capabilities import Supports
 from ..core.config import Options
+from ..core.fields import register_option
 from ..core.models import Model
 from ..core.round import ServerState, init_state, server_step, weighted_sum
 from ..local.client import local_sgd, tree_sub
 from .base import FederatedAlgorithm, global_evaluator, register
+
+CONCURRENCY = register_option("concurrency", 0, "fedbuff: clients training at once (0 = 2 x "
+                              "--cohort); the server applies every --cohort arrivals",
+                              kind="algorithm", names=("fedbuff",), group="hetero", ge=0)
 
 # train(params, model_state, k, key, hp) -> (delta, model_state_k, loss)
 TrainFn = Callable[[Any, Any, jax.Array, jax.Array, Any], tuple[Any, Any, jax.Array]]

@@ -351,28 +351,6 @@ class RunConfig:
     rho_steps: int = _f(100, "local SGD steps of each client's solo model (MaxFL requirement "
                              "rho_k, preferred-model metrics)", group="appeal", ge=0)
     # --- client selection (Power-of-Choice, DivFL, SubTrunc, UnionFL) ---
-    greedy_candidates: int = _f(0, "stochastic greedy: random candidates r scored per pick "
-                                   "(0 = exact greedy over all clients)", group="selection", ge=0)
-    greedy_epsilon: float = _f(0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
-                                    "candidates per pick, the (1-1/e-eps) guarantee; 0 = "
-                                    "use --greedy-candidates",
-                               group="selection", ge=0, lt=1, hint="0 = use --greedy-candidates")
-    selector_features: str = _f("grad", "DivFL client features: full local gradient at the "
-                                        "received model, or the last update Delta_k",
-                                ("grad", "delta"), group="selection")
-    feature_refresh: int = _f(0, "recompute every client's selector features every R rounds "
-                                 "(0 = only at round 0; selected clients refresh every round)",
-                              group="selection", ge=0)
-    feature_dim: int = _f(0, "random Gaussian projection of the selector features to this "
-                             "many dimensions (0 = the flattened parameter-sized vector)",
-                          group="selection", ge=0)
-    distance_budget_mb: float = _f(256.0, "largest N x N distance matrix (MB) the exact greedy "
-                                          "materialises; above it columns are computed in blocks",
-                                   group="selection", gt=0)
-    selector_objective: str = _f("raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the "
-                                        "paper's sum of ||g_i - g_j|| over clients; normalized "
-                                        "= distances / (2 max ||g||), averaged over clients",
-                                 ("raw", "normalized"), group="selection")
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds",
                          group="output", ge=1,
@@ -417,10 +395,6 @@ class RunConfig:
     imbalance_test_per_class: int = _data(20, "balanced test rows per class of each generated "
                                            "client (its test split; a proxy for the global test "
                                            "set)", group="data", ge=1)
-    cohort_groups: str = _f("", "selector 'stratified': cohort slots per client group, e.g. "
-                                "'4,2' (group = composition entry of --imbalance-ratios, else "
-                                "0 clean / 1 flipped); '' = derived from the pool's mix",
-                            group="data")
     domains: str = _data("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
                                            "round-robin from this list", group="data")
     domain_samples: int = _data(500, "dataset 'digits': rows per client (train + test)",
@@ -489,8 +463,6 @@ class RunConfig:
                               "tau_k x step time (--step-time-sigma) exceeds it is dropped "
                               "from aggregation (round metric 'dropped'); 0 = no deadline",
                          group="hetero", ge=0, hint="0 = no deadline")
-    concurrency: int = _f(0, "fedbuff: clients training at once (0 = 2 x --cohort); the "
-                             "server applies every --cohort arrivals", group="hetero", ge=0)
 
     # --- user-level DP-FedAvg and update compression (aggregate/privacy.py, uplink.py) ---
     dp: str = _f("off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive "
@@ -511,14 +483,6 @@ class RunConfig:
                                "quantisation to --compress-levels levels) or topk (the "
                                "--compress-fraction largest coordinates)",
                        ("none", "qsgd", "topk"), group="uplink")
-    compress_levels: int = _f(4, "qsgd: quantisation levels s per bucket", group="uplink", ge=1)
-    compress_bucket: int = _f(512, "qsgd: coordinates per bucket (one norm sent per bucket)",
-                              group="uplink", ge=1)
-    compress_fraction: float = _f(0.01, "topk: share of the coordinates sent (k = max(1, "
-                                        "round(fraction x d)))", group="uplink", gt=0, le=1)
-    compress_feedback: str = _f("auto", "error feedback (per-client residual kept across "
-                                        "rounds): auto = on for topk, off for qsgd",
-                                ("auto", "on", "off"), group="uplink")
 
     # the given values of the options components declare in their own files
     # (`core.fields.register_option`), as sorted (name, value) pairs; read them as attributes

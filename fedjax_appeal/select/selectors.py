@@ -75,6 +75,34 @@ UNION_WINDOW = register_option("union_window", 5, "UnionFL window u: number of p
 UNION_BASE = register_option("union_base", "divfl", "UnionFL base objective f_t",
                              ("divfl", "subtrunc"), kind="selector", names=("unionfl",),
                              group="selection")
+_GREEDY_SELECTORS = ("divfl", "subtrunc", "unionfl")
+register_option("greedy_candidates", 0, "stochastic greedy: random candidates r scored per "
+                "pick (0 = exact greedy over all clients)", kind="selector",
+                names=_GREEDY_SELECTORS, group="selection", ge=0)
+register_option("greedy_epsilon", 0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
+                "candidates per pick, the (1-1/e-eps) guarantee; 0 = use --greedy-candidates",
+                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0, lt=1,
+                hint="0 = use --greedy-candidates")
+register_option("selector_features", "grad", "DivFL client features: full local gradient at "
+                "the received model, or the last update Delta_k", ("grad", "delta"),
+                kind="selector", names=_GREEDY_SELECTORS, group="selection")
+register_option("feature_refresh", 0, "recompute every client's selector features every R "
+                "rounds (0 = only at round 0; selected clients refresh every round)",
+                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0)
+register_option("feature_dim", 0, "random Gaussian projection of the selector features to "
+                "this many dimensions (0 = the flattened parameter-sized vector)",
+                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0)
+register_option("distance_budget_mb", 256.0, "largest N x N distance matrix (MB) the exact "
+                "greedy materialises; above it columns are computed in blocks",
+                kind="selector", names=_GREEDY_SELECTORS, group="selection", gt=0)
+register_option("selector_objective", "raw", "DivFL/SubTrunc/UnionFL objective scale: raw = "
+                "the paper's sum of ||g_i - g_j|| over clients; normalized = distances / "
+                "(2 max ||g||), averaged over clients", ("raw", "normalized"), kind="selector",
+                names=_GREEDY_SELECTORS, group="selection")
+register_option("cohort_groups", "", "selector 'stratified': cohort slots per client group, "
+                "e.g. '4,2' (group = composition entry of --imbalance-ratios, else 0 clean / 1 "
+                "flipped); '' = derived from the pool's mix", kind="selector",
+                names=("stratified",), group="data")
 SUBTRUNC_PHI = register_option("subtrunc_phi", "log", "SubTrunc phi: log = ln(1+x), or "
                                "identity", ("log", "identity"), kind="selector",
                                names=("subtrunc", "unionfl"), group="selection")
