@@ -101,7 +101,7 @@ def _declared_help(f, named: dict[str, Any]) -> str:
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """One flag per declared RunConfig/HParams field, defaulting to 'not given', in one
-    argument group per section (`core.config.GROUPS`); hyperparameters are marked
+    argument group per section (`core.fields.GROUPS`); hyperparameters are marked
     vmappable. The fields in the parser's `hidden_options` (set by `make_parser` for
     `--help`: the options the run's own components would refuse) are parsed as usual but
     left out of the help."""

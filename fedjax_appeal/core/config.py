@@ -8,7 +8,10 @@ over hyperparameters is then a `jax.vmap` over a stacked `HParams`.
 
 Both dataclasses carry a `help` string per field; the command-line interface is generated
 from them, so a field added here is a `--flag` of `fedjax-appeal run` and a key of
-`--config FILE`.
+`--config FILE`. Here are the keys every run has; the static options of one kind of
+component (an algorithm's, a selector's, a compressor's) are declared in the component's own
+file (`core.fields.register_option`), and `RunConfig` takes them like its fields
+(`run_fields` lists both).
 """
 
 from __future__ import annotations
