@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 
 # the modules that declare the built-in components' own options (`core.fields`), imported
 # when options are listed or a configuration key is not a RunConfig field
-OPTION_MODULES = ("fedjax_appeal.algorithms",)
+OPTION_MODULES = ("fedjax_appeal.algorithms", "fedjax_appeal.data")
 
 # public name -> module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {

@@ -66,6 +66,13 @@ def test_builtin_options_are_declared_in_their_components():
     assert "subtrunc_phi" in declared_for("selector", "subtrunc")
     assert "subtrunc_phi" not in declared_for("selector", "divfl")
     assert declared_for("selector", "poc") == ("poc_d",)
+    assert declared_for("partition", "dirichlet") == ("alpha",)
+    assert set(declared_for("dp", "fixed")) == {"dp_sampling", "dp_delta",
+                                                "dp_publish_client_stats"}
+    assert declared_for("compress", "topk") == ("compress_fraction", "compress_feedback")
+    from fedjax_appeal.core.config import data_fields
+    assert {"alpha", "num_clusters", "classes_per_client"} <= set(data_fields())
+    assert "dp_delta" not in data_fields()
     cfg = RunConfig(pfedme_k=3)
     assert cfg.pfedme_k == 3 and RunConfig().pfedme_k == 5
     assert cfg == RunConfig().replace(pfedme_k=3) and RunConfig(pfedme_k=5) == RunConfig()

@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.config import ConfigError, Options
+from ..core.fields import register_option
 from ..core.parts import Selector
 
 # Models with state besides params (BatchNorm statistics), which clients upload unclipped.
@@ -62,6 +63,17 @@ OVERFLOW_BOUND = 1e-12
 SELECTOR_OPTIONS = ("cohort",)
 # Options of DP-FedAvg (`--dp fixed` / `adaptive`): given with `--dp off`, or an adaptive
 # one with fixed clipping, they are refused (`run.validate.check_ignored`).
+_DP_ON = ("fixed", "adaptive")  # the `--dp` names that read the options below
+register_option("dp_sampling", "poisson", "DP cohort: poisson (each client joins with rate "
+                "q = cohort/clients; --cohort is the expected size) or fixed (exactly "
+                "--cohort clients)", ("poisson", "fixed"), kind="dp", names=_DP_ON,
+                group="uplink")
+register_option("dp_delta", 1e-5, "DP: the delta at which epsilon is reported", kind="dp",
+                names=_DP_ON, group="uplink", gt=0, lt=1, hint="use less than 1 / --clients")
+register_option("dp_publish_client_stats", False, "DP: also write the statistics the "
+                "guarantee does not cover (train-split losses, per-client results, cohort ids "
+                "and sizes, clipped share); results.json lists them under "
+                "privacy.outside_guarantee", kind="dp", names=_DP_ON, group="uplink")
 _DP = ("dp_sampling", "dp_delta", "dp_clip", "dp_noise", "dp_publish_client_stats")
 OWN_OPTIONS = {"fixed": _DP, "adaptive": (*_DP, "dp_quantile", "dp_clip_lr", "dp_count_noise")}
 CHECK_OPTIONS = ("dp", "dp_sampling", "availability", "aggregation", "selector",

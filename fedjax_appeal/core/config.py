@@ -289,16 +289,6 @@ class RunConfig:
     # Partition
     partition: str = _data("dirichlet", "how samples are split over clients", PARTITIONS,
                            group="data")
-    alpha: float = _data(0.5, "Dirichlet concentration (partition=dirichlet)", group="data", gt=0)
-    num_clusters: int = _data(5, "number of label clusters (partition=clusters)",
-                              group="data", ge=1)
-    labels_per_cluster: int = _data(2, "disjoint labels per cluster (partition=clusters)",
-                                    group="data", ge=1)
-    cluster_labels: str = _data("random", "labels of each cluster (partition=clusters): random "
-                                       "(a seeded permutation) or pairs (cluster c gets labels "
-                                       "c*L .. c*L+L-1: (0,1), (2,3), ...)", ("random", "pairs"),
-                                group="data")
-    classes_per_client: int = _data(3, "classes per client (partition=classes)", group="data", ge=1)
     min_samples: int = _data(10, "minimum samples per client (all partitions)", group="data", ge=0)
     train_fraction: float = _data(0.6, "per-client train share; the rest is the client's test "
                                        "split", group="data", gt=0, lt=1)
@@ -471,17 +461,6 @@ class RunConfig:
     dp: str = _f("off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive "
                         "(clip tracks the --dp-quantile of the update norms)",
                  ("off", "fixed", "adaptive"), group="uplink")
-    dp_sampling: str = _f("poisson", "DP cohort: poisson (each client joins with rate "
-                                     "q = cohort/clients; --cohort is the expected size) or "
-                                     "fixed (exactly --cohort clients)", ("poisson", "fixed"),
-                          group="uplink")
-    dp_delta: float = _f(1e-5, "DP: the delta at which epsilon is reported",
-                         group="uplink", gt=0, lt=1, hint="use less than 1 / --clients")
-    dp_publish_client_stats: bool = _f(False, "DP: also write the statistics the guarantee "
-                                              "does not cover (train-split losses, per-client "
-                                              "results, cohort ids and sizes, clipped share); "
-                                              "results.json lists them under "
-                                              "privacy.outside_guarantee", group="uplink")
     compress: str = _f("none", "compression of what a client sends: none, qsgd (stochastic "
                                "quantisation to --compress-levels levels) or topk (the "
                                "--compress-fraction largest coordinates)",
@@ -657,7 +636,7 @@ def fields_in(*groups: str) -> tuple[str, ...]:
 
 def data_fields() -> tuple[str, ...]:
     """The RunConfig fields that change a run's data (runs equal in them share the data)."""
-    return tuple(f.name for f in run_fields(load=False) if f.metadata.get("data"))
+    return tuple(f.name for f in run_fields() if f.metadata.get("data"))
 
 
 def data_options(cfg: RunConfig | Options, component: str = "the data layer") -> Options:

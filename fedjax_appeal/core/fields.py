@@ -58,7 +58,7 @@ def meta(help: str, group: str, choices, ge, gt, le, lt, hint: str, **extra) -> 
 def register_option(name: str, default: bool | int | float | str, help: str,
                     choices: tuple | None = None, *, kind: str, names: tuple[str, ...],
                     group: str = "algorithm", ge=None, gt=None, le=None, lt=None,
-                    hint: str = "", registry: str = "") -> str:
+                    hint: str = "", registry: str = "", data: bool = False) -> str:
     """Declare a static option of a component, in the component's own file.
 
     A static option fixes a program's structure or shapes (a number of inner steps, a
@@ -81,6 +81,8 @@ def register_option(name: str, default: bool | int | float | str, help: str,
       ge, gt, le, lt: the allowed range of a number.
       hint: appended to a refusal of a value out of range.
       registry: the name of the registry whose names the option takes.
+      data: the option changes a run's data (a partition's): runs that differ in it do not
+        share their data (`core.config.data_fields`), and the data layer reads it.
 
     Returns:
       `name`, so that a module can keep it: `WINDOW = register_option("union_window", ...)`.
@@ -103,7 +105,7 @@ def register_option(name: str, default: bool | int | float | str, help: str,
         raise ConfigError(f"register_option {name!r}: names must be a tuple of the "
                           f"{kind} names that read the option")
     f = dataclasses.field(default=default, metadata=meta(
-        help, group, choices, ge, gt, le, lt, hint, data=False, registry=registry,
+        help, group, choices, ge, gt, le, lt, hint, data=data, registry=registry,
         prefixes=(), shown="", owner=(kind, tuple(names))))
     f.name, f.type = name, typ
     COMPONENT_OPTIONS[name] = f

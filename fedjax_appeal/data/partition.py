@@ -10,12 +10,24 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.config import ConfigError
+from ..core.fields import declared_for, register_option
 
-# Options of one partition only (`--partition NAME`): given with another, they are refused
-# (`run.validate.check_ignored`).
-OWN_OPTIONS = {"dirichlet": ("alpha",),
-               "clusters": ("num_clusters", "labels_per_cluster", "cluster_labels"),
-               "classes": ("classes_per_client",)}
+# Options of one partition only (`--partition NAME`), declared here: given with another,
+# they are refused (`run.validate.check_ignored`).
+register_option("alpha", 0.5, "Dirichlet concentration (partition=dirichlet)",
+                kind="partition", names=("dirichlet",), group="data", gt=0, data=True)
+register_option("num_clusters", 5, "number of label clusters (partition=clusters)",
+                kind="partition", names=("clusters",), group="data", ge=1, data=True)
+register_option("labels_per_cluster", 2, "disjoint labels per cluster (partition=clusters)",
+                kind="partition", names=("clusters",), group="data", ge=1, data=True)
+register_option("cluster_labels", "random", "labels of each cluster (partition=clusters): "
+                "random (a seeded permutation) or pairs (cluster c gets labels c*L .. "
+                "c*L+L-1: (0,1), (2,3), ...)", ("random", "pairs"), kind="partition",
+                names=("clusters",), group="data", data=True)
+register_option("classes_per_client", 3, "classes per client (partition=classes)",
+                kind="partition", names=("classes",), group="data", ge=1, data=True)
+OWN_OPTIONS = {name: declared_for("partition", name)
+               for name in ("dirichlet", "clusters", "classes")}
 
 
 def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,
