@@ -300,10 +300,6 @@ class RunConfig:
     byzantine_fraction: float = _data(0.0, "fraction of seen clients that are Byzantine (inflated "
                                         "reported loss, noisy updates)",
                                       group="federation", ge=0, le=1)
-    synthetic_alpha: float = _data(1.0, "Synthetic(alpha, beta): model heterogeneity alpha",
-                                   group="data")
-    synthetic_beta: float = _data(1.0, "Synthetic(alpha, beta): data heterogeneity beta",
-                                  group="data")
     # Federation
     clients: int = _data(100, "number of seen (training) clients", group="federation", ge=1)
     unseen_clients: int = _data(100, "number of unseen clients (never trained on; 0 = none)",
@@ -388,10 +384,6 @@ class RunConfig:
     imbalance_test_per_class: int = _data(20, "balanced test rows per class of each generated "
                                            "client (its test split; a proxy for the global test "
                                            "set)", group="data", ge=1)
-    domains: str = _data("mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
-                                           "round-robin from this list", group="data")
-    domain_samples: int = _data(500, "dataset 'digits': rows per client (train + test)",
-                                group="data", ge=1)
     # --- scale: checkpoints, devices, large cohorts ---
     checkpoint_every: int = _f(0, "save a checkpoint into --out every this many rounds "
                                   "(0 = only when interrupted with Ctrl-C)", group="scale", ge=0)

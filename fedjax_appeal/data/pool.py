@@ -8,13 +8,22 @@ import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData
 from ..core.config import DATASETS, PARTITIONS, ConfigError, Options, data_seed
+from ..core.fields import declared_for, register_option
 from . import heterogeneity, partition, sources
 from .sources import Dataset
 
 # Options of one built-in dataset only (`--dataset NAME`): given with another, they are
 # refused (`run.validate.check_ignored`).
-DATASET_OPTIONS = {"synthetic": ("synthetic_alpha", "synthetic_beta"),
-                   "digits": ("domains", "domain_samples")}
+register_option("synthetic_alpha", 1.0, "Synthetic(alpha, beta): model heterogeneity alpha",
+                kind="dataset", names=("synthetic",), group="data", data=True)
+register_option("synthetic_beta", 1.0, "Synthetic(alpha, beta): data heterogeneity beta",
+                kind="dataset", names=("synthetic",), group="data", data=True)
+register_option("domains", "mnist,usps,mnistm", "dataset 'digits': one domain per client, "
+                "assigned round-robin from this list", kind="dataset", names=("digits",),
+                group="data", data=True)
+register_option("domain_samples", 500, "dataset 'digits': rows per client (train + test)",
+                kind="dataset", names=("digits",), group="data", ge=1, data=True)
+DATASET_OPTIONS = {name: declared_for("dataset", name) for name in ("synthetic", "digits")}
 
 
 def register_dataset(name: str):
