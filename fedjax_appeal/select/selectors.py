@@ -56,7 +56,7 @@ import jax.numpy as jnp
 from ..core.arrays import ClientArrays, client_chunk
 from ..core.capabilities import Switched
 from ..core.config import ConfigError, Options, fields_in
-from ..core.fields import register_option
+from ..core.fields import declared_for, register_option
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
@@ -327,19 +327,18 @@ def flip_selector(opts):
 
 
 # Options of one selector only: given with another `--selector` they are refused
-# (`run.validate.check_ignored`).
-_GREEDY = ("greedy_candidates", "selector_features", "feature_refresh", "feature_dim",
-           "distance_budget_mb", "greedy_epsilon", "selector_objective")
+# (`run.validate.check_ignored`): the static ones declared above, and its hyperparameters.
 _SUBTRUNC = ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b")
+_OWN_HPARAMS = {"subtrunc": ("subtrunc_lambda", "subtrunc_b"),
+                "unionfl": ("union_mu", "subtrunc_lambda", "subtrunc_b")}
 # UnionFL reads SubTrunc's options only on its SubTrunc base
 SWITCHED = (Switched(_SUBTRUNC, lambda cfg, sup: not (cfg.selector == "unionfl"
                                                       and cfg.union_base != "subtrunc"),
                      "it configures --selector subtrunc (or unionfl with --union-base "
                      "subtrunc)"),)
-OWN_OPTIONS = {"stratified": ("cohort_groups",), "poc": ("poc_d",), "divfl": _GREEDY,
-               "subtrunc": (*_GREEDY, *_SUBTRUNC),
-               # SubTrunc's options apply to UnionFL on a SubTrunc base (`run.validate`)
-               "unionfl": (*_GREEDY, "union_window", "union_base", "union_mu", *_SUBTRUNC)}
+# (SubTrunc's options apply to UnionFL on a SubTrunc base: `SWITCHED`)
+OWN_OPTIONS = {name: (*declared_for("selector", name), *_OWN_HPARAMS.get(name, ()))
+               for name in ("stratified", "poc", *_GREEDY_SELECTORS)}
 
 # `--selector` name -> builder(model, opts) -> Selector
 SELECTORS = Registry("selector", {
