@@ -12,7 +12,7 @@ from fedjax_appeal.algorithms import build
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
 from fedjax_appeal.protocols.appeal.appeal import with_appeal
-from fedjax_appeal.run.driver import Driver
+from fedjax_appeal.run.driver import Driver, _initial_of
 
 CFG = RunConfig(clients=6, unseen_clients=2, cohort=3, local_steps=2, batch_size=4,
                 rho_steps=3, opt_out_after=0)
@@ -77,6 +77,26 @@ def test_driver_runs_pre_init_as_its_own_program():
     assert set(drv.compiled) == {"pre_init", "init"}
     k_init = jax.random.fold_in(jax.random.key(2), 0)
     _leaves_equal(state, jax.jit(alg.init)(k_init, data, hp))
-    plain = Driver(build("fedavg", model, CFG), data, hp, jax.random.key(2))
-    plain.init()
-    assert set(plain.compiled) == {"init"}
+    plain_alg = build("fedavg", model, CFG)
+    plain = Driver(plain_alg, data, hp, jax.random.key(2))
+    _leaves_equal(plain.init(), jax.jit(plain_alg.init)(k_init, data, hp))
+    assert set(plain.compiled) == {"initial", "init"}
+    # an algorithm without an initial model compiles its init alone
+    bare = Driver(plain_alg._replace(initial=None), data, hp, jax.random.key(2))
+    _leaves_equal(bare.init(), jax.jit(plain_alg.init)(k_init, data, hp))
+    assert set(bare.compiled) == {"init"}
+
+
+def test_initial_model_program_is_shared_across_algorithms_and_data():
+    """The initial-model program reads only the init key: algorithms, selectors and data
+    of every size lower it to the same program (one compile for a comparison's arms and
+    for every comparison of one model)."""
+    model = _setup()[0]
+    keys = jax.vmap(jax.random.key)(jnp.arange(3))
+    texts = set()
+    for name, cfg in (("fedavg", CFG), ("scaffold", CFG), ("qffl", CFG),
+                      ("fedavg", CFG.replace(clients=9, selector="poc"))):
+        alg = build(name, model, cfg.replace(algorithm=name))
+        pre = jax.vmap(_initial_of(alg.initial))
+        texts.add(jax.jit(pre).lower(keys).as_text(debug_info=False))
+    assert len(texts) == 1

@@ -92,6 +92,14 @@ def eval_rounds(total: int, every: int) -> list[int]:
     return pts + [total] if total > 0 else []
 
 
+def _initial_of(initial):
+    """pre_init's output for an algorithm without one: its initial model only."""
+    def pre(key):
+        return {"initial": initial(key)}
+
+    return pre
+
+
 def _block(tree):
     return jax.tree.map(lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a,
                         tree)
@@ -195,20 +203,29 @@ class Driver:
         return self.compiled[role]
 
     def init(self):
-        """The initial server state(s). An algorithm with a `pre_init` (the solo models)
-        runs it as a program of its own first, whose compiled form the arms of a
-        comparison share."""
+        """The initial server state(s). The part of init that does not depend on the
+        algorithm runs first as a program of its own, whose compiled form the arms of a
+        comparison (and runs of one model) share: an algorithm's `pre_init` (the solo
+        models), else its `initial` model."""
         args = (self.k_init, self.data, self.hp)
-        if self.alg.pre_init is None:
-            init = self._init_program("init", self.alg.init, (0, None, 0), args)
-        else:
-            pre = self._init_program("pre_init", self.alg.pre_init, (0, None, 0), args)
-        t = time.perf_counter()
         if self.alg.pre_init is not None:
-            args = (*args, _block(pre(*args)))
-            self.init_s += time.perf_counter() - t
-            init = self._init_program("init", self.alg.init, (0, None, 0, 0), args)
+            pre = self._init_program("pre_init", self.alg.pre_init, (0, None, 0), args)
+            pre_args = args
+        elif self.alg.initial is not None:
+            pre = self._init_program("initial", _initial_of(self.alg.initial), (0,),
+                                     args[:1])
+            pre_args = args[:1]
+        else:
+            init = self._init_program("init", self.alg.init, (0, None, 0), args)
             t = time.perf_counter()
+            state = _block(init(*args))
+            self.init_s += time.perf_counter() - t  # what init trains (features)
+            return state
+        t = time.perf_counter()
+        args = (*args, _block(pre(*pre_args)))
+        self.init_s += time.perf_counter() - t
+        init = self._init_program("init", self.alg.init, (0, None, 0, 0), args)
+        t = time.perf_counter()
         state = _block(init(*args))
         self.init_s += time.perf_counter() - t  # what init trains (solo models, features)
         return state
