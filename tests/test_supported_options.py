@@ -7,7 +7,6 @@ covered by its declaration."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -16,7 +15,7 @@ import pytest
 
 from fedjax_appeal.algorithms import ALGORITHMS
 from fedjax_appeal.core.capabilities import supports
-from fedjax_appeal.core.config import HParams, RunConfig, declarations
+from fedjax_appeal.core.config import HParams, RunConfig, declarations, field_names
 from fedjax_appeal.data import load_federated
 from fedjax_appeal.run.assemble import assemble
 from fedjax_appeal.run.driver import make_chunk
@@ -58,7 +57,7 @@ def other_value(name: str):
 
 
 def _split(kw):
-    hp_names = {f.name for f in dataclasses.fields(HParams)}
+    hp_names = set(field_names(HParams))
     return ({k: v for k, v in kw.items() if k not in hp_names},
             {k: v for k, v in kw.items() if k in hp_names})
 

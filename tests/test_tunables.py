@@ -71,12 +71,11 @@ def test_hparams_extra_is_a_vmapped_pytree_leaf(plugin):
 def test_unknown_tunable_is_one_line(plugin, tmp_path, capsys):
     with pytest.raises(ConfigError, match=f"unknown hyperparameter 'tmep'.*{TEMP}"):
         HParams.make(tmep=1.0)
-    with pytest.raises(ConfigError, match="registered tunables: " + TEMP):
+    with pytest.raises(ConfigError, match="tunables registered by plugins: " + TEMP):
         validate(CFG, HParams(extra={"tmep": 1.0}))
     with pytest.raises(ConfigError, match="unknown hyperparameter 'nope'"):
         HParams().get("nope")
-    for bad, msg in ((["--hp", "tmep=2"], "unknown hyperparameter 'tmep'; registered "
-                                          f"tunables: {TEMP}"),
+    for bad, msg in ((["--hp", "tmep=2"], f"tunables registered by plugins: {TEMP}"),
                      (["--hp", f"{TEMP}=abc"], "is not a number"),
                      (["--hp", TEMP], "write NAME=VALUE")):
         assert main(["run", *TINY, *bad, "--out", str(tmp_path / "r")]) == 2
@@ -88,6 +87,8 @@ def test_unknown_tunable_is_one_line(plugin, tmp_path, capsys):
     assert "unknown key 'tmep'" in capsys.readouterr().err
     assert main(["sweep", *TINY, "--grid", "tmep=1,2", "--out", str(tmp_path / "r")]) == 2
     assert f"registered tunable ({TEMP})" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="already a configuration key"):
+        register_tunable("qffl_q", 0.1)  # a built-in component's tunable
     assert not (tmp_path / "r").exists()
     with pytest.raises(ConfigError, match="already a configuration key"):
         register_tunable("client_lr", 0.1)

@@ -13,6 +13,13 @@ import jax.numpy as jnp
 
 from ..core.capabilities import Switched
 from ..core.round import ClientUpdate
+from ..core.tunables import register_tunable
+
+NOISE = register_tunable("byzantine_noise", 1.0, "std of the Gaussian noise Byzantine clients "
+                                                 "add to updates", group="federation")
+LOSS_SCALE = register_tunable("byzantine_loss_scale", 10.0, "factor by which Byzantine clients "
+                                                            "inflate the losses they report",
+                              group="federation")
 
 # the Byzantine clients' options (refused without them, or for an algorithm that has none)
 SWITCHED = (Switched(("byzantine_noise", "byzantine_loss_scale"),

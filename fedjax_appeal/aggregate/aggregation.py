@@ -11,7 +11,12 @@ import jax.numpy as jnp
 
 from ..core.parts import WeightRule
 from ..core.registry import Registry
+from ..core.tunables import register_tunable
 from .fednova import FEDNOVA_RULE
+
+EXP_ALPHA = register_tunable("exp_alpha", 0.2, "Exp-alpha temperature alpha in rho_i ∝ "
+                                               "exp((F_i(w_i) - F_i(w))/alpha) (--aggregation "
+                                               "exp-alpha|exp-alpha-n)", gt=0)
 
 
 def masked_normalize(raw: jax.Array, valid: jax.Array) -> jax.Array:

@@ -49,6 +49,25 @@ import jax.numpy as jnp
 from ..core.config import ConfigError, Options
 from ..core.fields import register_option
 from ..core.parts import Selector
+from ..core.tunables import register_tunable
+
+# the hyperparameters of user-level DP-FedAvg
+CLIP = register_tunable("dp_clip", 1.0, "DP: L2 clip norm C of each client's update (the "
+                                        "initial C with --dp adaptive)", group="uplink", gt=0)
+NOISE = register_tunable("dp_noise", 1.0, "DP: noise multiplier z; the sum of clipped updates "
+                                          "gets N(0, z^2 C^2) noise (with --dp adaptive z is "
+                                          "the accounted multiplier, shared with the clip "
+                                          "count)", group="uplink", ge=0)
+QUANTILE = register_tunable("dp_quantile", 0.5, "DP adaptive clipping: target quantile gamma "
+                                                "of the update norms", group="uplink", ge=0,
+                            le=1)
+CLIP_LR = register_tunable("dp_clip_lr", 0.2, "DP adaptive clipping: learning rate eta_C of "
+                                              "the geometric update C <- C exp(-eta_C (b - "
+                                              "gamma))", group="uplink", ge=0)
+COUNT_NOISE = register_tunable("dp_count_noise", 0.0, "DP adaptive clipping: std sigma_b of "
+                                                      "the noise on the clip count (0 = "
+                                                      "expected cohort / 20, the paper's "
+                                                      "choice)", group="uplink", ge=0)
 
 # Models with state besides params (BatchNorm statistics), which clients upload unclipped.
 STATEFUL_MODELS = ("cnn_bn", "resnet20")

@@ -20,6 +20,13 @@ import optax
 
 from ..core.config import HParams
 from ..core.registry import Registry
+from ..core.tunables import register_tunable
+
+# the server optimizers' hyperparameters (FedAvgM / FedAdam / FedYogi)
+MOMENTUM = register_tunable("server_momentum", 0.9, "server momentum (FedAvgM) / Adam beta1")
+BETA2 = register_tunable("server_beta2", 0.99, "server Adam/Yogi beta2")
+EPS = register_tunable("server_eps", 1e-3, "server Adam/Yogi epsilon (the adaptivity tau of "
+                                           "Reddi et al.)")
 
 SERVER_OPTS = Registry("server optimizer", {
     "sgd": lambda hp: optax.sgd(hp.server_lr),

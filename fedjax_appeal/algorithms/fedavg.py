@@ -15,9 +15,12 @@ from ..aggregate.fednova import local_norm
 from ..core.capabilities import Supports
 from ..core.config import Options
 from ..core.models import Model
+from ..core.tunables import register_tunable
 from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
 from .base import compose, register
+
+PROX_MU = register_tunable("prox_mu", 0.01, "FedProx proximal coefficient mu", ge=0)
 
 # What `sgd_local` reads beside the shared options (how it runs, not what it computes): an
 # algorithm built on it lists these in its `Supports.tuning`, so that `--local-unroll` is

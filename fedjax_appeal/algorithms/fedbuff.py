@@ -42,8 +42,14 @@ from ..core.config import Options
 from ..core.fields import register_option
 from ..core.models import Model
 from ..core.round import ServerState, init_state, server_step, weighted_sum
+from ..core.tunables import register_tunable
 from ..local.client import local_sgd, tree_sub
 from .base import FederatedAlgorithm, global_evaluator, register
+
+STALENESS_POWER = register_tunable("staleness_power", 0.5, "fedbuff: an update of staleness s "
+                                                          "weighs (1 + s)^-power (0.5 = "
+                                                          "1/sqrt(1 + s) of Nguyen et al. "
+                                                          "2022)", group="hetero", ge=0)
 
 CONCURRENCY = register_option("concurrency", 0, "fedbuff: clients training at once (0 = 2 x "
                               "--cohort); the server applies every --cohort arrivals",

@@ -34,8 +34,13 @@ from ..aggregate.aggregation import weight_rule
 from ..core.capabilities import Supports
 from ..core.config import Options
 from ..core.models import Model
+from ..core.tunables import register_tunable
 from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
+
+LAMBDA = register_tunable("fedfor_lambda", 0.1, "FedFor first-order regularisation weight "
+                                                "lambda of lambda <g, w - w_t>, g = the last "
+                                                "global update over (local steps x client lr)")
 
 
 def first_order(g, w_t, lam: jax.Array):

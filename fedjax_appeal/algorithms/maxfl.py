@@ -25,6 +25,7 @@ from ..core.capabilities import Supports
 from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
+from ..core.tunables import register_tunable
 from ..protocols.appeal.requirement import (
     SOLO_OPTIONS,
     parse_requirement,
@@ -34,6 +35,9 @@ from ..protocols.appeal.requirement import (
 )
 from .base import compose, initial_model, register
 from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
+
+EPS = register_tunable("maxfl_eps", 1e-3, "MaxFL epsilon in the adaptive server lr "
+                                          "eta_g/(sum q + eps)", ge=0)
 
 
 def appeal_q(loss: jax.Array, rho: jax.Array) -> jax.Array:

@@ -32,9 +32,13 @@ from ..core.capabilities import Supports
 from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
+from ..core.tunables import register_tunable
 from .base import compose, register
 from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
 from .maxfl import REQUIREMENT_READS, requirement_init, requirement_pre_init
+
+ETA = register_tunable("mwfed_eta", 1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) "
+                                         "when the client's requirement is unmet", ge=0)
 
 
 class MWFedState(NamedTuple):

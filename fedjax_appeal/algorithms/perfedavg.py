@@ -31,9 +31,17 @@ from ..core.capabilities import Supports
 from ..core.config import Options
 from ..core.fields import register_option
 from ..core.models import Model
+from ..core.tunables import register_tunable
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
 from .base import compose, register
+
+ALPHA = register_tunable("perfedavg_alpha", 0.02, "Per-FedAvg inner (adaptation) step size "
+                                                  "alpha", ge=0)
+BETA = register_tunable("perfedavg_beta", 0.05, "Per-FedAvg outer (meta) step size beta", gt=0)
+DELTA = register_tunable("perfedavg_delta", 1e-3, "Per-FedAvg HF: finite-difference delta of "
+                                                  "the Hessian-vector product (0 = exact jvp)",
+                         ge=0)
 
 VARIANT = register_option("perfedavg_variant", "fo", "Per-FedAvg variant: fo (first-order) or "
                           "hf (Hessian-free)", ("fo", "hf"), kind="algorithm",

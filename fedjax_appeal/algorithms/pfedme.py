@@ -33,9 +33,16 @@ from ..core.config import Options
 from ..core.fields import register_option
 from ..core.models import Model
 from ..core.round import WeightRule
+from ..core.tunables import register_tunable
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
 from .base import compose, register
+
+LAMBDA = register_tunable("pfedme_lambda", 15.0, "pFedMe regularisation lambda of the personal "
+                                                 "models", gt=0)
+LR = register_tunable("pfedme_lr", 0.05, "pFedMe personal learning rate (K inner steps)", gt=0)
+BETA = register_tunable("pfedme_beta", 1.0, "pFedMe server mixing beta: w <- (1-beta) w + "
+                                            "beta avg(w_k)", gt=0)
 
 K = register_option("pfedme_k", 5, "pFedMe inner steps K per local step",
                     kind="algorithm", names=("pfedme",), ge=1)

@@ -29,9 +29,14 @@ from ..core.capabilities import Supports
 from ..core.config import Options
 from ..core.models import Model
 from ..core.round import WeightRule
+from ..core.tunables import register_tunable
 from ..execute.cohort import DELTA_SQ_NORM
 from .base import compose, register
 from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
+
+Q = register_tunable("qffl_q", 1.0, "q-FFL fairness exponent q (q = 0 is uniform FedAvg)", ge=0)
+AFL_Q = register_tunable("afl_q", 10.0, "q of the `afl` algorithm (q-FFL used as the AFL "
+                                        "stand-in)", ge=0)
 
 LOSS_FLOOR = 1e-12
 

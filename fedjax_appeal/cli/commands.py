@@ -144,12 +144,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
 
 
 def add_tunable_flags(h: argparse._ArgumentGroup) -> None:
-    """`--NAME X` per registered user tunable, and `--hp NAME=X` for any hyperparameter."""
-    from ..core.tunables import TUNABLES
-
-    for name, t in TUNABLES.items():
-        h.add_argument(_flag(name), type=_hp_float, default=argparse.SUPPRESS, dest=name,
-                       metavar="X", help=f"{t.help} (plugin tunable; default: {t.default})")
+    """`--hp NAME=X` for any hyperparameter (each one also has its own `--NAME X`, from its
+    declaration: `add_config_flags`)."""
     h.add_argument("--hp", action="append", default=argparse.SUPPRESS, metavar="NAME=X",
                    dest="hp", help="set a hyperparameter by name, a built-in one or a tunable "
                                    "a plugin registered (repeatable)")

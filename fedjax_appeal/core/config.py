@@ -31,7 +31,7 @@ from .capabilities import supports
 from .errors import ConfigError, UndeclaredOption
 from .fields import COMPONENT_OPTIONS, GROUPS, load_option_modules, meta, option_value
 from .registry import Registry, did_you_mean
-from .tunables import TUNABLES, check_tunable, reserve
+from .tunables import TUNABLES, Tunable, check_tunable, reserve
 
 PRECISIONS = ("default", "fp32", "tf32", "bf16")  # RunConfig.precision (core/precision.py)
 SEED_LIMIT = 2 ** 63  # seeds are non-negative int64 values (jax.random.key)
@@ -63,106 +63,21 @@ def _hp(default: float, help: str, *, group: str, ge=None, gt=None, le=None, lt=
 
 @struct.dataclass
 class HParams:
-    """Tunable scalars of every algorithm, one pytree; vmap over it to sweep.
+    """Tunable scalars of a run, one pytree; vmap over it to sweep.
 
     All leaves are float32 scalars once passed through `HParams.as_arrays`. The fields are
-    the built-in hyperparameters; `extra` maps the names of tunables that plugins
-    registered (`extend.register_tunable`) to their values, and is part of the pytree, so a
-    vmapped sweep batches them too. Read either kind by name with `hp.get(name)`; build
-    with `HParams.make(**values)` / `hp.with_values(**values)`, which take both kinds.
+    the learning rates every run has; every other hyperparameter is a tunable declared by
+    the component that reads it, in its own file (`register_tunable`: `qffl_q` in
+    `algorithms/qffl.py`, `exp_alpha` in `aggregate/aggregation.py`, the DP ones in
+    `aggregate/privacy.py`, ...), or by a plugin. Their values live in `extra`, which is
+    part of the pytree, so a vmapped sweep batches them too. A declared tunable reads and
+    builds like a field: `HParams(qffl_q=2.0)`, `hp.qffl_q`, `hp.replace(qffl_q=...)`;
+    `hp.get(name)` reads either kind by name.
     """
 
     client_lr: float = _hp(0.05, "client (local) SGD learning rate", group="federation", gt=0)
     server_lr: float = _hp(1.0, "server learning rate applied to the pseudo-gradient",
                            group="federation", gt=0)
-    # FedProx / local objectives
-    prox_mu: float = _hp(0.01, "FedProx proximal coefficient mu", group="algorithm", ge=0)
-    # Server optimizers (FedAvgM / FedAdam / FedYogi)
-    server_momentum: float = _hp(0.9, "server momentum (FedAvgM) / Adam beta1", group="algorithm")
-    server_beta2: float = _hp(0.99, "server Adam/Yogi beta2", group="algorithm")
-    server_eps: float = _hp(1e-3, "server Adam/Yogi epsilon (the adaptivity tau of Reddi et al.)",
-                            group="algorithm")
-    # Byzantine clients
-    byzantine_noise: float = _hp(1.0, "std of the Gaussian noise Byzantine clients add to updates",
-                                 group="federation")
-    byzantine_loss_scale: float = _hp(10.0, "factor by which Byzantine clients inflate the "
-                                            "losses they report", group="federation")
-    # Appeal protocol: solo models (requirements rho_k)
-    solo_lr: float = _hp(0.0, "learning rate of the solo models that set the requirements "
-                              "rho_k and the preferred-model metrics ('same' or 0 = the client "
-                              "lr, as MaxFL D.1); fix "
-                              "it when comparing or tuning algorithms, so that all of them face "
-                              "the same requirements",
-                         group="appeal", ge=0, hint="0 = same = the client lr")
-    # MaxFL
-    maxfl_eps: float = _hp(1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)",
-                           group="algorithm", ge=0)
-    # Baselines of the appeal experiments (branch baselines)
-    qffl_q: float = _hp(1.0, "q-FFL fairness exponent q (q = 0 is uniform FedAvg)",
-                        group="algorithm", ge=0)
-    afl_q: float = _hp(10.0, "q of the `afl` algorithm (q-FFL used as the AFL stand-in)",
-                       group="algorithm", ge=0)
-    mwfed_eta: float = _hp(1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) when "
-                                "the client's requirement is unmet", group="algorithm", ge=0)
-    perfedavg_alpha: float = _hp(0.02, "Per-FedAvg inner (adaptation) step size alpha",
-                                 group="algorithm", ge=0)
-    perfedavg_beta: float = _hp(0.05, "Per-FedAvg outer (meta) step size beta",
-                                group="algorithm", gt=0)
-    perfedavg_delta: float = _hp(1e-3, "Per-FedAvg HF: finite-difference delta of the "
-                                       "Hessian-vector product (0 = exact jvp)",
-                                 group="algorithm", ge=0)
-    pfedme_lambda: float = _hp(15.0, "pFedMe regularisation lambda of the personal models",
-                               group="algorithm", gt=0)
-    pfedme_lr: float = _hp(0.05, "pFedMe personal learning rate (K inner steps)",
-                           group="algorithm", gt=0)
-    pfedme_beta: float = _hp(1.0, "pFedMe server mixing beta: w <- (1-beta) w + beta avg(w_k)",
-                             group="algorithm", gt=0)
-    # --- client selection (SubTrunc / UnionFL) ---
-    subtrunc_lambda: float = _hp(0.5, "SubTrunc weight lambda of the truncated loss term",
-                                 group="selection", ge=0)
-    subtrunc_b: float = _hp(1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))",
-                            group="selection")
-    union_mu: float = _hp(1.0, "UnionFL penalty mu per selected client of the recent window",
-                          group="selection", ge=0)
-    # Exp-alpha
-    exp_alpha: float = _hp(0.2, "Exp-alpha temperature alpha in rho_i ∝ exp((F_i(w_i) - "
-                                "F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)",
-                           group="algorithm", gt=0)
-    fedfor_lambda: float = _hp(0.1, "FedFor first-order regularisation weight lambda of "
-                                    "lambda <g, w - w_t>, g = the last global update over "
-                                    "(local steps x client lr)", group="algorithm")
-    # --- user-level DP-FedAvg (aggregate/privacy.py) ---
-    dp_clip: float = _hp(1.0, "DP: L2 clip norm C of each client's update (the initial C with "
-                              "--dp adaptive)", group="uplink", gt=0)
-    dp_noise: float = _hp(1.0, "DP: noise multiplier z; the sum of clipped updates gets "
-                               "N(0, z^2 C^2) noise (with --dp adaptive z is the accounted "
-                               "multiplier, shared with the clip count)", group="uplink", ge=0)
-    dp_quantile: float = _hp(0.5, "DP adaptive clipping: target quantile gamma of the update "
-                                  "norms", group="uplink", ge=0, le=1)
-    dp_clip_lr: float = _hp(0.2, "DP adaptive clipping: learning rate eta_C of the geometric "
-                                 "update C <- C exp(-eta_C (b - gamma))", group="uplink", ge=0)
-    dp_count_noise: float = _hp(0.0, "DP adaptive clipping: std sigma_b of the noise on the "
-                                     "clip count (0 = expected cohort / 20, the paper's choice)",
-                                group="uplink", ge=0)
-
-    # --- heterogeneous and unreliable clients (local/hetero.py, select/availability.py,
-    # algorithms/fedbuff.py) ---
-    steps_sigma: float = _hp(0.5, "--local-steps-dist lognormal: sigma of log tau_k (median "
-                                  "sqrt(min x max local steps))", group="hetero", ge=0)
-    step_time_sigma: float = _hp(0.5, "simulated seconds per local step ~ LogNormal(0, sigma) "
-                                      "per client and round (deadline, fedbuff durations)",
-                                 group="hetero", ge=0)
-    avail_p: float = _hp(0.8, "--availability bernoulli: mean probability p_k that a client "
-                              "is available in a round", group="hetero", ge=0, le=1)
-    avail_spread: float = _hp(0.0, "--availability bernoulli: p_k = clip(avail_p + spread x "
-                                   "U(-1, 1), 0, 1), drawn once per client", group="hetero", ge=0)
-    avail_on_off: float = _hp(0.1, "--availability markov: P(available -> unavailable) per "
-                                   "round", group="hetero", ge=0, le=1)
-    avail_off_on: float = _hp(0.3, "--availability markov: P(unavailable -> available) per "
-                                   "round", group="hetero", ge=0, le=1)
-    staleness_power: float = _hp(0.5, "fedbuff: an update of staleness s weighs (1 + s)^-power "
-                                      "(0.5 = 1/sqrt(1 + s) of Nguyen et al. 2022)",
-                                 group="hetero", ge=0)
 
     # User tunables (`extend.register_tunable`): name -> scalar, part of the pytree.
     extra: Mapping[str, Any] = struct.field(
@@ -176,7 +91,7 @@ class HParams:
         extra = dict(values.pop("extra", None) or {})
         for k in values:
             if k not in own:
-                check_tunable(k, _HP_OWN)
+                _known_tunable(k)
         extra.update({k: v for k, v in values.items() if k not in own})
         return cls(**{k: v for k, v in values.items() if k in own}, extra=extra)
 
@@ -186,27 +101,39 @@ class HParams:
         return HParams.make(**{**self.to_dict(fill=False), **values})
 
     def get(self, name: str) -> Any:
-        """A hyperparameter by name: a built-in field, or a registered tunable (its value
-        in `extra`, else its registered default). Works on traced and stacked HParams."""
+        """A hyperparameter by name: a field, or a declared tunable (its value in `extra`,
+        else its declared default). Works on traced and stacked HParams."""
         if name != "extra" and name in _HP_OWN:
             return getattr(self, name)
         if name in self.extra:
             return self.extra[name]
-        check_tunable(name, _HP_OWN)
+        _known_tunable(name)
         return TUNABLES[name].default
 
+    def __getattr__(self, name: str) -> Any:
+        # only called for names that are not fields: a declared tunable reads like a field
+        if name.startswith("_") or name == "extra" or "extra" not in self.__dict__:
+            raise AttributeError(name)
+        if name not in TUNABLES:
+            load_option_modules()
+            if name not in TUNABLES:
+                raise AttributeError(f"HParams has no field or tunable {name!r}")
+        return self.get(name)
+
     def to_dict(self, fill: bool = True) -> dict[str, float]:
-        """Every hyperparameter by name as a float: the built-in fields, then the tunables
-        (every registered one, at its default unless set, when `fill`)."""
+        """Every hyperparameter by name as a float: the fields, then the tunables (every
+        declared one, at its default unless set, when `fill`)."""
         out = {name: float(getattr(self, name)) for name in _HP_OWN}
+        load_option_modules()
         tun = {k: t.default for k, t in TUNABLES.items()} if fill else {}
         tun.update({k: float(v) for k, v in self.extra.items()})
         return {**out, **tun}
 
     def as_arrays(self) -> HParams:
         """Every leaf as a float32 array, so that the pytree can be traced and stacked;
-        `extra` holds every registered tunable (defaults filled in), so that HParams made
+        `extra` holds every declared tunable (defaults filled in), so that HParams made
         with different tunables set still stack."""
+        load_option_modules()
         extra = {k: t.default for k, t in TUNABLES.items()}
         extra.update(self.extra)
         return HParams(**{
@@ -214,7 +141,33 @@ class HParams:
         }, extra={k: jnp.asarray(extra[k], jnp.float32) for k in sorted(extra)})
 
 
+def _known_tunable(name: str) -> None:
+    """Raise a one-line `ConfigError` unless `name` is a declared tunable (the modules
+    that declare the built-in ones are imported first)."""
+    if name not in TUNABLES:
+        load_option_modules()
+    check_tunable(name, _HP_OWN)
+
+
 _HP_OWN = tuple(f.name for f in dataclasses.fields(HParams) if f.name != "extra")
+_HP_SET = frozenset(_HP_OWN) | {"extra"}
+_hp_dataclass_init = HParams.__init__
+
+
+def _hp_init(self, *args, **kw) -> None:
+    """HParams' constructor: the fields as usual; a declared tunable given by name
+    (`HParams(qffl_q=2.0)`) goes into `extra`."""
+    moved = [k for k in kw if k not in _HP_SET]
+    if moved:
+        extra = dict(kw.pop("extra", None) or {})
+        for k in moved:
+            _known_tunable(k)
+            extra[k] = kw.pop(k)
+        kw["extra"] = extra
+    _hp_dataclass_init(self, *args, **kw)
+
+
+HParams.__init__ = _hp_init
 
 
 DATASETS = Registry("dataset", dict.fromkeys((
@@ -641,6 +594,7 @@ def field_names(cls) -> list[str]:
     """The configuration keys of `RunConfig` or `HParams` (for HParams: the built-in fields
     and every registered tunable, see `core/tunables.py`)."""
     if cls is HParams:
+        load_option_modules()
         return [*_HP_OWN, *TUNABLES]
     return [f.name for f in run_fields()]
 
@@ -659,7 +613,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
                               + (f"; did you mean '{guess}'?" if guess else ""))
         out[key] = v
     out = check_types(out, f"config file {p}")
-    fields = {**{f.name: (f, "float") for f in dataclasses.fields(HParams)},
+    fields = {**{f.name: (f, "float") for f in declarations(HParams)},
               **{f.name: (f, _field_kind(RunConfig, f.name)) for f in run_fields()}}
     for k, v in out.items():
         if k in fields and k != "extra":
@@ -811,10 +765,8 @@ def check_declared(cfg: RunConfig, hp: HParams | None = None) -> None:
             raise ConfigError(err)
     if hp is None:
         return
-    for f in dataclasses.fields(HParams):
-        if f.name == "extra":
-            continue
-        err = declared_error(f.name, float(getattr(hp, f.name)), f.metadata, "float")
+    for f in declarations(HParams):
+        err = declared_error(f.name, float(hp.get(f.name)), f.metadata, "float")
         if err:
             raise ConfigError(err)
 
@@ -824,4 +776,16 @@ def declarations(cls) -> list[dataclasses.Field]:
     choices, registry, range, hint)."""
     if cls is RunConfig:
         return run_fields()
-    return [f for f in dataclasses.fields(cls) if f.name != "extra"]
+    load_option_modules()
+    return [*(f for f in dataclasses.fields(cls) if f.name != "extra"),
+            *(tunable_field(name, t) for name, t in TUNABLES.items())]
+
+
+def tunable_field(name: str, t: Tunable) -> dataclasses.Field:
+    """A declared tunable as a field declaration (help, group, range, hint), like the
+    HParams fields'."""
+    f = dataclasses.field(default=t.default, metadata=meta(
+        t.help, t.group, None, *(dict(t.range).get(k) for k in ("ge", "gt", "le", "lt")),
+        t.hint))
+    f.name, f.type = name, "float"
+    return f

@@ -28,6 +28,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.tunables import register_tunable
+
+STEPS_SIGMA = register_tunable("steps_sigma", 0.5, "--local-steps-dist lognormal: sigma of "
+                                                  "log tau_k (median sqrt(min x max local "
+                                                  "steps))", group="hetero", ge=0)
+STEP_TIME_SIGMA = register_tunable("step_time_sigma", 0.5, "simulated seconds per local step "
+                                                          "~ LogNormal(0, sigma) per client "
+                                                          "and round (deadline, fedbuff "
+                                                          "durations)", group="hetero", ge=0)
+
 STEPS, TIME, AVAIL, AVAIL_P = 1, 2, 3, 4  # independent streams of the heterogeneity key
 
 

@@ -53,7 +53,7 @@ from ..core.config import (
     field_names,
 )
 from ..core.memory import memory_budget
-from ..core.tunables import TUNABLES
+from ..core.tunables import plugin_tunables
 from ..data import Dataset, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble, program_context
@@ -141,10 +141,10 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
             close = ([guess] if guess else
                      [n for n in names if k.lower() in n or n in k.lower()][:3])
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise ConfigError(f"unknown grid key '{key}'{hint}; use a field of HParams "
-                              "(e.g. client_lr), a registered tunable "
-                              f"({', '.join(TUNABLES) or 'none'}) or RunConfig (e.g. "
-                              "local_steps)")
+            raise ConfigError(f"unknown grid key '{key}'{hint}; use a hyperparameter "
+                              "(e.g. client_lr, qffl_q), a plugin's registered tunable "
+                              f"({', '.join(plugin_tunables()) or 'none'}) or a static "
+                              "option (e.g. local_steps)")
         if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not values:
             raise ConfigError(f"grid {key}: give a non-empty list of values")
         vals = [_convert(k, v) for v in values]

@@ -30,7 +30,21 @@ import jax
 import jax.numpy as jnp
 
 from ..core.parts import Selector
+from ..core.tunables import register_tunable
 from ..local import hetero
+
+P = register_tunable("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a "
+                                     "client is available in a round", group="hetero", ge=0,
+                     le=1)
+SPREAD = register_tunable("avail_spread", 0.0, "--availability bernoulli: p_k = clip(avail_p "
+                                               "+ spread x U(-1, 1), 0, 1), drawn once per "
+                                               "client", group="hetero", ge=0)
+ON_OFF = register_tunable("avail_on_off", 0.1, "--availability markov: P(available -> "
+                                               "unavailable) per round", group="hetero", ge=0,
+                          le=1)
+OFF_ON = register_tunable("avail_off_on", 0.3, "--availability markov: P(unavailable -> "
+                                               "available) per round", group="hetero", ge=0,
+                          le=1)
 
 
 def avail_probs(root: jax.Array, num_clients: int, hp) -> jax.Array:

@@ -60,10 +60,19 @@ from ..core.fields import declared_for, register_option
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
+from ..core.tunables import register_tunable
 from ..execute.distributed import map_spread
 from ..local.client import client_loss
 from . import submodular
 from .selection import flip_cohort, stratified, stratified_counts, uniform, weighted
+
+SUBTRUNC_LAMBDA = register_tunable("subtrunc_lambda", 0.5, "SubTrunc weight lambda of the "
+                                                           "truncated loss term",
+                                   group="selection", ge=0)
+SUBTRUNC_B = register_tunable("subtrunc_b", 1.10, "SubTrunc truncation b in lambda*min(b, sum "
+                                                  "phi(f_i))", group="selection")
+UNION_MU = register_tunable("union_mu", 1.0, "UnionFL penalty mu per selected client of the "
+                                             "recent window", group="selection", ge=0)
 
 # The options of one selector each, declared here (`core.fields.register_option`)
 POC_D = register_option("poc_d", 0, "Power-of-Choice candidates d drawn per round (0 = 2 x "
