@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.cli import main
+from fedjax_appeal.core.capabilities import Switch
 from fedjax_appeal.core.config import ConfigError, HParams, RunConfig, field_names
 from fedjax_appeal.core.fields import COMPONENT_OPTIONS, declared_for
 from fedjax_appeal.core.tunables import RESERVED
 from fedjax_appeal.extend import SELECTORS, Selector, register_option
 from fedjax_appeal.run.experiment import run_config
 from fedjax_appeal.run.sweep import sweep
-from fedjax_appeal.run.validate import ignored_reason, validate
+from fedjax_appeal.run.validate import check_ignored, ignored_reason, validate
 
 N = 6
 
@@ -135,5 +136,36 @@ def test_register_option_refuses_a_taken_name_or_type():
         register_option("cohort", 1, "x", kind="selector", names=("random",))
     with pytest.raises(ConfigError, match="bool, int, float or str"):
         register_option("test_list", [1], "x", kind="selector", names=("random",))
-    with pytest.raises(ConfigError, match="names must be a tuple"):
+    with pytest.raises(ConfigError, match="names=, a tuple of the components"):
         register_option("test_names", 1, "x", kind="selector", names="random")
+    with pytest.raises(ConfigError, match="give kind= and names="):
+        register_option("test_names", 1, "x")  # no owner: nothing would ever refuse it
+    on = Switch(lambda cfg, sup: True, "x")
+    with pytest.raises(ConfigError, match="not both"):
+        register_option("test_names", 1, "x", kind="selector", names=("random",), switch=on)
+    assert "test_names" not in COMPONENT_OPTIONS
+
+
+def test_a_switched_option_is_refused_while_its_part_is_off(tmp_path, capsys):
+    """An option declared with `switch=` (a plugin's, like the built-in label flipping's
+    `flip_ratio`) is refused in one line, with its part's reason, by a run in which the
+    condition is off, and taken where it is on."""
+    name = register_option("test_flip_extra", 2, "x", switch=Switch(
+        lambda cfg, sup: cfg.label_flip_fraction > 0, "it needs flipped clients"), ge=0)
+    base = CFG.replace(selector="random")
+    try:
+        assert ignored_reason(name, base) == "it needs flipped clients"
+        assert ignored_reason(name, base.replace(label_flip_fraction=0.5)) is None
+        with pytest.raises(ConfigError, match="^--test-flip-extra has no effect here: it "
+                                              "needs flipped clients; drop it"):
+            check_ignored(base.replace(test_flip_extra=3), {name})
+        check_ignored(base.replace(test_flip_extra=3, label_flip_fraction=0.5), {name})
+        # the built-in switched options, declared beside their parts
+        assert "label flipping" in ignored_reason("flip_ratio", base)
+        assert ignored_reason("flip_ratio", base.replace(label_flip_fraction=0.2)) is None
+        assert "imbalanced pool" in ignored_reason("imbalance_major", base)
+        assert ignored_reason("imbalance_major", base.replace(imbalance_ratios="1.0")) is None
+        assert "solo models" in ignored_reason("rho_steps", base.replace(appeal="off"))
+        assert ignored_reason("rho_steps", base.replace(appeal="on")) is None
+    finally:
+        COMPONENT_OPTIONS.pop(name)

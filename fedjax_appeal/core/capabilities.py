@@ -84,6 +84,16 @@ def owners(option: str) -> list[str]:
     return [n for n in SUPPORTS if option in (*SUPPORTS[n].options, *SUPPORTS[n].tuning)]
 
 
+class Switch(NamedTuple):
+    """The condition that switches a part of a run on (label flipping, the imbalanced pool,
+    the solo models, ...): `active(cfg, supports)`, and the `reason` given when an option
+    of that part is refused because it is off. An option declared with
+    `register_option(..., switch=...)` belongs to that part."""
+
+    active: Callable[[Any, Supports], bool]
+    reason: str
+
+
 class Switched(NamedTuple):
     """Options that only a part of a run reads which a condition switches on (the appeal
     protocol, label flipping, Byzantine clients, ...), declared in that part's module as

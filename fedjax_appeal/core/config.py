@@ -248,8 +248,6 @@ class RunConfig:
     label_flip_fraction: float = _data(0.0, "fraction of clients (seen and unseen alike) whose "
                                          "labels are flipped by a fixed random derangement",
                                        group="data", ge=0, le=1)
-    flip_ratio: float = _data(1.0, "share of the classes a flipped client has wrong (1.0 = all)",
-                              group="data", ge=0, le=1)
     byzantine_fraction: float = _data(0.0, "fraction of seen clients that are Byzantine (inflated "
                                         "reported loss, noisy updates)",
                                       group="federation", ge=0, le=1)
@@ -290,8 +288,6 @@ class RunConfig:
                        registry="selector", group="selection")
     aggregation: str = _f("proportional", "aggregation weight rule of FedAvg-style algorithms",
                           registry="aggregation", group="algorithm")
-    rho_steps: int = _f(100, "local SGD steps of each client's solo model (MaxFL requirement "
-                             "rho_k, preferred-model metrics)", group="appeal", ge=0)
     # --- client selection (Power-of-Choice, DivFL, SubTrunc, UnionFL) ---
     # Schedule and output
     eval_every: int = _f(10, "evaluate all clients every this many rounds",
@@ -332,11 +328,6 @@ class RunConfig:
                                    "ratio from {1,.5,.1,.05,.01,.005,.001}, or a composition "
                                    "like '1.0x4,0.01x3,0.1x3'; '' = off (use --partition)",
                                   group="data")
-    imbalance_nmax: int = _data(100, "rows of the largest class of each imbalanced client (n_max)",
-                                group="data", ge=1)
-    imbalance_test_per_class: int = _data(20, "balanced test rows per class of each generated "
-                                           "client (its test split; a proxy for the global test "
-                                           "set)", group="data", ge=1)
     # --- scale: checkpoints, devices, large cohorts ---
     checkpoint_every: int = _f(0, "save a checkpoint into --out every this many rounds "
                                   "(0 = only when interrupted with Ctrl-C)", group="scale", ge=0)
@@ -364,10 +355,6 @@ class RunConfig:
     imbalance_size: int = _data(0, "equal-size imbalanced clients: every generated client holds "
                                 "this many train rows, class shares ∝ ratio^(c/(C-1)) "
                                 "(0 = LDAM counts from --imbalance-nmax)", group="data", ge=0)
-    imbalance_major: str = _data("shared", "largest class of each generated imbalanced client: "
-                                        "class 0 for all (shared) or drawn per client "
-                                        "(random; the other classes' order too)",
-                              ("shared", "random"), group="data")
     flip_protocol: str = _data("static", "label flipping: static = a fixed fraction of clients "
                                       "always flipped; bernoulli = every sampled client "
                                       "flipped with probability --label-flip-fraction each "

@@ -17,6 +17,7 @@ import importlib
 import sys
 from typing import Any
 
+from .capabilities import Switch, Switched
 from .errors import ConfigError
 from .groups import GROUPS
 from .tunables import RESERVED, reserve
@@ -42,7 +43,8 @@ def meta(help: str, group: str, choices, ge, gt, le, lt, hint: str, **extra) -> 
 
 
 def register_option(name: str, default: bool | int | float | str, help: str,
-                    choices: tuple | None = None, *, kind: str, names: tuple[str, ...],
+                    choices: tuple | None = None, *, kind: str = "",
+                    names: tuple[str, ...] = (), switch: Switch | None = None,
                     group: str = "algorithm", ge=None, gt=None, le=None, lt=None,
                     hint: str = "", registry: str = "", data: bool = False) -> str:
     """Declare a static option of a component, in the component's own file.
@@ -63,6 +65,10 @@ def register_option(name: str, default: bool | int | float | str, help: str,
       names: the components of that kind that read it: a run that builds none of them
         refuses the option in one line ("it configures --selector poc"), and the builders
         of these components find it in their `Options`.
+      switch: instead of `kind` and `names`, for an option of a part of every run that a
+        condition switches on (label flipping, the imbalanced pool): a
+        `core.capabilities.Switch`; a run in which it is off refuses the option with its
+        reason.
       group: the `--help` section (`GROUPS`).
       ge, gt, le, lt: the allowed range of a number.
       hint: appended to a refusal of a value out of range.
@@ -87,12 +93,17 @@ def register_option(name: str, default: bool | int | float | str, help: str,
     if name in RESERVED and name not in _DECLARED:
         raise ConfigError(f"register_option: '{name}' is already a configuration key; "
                           "choose another name")
-    if isinstance(names, str) or not names:
-        raise ConfigError(f"register_option {name!r}: names must be a tuple of the "
-                          f"{kind} names that read the option")
+    if switch is None and (not kind or isinstance(names, str) or not names):
+        raise ConfigError(f"register_option {name!r}: give kind= and names=, a tuple of "
+                          "the components of that kind that read the option, or switch=, "
+                          "the condition that switches its part of the run on")
+    if switch is not None and (kind or names):
+        raise ConfigError(f"register_option {name!r}: give either kind= and names= or "
+                          "switch=, not both")
     f = dataclasses.field(default=default, metadata=meta(
         help, group, choices, ge, gt, le, lt, hint, data=data, registry=registry,
-        prefixes=(), shown="", owner=(kind, tuple(names))))
+        prefixes=(), shown="", owner=(kind, tuple(names)) if switch is None else None,
+        switch=switch))
     f.name, f.type = name, typ
     COMPONENT_OPTIONS[name] = f
     _DECLARED.add(name)
@@ -113,8 +124,16 @@ def load_option_modules() -> None:
 def declared_for(kind: str, name: str | None = None) -> tuple[str, ...]:
     """The declared options of the components of `kind` (of component `name` only, when
     given), in the order of declaration."""
-    return tuple(n for n, f in COMPONENT_OPTIONS.items() if f.metadata["owner"][0] == kind
+    return tuple(n for n, f in COMPONENT_OPTIONS.items() if f.metadata["owner"] is not None
+                 and f.metadata["owner"][0] == kind
                  and (name is None or name in f.metadata["owner"][1]))
+
+
+def declared_switched() -> list[Switched]:
+    """The declared options of switched parts (`register_option(..., switch=...)`), each
+    with the condition and the reason of its part."""
+    return [Switched((n,), *f.metadata["switch"]) for n, f in COMPONENT_OPTIONS.items()
+            if f.metadata["switch"] is not None]
 
 
 def owner_reason(option: str, built: Any) -> str | None:
@@ -122,7 +141,7 @@ def owner_reason(option: str, built: Any) -> str | None:
     `built(kind)` (the name of the component of that kind that a run builds) is none of
     the components that read it; else None."""
     f = COMPONENT_OPTIONS.get(option)
-    if f is None:
+    if f is None or f.metadata["owner"] is None:
         return None
     kind, names = f.metadata["owner"]
     if built(kind) in names:

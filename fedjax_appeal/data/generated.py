@@ -22,8 +22,9 @@ import dataclasses
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData
-from ..core.capabilities import Switched
+from ..core.capabilities import Switch, Switched
 from ..core.config import ConfigError, Options, data_seed
+from ..core.fields import register_option
 from . import heterogeneity, partition, sources
 from .pool import apply_heterogeneity, load_dataset
 from .sources import Dataset
@@ -102,16 +103,28 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
     return ext, np.concatenate(ys), tr2, te2
 
 
-# The options only the class-imbalanced pool reads (`--imbalance-ratios`): given without
-# it they are refused (`run.validate.check_ignored`; the digits pool's are
+# The class-imbalanced pool (`--imbalance-ratios`) and the options only it reads: given
+# without it they are refused (`run.validate.check_ignored`; the digits pool's are
 # `pool.DATASET_OPTIONS["digits"]`).
-IMBALANCE_OPTIONS = ("imbalance_nmax", "imbalance_test_per_class", "imbalance_major")
-# the pool's own options, and the Dirichlet concentration it replaces
+IMBALANCED = Switch(lambda cfg, sup: bool(cfg.imbalance_ratios),
+                    "it configures the generated imbalanced pool (--imbalance-ratios)")
+IMBALANCE_OPTIONS = (
+    register_option("imbalance_nmax", 100, "rows of the largest class of each imbalanced "
+                                           "client (n_max)", switch=IMBALANCED, group="data",
+                    ge=1, data=True),
+    register_option("imbalance_test_per_class", 20, "balanced test rows per class of each "
+                                                    "generated client (its test split; a proxy "
+                                                    "for the global test set)",
+                    switch=IMBALANCED, group="data", ge=1, data=True),
+    register_option("imbalance_major", "shared", "largest class of each generated imbalanced "
+                                                 "client: class 0 for all (shared) or drawn "
+                                                 "per client (random; the other classes' "
+                                                 "order too)", ("shared", "random"),
+                    switch=IMBALANCED, group="data", data=True))
+# the Dirichlet concentration, which the pool replaces
 SWITCHED = (
     Switched(("alpha",), lambda cfg, sup: not cfg.imbalance_ratios,
-             "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"),
-    Switched(IMBALANCE_OPTIONS, lambda cfg, sup: bool(cfg.imbalance_ratios),
-             "it configures the generated imbalanced pool (--imbalance-ratios)"))
+             "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"),)
 
 
 def imbalanced_federation(ds: Dataset, opts: Options, rng: np.random.Generator

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.capabilities import Switched
+from ..core.capabilities import Switch
+from ..core.fields import register_option
 
-# label flipping's own option (refused without flipped clients, `run.validate`)
-SWITCHED = (Switched(("flip_ratio",), lambda cfg, sup: cfg.label_flip_fraction != 0,
-                     "it configures label flipping (--label-flip-fraction > 0)"),)
+# label flipping: on with flipped clients; its own option is refused without them
+FLIPPING = Switch(lambda cfg, sup: cfg.label_flip_fraction != 0,
+                  "it configures label flipping (--label-flip-fraction > 0)")
+FLIP_RATIO = register_option("flip_ratio", 1.0, "share of the classes a flipped client has "
+                                                "wrong (1.0 = all)", switch=FLIPPING,
+                             group="data", ge=0, le=1, data=True)
 
 
 def choose_fraction(num_clients: int, fraction: float, rng: np.random.Generator) -> np.ndarray:

@@ -20,7 +20,7 @@ from ..core.config import (
     declarations,
     field_names,
 )
-from ..core.fields import owner_reason
+from ..core.fields import declared_switched, owner_reason
 from ..core.models import MODELS
 from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
@@ -155,12 +155,13 @@ def switched_options() -> list[Switched]:
     """The options of every part of a run that a condition switches on, each declared in
     its part's module (`core.capabilities.Switched`)."""
     from ..aggregate import adversary
-    from ..data import generated, heterogeneity
+    from ..data import generated
     from ..protocols.appeal import appeal, requirement
     from ..select import selectors
 
     return [*appeal.SWITCHED, *requirement.SWITCHED, *generated.SWITCHED,
-            *selectors.SWITCHED, *heterogeneity.SWITCHED, *adversary.SWITCHED]
+            *selectors.SWITCHED, *adversary.SWITCHED,
+            *declared_switched()]
 
 
 def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:

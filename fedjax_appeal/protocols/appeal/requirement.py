@@ -24,8 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core.arrays import FederatedData
-from ...core.capabilities import Switched
+from ...core.capabilities import Switch, Switched
 from ...core.config import ConfigError, HParams, Options, appeal_on
+from ...core.fields import register_option
 from ...core.models import Model
 from ...core.tunables import register_tunable
 from ...local.solo import SoloStats, solo_stats
@@ -41,11 +42,15 @@ SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
 SOLO_OPTIONS = ("rho_steps", "batch_size")
 # the solo models' options: read only where solo models are trained (the appeal protocol,
 # or an algorithm whose requirement is the solo model's loss)
-SWITCHED = (Switched(
-    ("solo_lr", "rho_steps"),
+SOLO_MODELS = Switch(
     lambda cfg, sup: appeal_on(cfg) or (sup.needs_requirements
                                         and str(cfg.requirement).strip() == "solo"),
-    "it trains the solo models of the appeal protocol, which --appeal off turns off"),)
+    "it trains the solo models of the appeal protocol, which --appeal off turns off")
+RHO_STEPS = register_option("rho_steps", 100, "local SGD steps of each client's solo model "
+                                              "(MaxFL requirement rho_k, preferred-model "
+                                              "metrics)", switch=SOLO_MODELS, group="appeal",
+                            ge=0)
+SWITCHED = (Switched(("solo_lr",), *SOLO_MODELS),)  # its tunable
 
 
 def parse_requirement(value: str) -> None | float | np.ndarray:
