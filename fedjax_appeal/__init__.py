@@ -23,7 +23,8 @@ __version__ = "0.1.0"
 
 # the modules that declare the built-in components' own options (`core.fields`), imported
 # when options are listed or a configuration key is not a RunConfig field
-OPTION_MODULES = ("fedjax_appeal.algorithms", "fedjax_appeal.data")
+OPTION_MODULES = ("fedjax_appeal.algorithms", "fedjax_appeal.data",
+                  "fedjax_appeal.protocols.appeal.appeal")
 
 # public name -> module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {

@@ -489,7 +489,7 @@ def print_split(clock, train_s: float, eval_s: float, data_s: float) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from ..core.config import APPEAL_DEFS
+    from ..protocols.appeal.appeal import APPEAL_DEFS
     from ..run.tracking import KINDS
 
     reg = registries()

@@ -176,11 +176,9 @@ DATASETS = Registry("dataset", dict.fromkeys((
     "digits")))  # digits: the Digits domain shift (MNIST, USPS, MNIST-M)
 PARTITIONS = Registry("partition", dict.fromkeys(("dirichlet", "clusters", "classes",
                                                   "natural")))
-APPEAL_DEFS = ("test-vs-solo-test", "test-vs-solo-train", "train-vs-solo-train",
-               "train-vs-solo-minibatch")
 
-
-# Options that belong to the appeal protocol; giving one (non-default) turns `auto` on.
+# Options that belong to the appeal protocol (declared in `protocols/appeal/`); giving one
+# (non-default) turns `auto` on.
 APPEAL_OPTIONS = ("opt_out_after", "requirement", "appeal_def", "finetune_steps")
 
 
@@ -190,7 +188,7 @@ def appeal_on(cfg: RunConfig) -> bool:
         return cfg.appeal
     if cfg.appeal != "auto":
         return cfg.appeal == "on"
-    defaults = {f.name: f.default for f in run_fields(load=False)}
+    defaults = {f.name: f.default for f in run_fields()}
     return supports(cfg.algorithm).needs_requirements or any(
         getattr(cfg, k) != defaults[k] for k in APPEAL_OPTIONS)
 
@@ -307,21 +305,6 @@ class RunConfig:
                              "or auto = on for algorithms that need requirements (maxfl, incfl, "
                              "mwfed) or when one of its options is given, else off",
                      ("auto", "on", "off"), group="appeal")
-    requirement: str = _f("solo", "client requirement rho_k: 'solo' (train loss of the solo "
-                                  "model), a constant, or a .npy/.txt file of M (or M+U) values",
-                          group="appeal")
-    appeal_def: str = _f("test-vs-solo-test", "appeal definition (global-model loss vs "
-                                              "requirement) used by GM-Appeal, preferred acc, "
-                                              "the 'appealed' metric and opt-out: test-vs-solo-"
-                                              "test, test-vs-solo-train, train-vs-solo-train, "
-                                              "train-vs-solo-minibatch", APPEAL_DEFS,
-                         group="appeal")
-    opt_out_after: int = _f(0, "flexible participation (MaxFL's protocol uses 10): after this "
-                               "many rounds only clients the global model appeals to (on their "
-                               "train data) are available; 0 = off, everyone always available",
-                            group="appeal", ge=0)
-    finetune_steps: int = _f(5, "local SGD steps of the personalization evaluation from the "
-                                "final global model (0 = skip)", group="appeal", ge=0)
     # --- heterogeneity generators (Exp-alpha) ---
     imbalance_ratios: str = _data("", "generated pool of class-imbalanced clients (LDAM recipe "
                                    "n_c = n_max ratio^(c/(C-1))): 'random' draws each client's "

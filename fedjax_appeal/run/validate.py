@@ -156,10 +156,10 @@ def switched_options() -> list[Switched]:
     its part's module (`core.capabilities.Switched`)."""
     from ..aggregate import adversary
     from ..data import generated
-    from ..protocols.appeal import appeal, requirement
+    from ..protocols.appeal import requirement
     from ..select import selectors
 
-    return [*appeal.SWITCHED, *requirement.SWITCHED, *generated.SWITCHED,
+    return [*requirement.SWITCHED, *generated.SWITCHED,
             *selectors.SWITCHED, *adversary.SWITCHED,
             *declared_switched()]
 

@@ -54,26 +54,20 @@ import numpy as np
 
 from ...algorithms.base import FederatedAlgorithm
 from ...core.arrays import FederatedData
-from ...core.capabilities import Switched
-from ...core.config import APPEAL_OPTIONS, HParams, Options, appeal_on, fields_in
+from ...core.config import HParams, Options, fields_in
+from ...core.fields import register_option
 from ...core.models import Model
 from ...core.round import ServerState
 from ...evaluate.evaluation import evaluate_split
 from ...local.solo import SoloStats, solo_stats
 from .requirement import (
+    PROTOCOL,
     parse_requirement,
     requirement_values,
     seen_solo,
     solo_models,
     unseen_solo,
 )
-
-# The configuration fields of the appeal protocol (`RunConfig.view`): its own group and the
-# local batch size of the solo models and the fine-tuning.
-OPTIONS = (*fields_in("appeal"), "batch_size")
-# options only the protocol reads (refused with --appeal off, `run.validate`)
-SWITCHED = (Switched(APPEAL_OPTIONS, lambda cfg, sup: appeal_on(cfg),
-                     "it belongs to the appeal protocol, which --appeal off turns off"),)
 
 FT_TAG = 0xF17E  # fold_in tag of the fine-tuning key
 
@@ -97,6 +91,25 @@ APPEAL_DEFS: dict[str, tuple[str, str]] = {
     "train-vs-solo-train": ("train", "train_loss"),
     "train-vs-solo-minibatch": ("train", "minibatch_loss"),
 }
+
+# The protocol's options (refused with --appeal off: `requirement.PROTOCOL`; with `requirement`
+# and `rho_steps`, declared in requirement.py, they are `core.config.APPEAL_OPTIONS` and the
+# solo models' options)
+APPEAL_DEF = register_option(
+    "appeal_def", "test-vs-solo-test", "appeal definition (global-model loss vs requirement) "
+    "used by GM-Appeal, preferred acc, the 'appealed' metric and opt-out: test-vs-solo-test, "
+    "test-vs-solo-train, train-vs-solo-train, train-vs-solo-minibatch", tuple(APPEAL_DEFS),
+    switch=PROTOCOL, group="appeal")
+OPT_OUT_AFTER = register_option(
+    "opt_out_after", 0, "flexible participation (MaxFL's protocol uses 10): after this many "
+    "rounds only clients the global model appeals to (on their train data) are available; "
+    "0 = off, everyone always available", switch=PROTOCOL, group="appeal", ge=0)
+FINETUNE_STEPS = register_option(
+    "finetune_steps", 5, "local SGD steps of the personalization evaluation from the final "
+    "global model (0 = skip)", switch=PROTOCOL, group="appeal", ge=0)
+# The configuration fields of the appeal protocol (`RunConfig.view`): its own group and the
+# local batch size of the solo models and the fine-tuning.
+OPTIONS = (*fields_in("appeal"), "batch_size")
 
 
 def appeal_requirement(appeal_def: str, solo: SoloStats, rho: jax.Array,

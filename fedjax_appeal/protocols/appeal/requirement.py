@@ -42,6 +42,13 @@ SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
 SOLO_OPTIONS = ("rho_steps", "batch_size")
 # the solo models' options: read only where solo models are trained (the appeal protocol,
 # or an algorithm whose requirement is the solo model's loss)
+# the appeal protocol: on by `--appeal` (`core.config.appeal_on`); its options are refused
+# with --appeal off
+PROTOCOL = Switch(lambda cfg, sup: appeal_on(cfg),
+                  "it belongs to the appeal protocol, which --appeal off turns off")
+REQUIREMENT = register_option(
+    "requirement", "solo", "client requirement rho_k: 'solo' (train loss of the solo model), "
+    "a constant, or a .npy/.txt file of M (or M+U) values", switch=PROTOCOL, group="appeal")
 SOLO_MODELS = Switch(
     lambda cfg, sup: appeal_on(cfg) or (sup.needs_requirements
                                         and str(cfg.requirement).strip() == "solo"),
