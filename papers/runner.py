@@ -54,7 +54,7 @@ def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict], *
                 ctx.log(f"{v.label}: algorithm '{v.algorithm}' is not registered; skipped")
                 recs[v.label] = {"status": NA}
             elif hparams(table.base_hp, col.hp, col.tuned(v.algorithm)[1], v.hp) is None:
-                ctx.log(f"{v.label}: hyperparameters {sorted(v.hp)} are not HParams fields; "
+                ctx.log(f"{v.label}: {sorted(v.hp)} are not declared hyperparameters; "
                         "skipped")
                 recs[v.label] = {"status": NA}
             else:

@@ -1,8 +1,8 @@
-"""User-defined tunables: scalars a plugin adds to the vmappable `HParams`.
+"""Tunables: the vmappable scalars a component declares beside its code (`HParams`).
 
-A component registered by user code (a weight rule with its own temperature, a selector
-with its own exponent) often needs a hyperparameter that the built-in `HParams` fields do
-not have. `register_tunable(name, default, help)` adds one: it then lives in
+A component (a weight rule with its own temperature, a selector with its own exponent),
+built in or registered by user code, declares each hyperparameter of its own with
+`register_tunable(name, default, help)`: it then lives in
 `HParams.extra` (a dict of float32 scalars that is part of the pytree, so `jax.vmap` over a
 stacked `HParams` batches it like any built-in field), is read inside the round as
 `hp.get(name)` or `hp.extra[name]`, and is accepted everywhere a built-in hyperparameter is:

@@ -387,8 +387,9 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
 
     Args:
       cfg: the base configuration (its `seed` fixes the data partition).
-      grid: key -> list of values; keys are `HParams` fields (vmapped) or `RunConfig`
-        fields (a compilation per combination of their values).
+      grid: key -> list of values; keys are hyperparameters (`HParams` fields and declared
+        tunables: vmapped) or static options (`RunConfig` fields and declared options: a
+        compilation per combination of their values).
       seeds: training seeds; each configuration runs once per seed.
       hp: base hyperparameters for keys not in the grid.
       metric, mode: the metric of the final evaluation that ranks configurations (mean over
