@@ -25,11 +25,19 @@ class ServerState:
     round: jax.Array  # [] int32, rounds done so far
     pool: jax.Array  # [M] bool, seen clients available for selection
     participation: jax.Array  # [M] int32, how often each client was in a cohort
-    # what stages and algorithms carry: shared stages under documented keys ("rho" of the
-    # requirement algorithms, "selector", "appeal", "uplink", "hetero"), an algorithm's own
-    # state as one typed value under its name ("scaffold": ScaffoldState, "fedbn",
-    # "fedfor", "fedbuff", "mwfed")
+    # what stages and algorithms carry: shared stages under the keys `SHARED_STATE_KEYS`,
+    # an algorithm's own state as one typed value under its name ("scaffold":
+    # ScaffoldState, "fedbn", "fedfor", "fedbuff", "mwfed")
     extra: dict
+
+
+# The keys of `ServerState.extra` that stages shared by several algorithms use (every other
+# key is an algorithm's name, holding its own typed state): the requirement algorithms'
+# requirements rho_k and solo models ("rho", "solo"), the selector's memory ("selector"),
+# the appeal protocol's state ("appeal"), the uplink's error feedback ("uplink"), the
+# heterogeneous clients' draws ("hetero") and the personalized evaluation's key
+# ("eval_key").
+SHARED_STATE_KEYS = ("rho", "solo", "selector", "appeal", "uplink", "hetero", "eval_key")
 
 
 class ClientUpdate(NamedTuple):
