@@ -357,11 +357,6 @@ class RunConfig:
                                         "epochs = floor(--local-epochs x n_k / batch size), "
                                         "fixed per client, clipped to the same bounds",
                                ("fixed", "uniform", "lognormal", "epochs"), group="hetero")
-    local_epochs: float = _f(1.0, "--local-steps-dist epochs: local epochs E over the "
-                                  "client's train rows (tau_k = floor(E n_k / B))",
-                             group="hetero", gt=0)
-    local_steps_min: int = _f(1, "smallest tau_k of --local-steps-dist uniform|lognormal",
-                              group="hetero", ge=1)
     availability: str = _f("always", "client availability per round, applied before "
                                      "selection: always, bernoulli (--avail-p, "
                                      "--avail-spread) or markov (on/off trace, --avail-on-off, "

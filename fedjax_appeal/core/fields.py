@@ -20,7 +20,7 @@ from typing import Any
 from .capabilities import Switch, Switched
 from .errors import ConfigError
 from .groups import GROUPS
-from .tunables import RESERVED, reserve
+from .tunables import RESERVED, TUNABLES, reserve
 
 _KIND = {bool: "bool", int: "int", float: "float", str: "str"}
 
@@ -130,10 +130,12 @@ def declared_for(kind: str, name: str | None = None) -> tuple[str, ...]:
 
 
 def declared_switched() -> list[Switched]:
-    """The declared options of switched parts (`register_option(..., switch=...)`), each
-    with the condition and the reason of its part."""
-    return [Switched((n,), *f.metadata["switch"]) for n, f in COMPONENT_OPTIONS.items()
-            if f.metadata["switch"] is not None]
+    """The declared options and tunables of switched parts (`register_option(...,
+    switch=...)`, `register_tunable(..., switch=...)`), each with the condition and the
+    reason of its part."""
+    return [*(Switched((n,), *f.metadata["switch"]) for n, f in COMPONENT_OPTIONS.items()
+              if f.metadata["switch"] is not None),
+            *(Switched((n,), *t.switch) for n, t in TUNABLES.items() if t.switch is not None)]
 
 
 def owner_reason(option: str, built: Any) -> str | None:

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from .capabilities import Switch
 from .errors import ConfigError
 from .groups import GROUPS
 from .registry import Registry, did_you_mean
@@ -24,14 +25,16 @@ from .registry import Registry, did_you_mean
 
 class Tunable(NamedTuple):
     """A declared tunable: its default value, its `--help` text, its `--help` section
-    (`core.fields.GROUPS`), its allowed range (`(("ge", 0.0), ...)`) and a hint appended
-    to a refusal of a value out of range."""
+    (`core.fields.GROUPS`), its allowed range (`(("ge", 0.0), ...)`), a hint appended
+    to a refusal of a value out of range, and the `switch` of the part of a run that reads
+    it (None: its component's declarations decide, e.g. an algorithm's `Supports`)."""
 
     default: float
     help: str
     group: str = "algorithm"
     range: tuple[tuple[str, float], ...] = ()
     hint: str = ""
+    switch: Switch | None = None
 
 
 TUNABLES = Registry("tunable")
@@ -55,7 +58,7 @@ def reserve(names) -> None:
 def register_tunable(name: str, default: float, help: str = "", *, group: str = "algorithm",
                      ge: float | None = None, gt: float | None = None,
                      le: float | None = None, lt: float | None = None,
-                     hint: str = "") -> str:
+                     hint: str = "", switch: Switch | None = None) -> str:
     """Add a vmappable hyperparameter `name` (a float scalar) with its default and help.
 
     Registering the same name again replaces its declaration (a re-imported plugin).
@@ -67,6 +70,9 @@ def register_tunable(name: str, default: float, help: str = "", *, group: str = 
       group: the `--help` section (`core.fields.GROUPS`).
       ge, gt, le, lt: the allowed range; a value outside it is refused in one line.
       hint: appended to that refusal.
+      switch: for a tunable of a part of a run that a condition switches on (lognormal
+        local steps, Bernoulli availability): a `core.capabilities.Switch`; a run in which
+        it is off refuses the tunable with its reason.
 
     Returns:
       `name`, so the call can define a module constant: `TEMP = register_tunable(...)`.
@@ -96,7 +102,7 @@ def register_tunable(name: str, default: float, help: str = "", *, group: str = 
     if not in_range(float(default), bounds):
         raise ConfigError(f"register_tunable: default of '{name}' ({default}) is outside "
                           f"its range {dict(bounds)}")
-    TUNABLES[name] = Tunable(float(default), str(help), group, bounds, hint)
+    TUNABLES[name] = Tunable(float(default), str(help), group, bounds, hint, switch)
     _ORIGIN[name] = caller
     reserve([name])
     return name

@@ -28,11 +28,28 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import Switch
+from ..core.fields import register_option
 from ..core.tunables import register_tunable
 
+# the local-steps distributions (`--local-steps-dist`) and the options each one reads
+VARIED = Switch(lambda cfg, sup: cfg.local_steps_dist != "fixed",
+                "it bounds --local-steps-dist uniform|lognormal")
+EPOCHS = Switch(lambda cfg, sup: cfg.local_steps_dist == "epochs",
+                "it configures --local-steps-dist epochs")
+LOGNORMAL = Switch(lambda cfg, sup: cfg.local_steps_dist == "lognormal",
+                   "it configures --local-steps-dist lognormal")
+LOCAL_EPOCHS = register_option("local_epochs", 1.0, "--local-steps-dist epochs: local epochs E "
+                                                    "over the client's train rows (tau_k = "
+                                                    "floor(E n_k / B))", switch=EPOCHS,
+                               group="hetero", gt=0)
+LOCAL_STEPS_MIN = register_option("local_steps_min", 1, "smallest tau_k of --local-steps-dist "
+                                                        "uniform|lognormal", switch=VARIED,
+                                  group="hetero", ge=1)
 STEPS_SIGMA = register_tunable("steps_sigma", 0.5, "--local-steps-dist lognormal: sigma of "
                                                   "log tau_k (median sqrt(min x max local "
-                                                  "steps))", group="hetero", ge=0)
+                                                  "steps))", group="hetero", ge=0,
+                               switch=LOGNORMAL)
 STEP_TIME_SIGMA = register_tunable("step_time_sigma", 0.5, "simulated seconds per local step "
                                                           "~ LogNormal(0, sigma) per client "
                                                           "and round (deadline, fedbuff "

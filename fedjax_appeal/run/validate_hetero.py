@@ -23,16 +23,6 @@ def validate_hetero(opts: Options, hp: HParams) -> None:
 
 def ignored_reason(key: str, opts: Options) -> str | None:
     """Why a heterogeneity option has no effect in `opts`, or None."""
-    if key == "local_steps_min" and opts.local_steps_dist == "fixed":
-        return "it bounds --local-steps-dist uniform|lognormal"
-    if key == "local_epochs" and opts.local_steps_dist != "epochs":
-        return "it configures --local-steps-dist epochs"
-    if key == "steps_sigma" and opts.local_steps_dist != "lognormal":
-        return "it configures --local-steps-dist lognormal"
-    if key in ("avail_p", "avail_spread") and opts.availability != "bernoulli":
-        return "it configures --availability bernoulli"
-    if key in ("avail_on_off", "avail_off_on") and opts.availability != "markov":
-        return "it configures --availability markov"
     if (key == "step_time_sigma" and opts.deadline <= 0
             and key not in supports(opts.algorithm).options):
         return "it sets the simulated step times of --deadline and fedbuff"

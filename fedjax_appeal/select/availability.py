@@ -29,22 +29,28 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import Switch
 from ..core.parts import Selector
 from ..core.tunables import register_tunable
 from ..local import hetero
 
+# the availability models (`--availability`) and the tunables each one reads
+BERNOULLI = Switch(lambda cfg, sup: cfg.availability == "bernoulli",
+                   "it configures --availability bernoulli")
+MARKOV = Switch(lambda cfg, sup: cfg.availability == "markov",
+                "it configures --availability markov")
 P = register_tunable("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a "
                                      "client is available in a round", group="hetero", ge=0,
-                     le=1)
+                     le=1, switch=BERNOULLI)
 SPREAD = register_tunable("avail_spread", 0.0, "--availability bernoulli: p_k = clip(avail_p "
                                                "+ spread x U(-1, 1), 0, 1), drawn once per "
-                                               "client", group="hetero", ge=0)
+                                               "client", group="hetero", ge=0, switch=BERNOULLI)
 ON_OFF = register_tunable("avail_on_off", 0.1, "--availability markov: P(available -> "
                                                "unavailable) per round", group="hetero", ge=0,
-                          le=1)
+                          le=1, switch=MARKOV)
 OFF_ON = register_tunable("avail_off_on", 0.3, "--availability markov: P(unavailable -> "
                                                "available) per round", group="hetero", ge=0,
-                          le=1)
+                          le=1, switch=MARKOV)
 
 
 def avail_probs(root: jax.Array, num_clients: int, hp) -> jax.Array:
