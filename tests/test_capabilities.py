@@ -118,8 +118,9 @@ def test_component_options_are_refused_by_their_declarations():
 def test_switched_options_are_refused_by_their_declarations():
     """Every option a switched-on part declares (`run.validate.switched_options`: the appeal
     protocol, solo models, the imbalanced pool, label flipping, Byzantine clients, SubTrunc
-    under UnionFL, the local-steps distributions, the availability models) is refused with that part's reason in a configuration where the part is
-    off, and not by it where the part is on; each part is found both ways in a small grid."""
+    under UnionFL, the local-steps distributions, the availability models) is refused with
+    that part's reason in a configuration where the part is off, and not by it where the
+    part is on; each part is found both ways in a small grid."""
     import itertools
 
     from fedjax_appeal.run.validate import ignored_reason, switched_options
