@@ -31,7 +31,7 @@ from .capabilities import supports
 from .errors import ConfigError, UndeclaredOption
 from .fields import COMPONENT_OPTIONS, GROUPS, load_option_modules, meta, option_value
 from .registry import Registry, did_you_mean
-from .tunables import TUNABLES, Tunable, check_tunable, reserve
+from .tunables import TUNABLES, Tunable, check_tunable, in_range, reserve
 
 PRECISIONS = ("default", "fp32", "tf32", "bf16")  # RunConfig.precision (core/precision.py)
 SEED_LIMIT = 2 ** 63  # seeds are non-negative int64 values (jax.random.key)
@@ -689,11 +689,6 @@ def range_text(rng: Mapping[str, Any]) -> str:
     return f"{'<=' if hi[0] == ']' else '<'} {num(hi[1])}"
 
 
-def _in_range(v: float, rng: Mapping[str, Any]) -> bool:
-    return (v >= rng.get("ge", v) and v <= rng.get("le", v)
-            and ("gt" not in rng or v > rng["gt"]) and ("lt" not in rng or v < rng["lt"]))
-
-
 def declared_error(name: str, value: Any, meta: Mapping[str, Any], kind: str) -> str | None:
     """The one-line refusal of `value` for the declared field `name`, or None if it is
     allowed (type, declared choices, declared range; registry names are checked by the
@@ -716,7 +711,7 @@ def declared_error(name: str, value: Any, meta: Mapping[str, Any], kind: str) ->
         except ConfigError as e:
             return str(e)
     rng = meta.get("range") or {}
-    if rng and kind in ("int", "float") and not _in_range(float(value), rng):
+    if rng and kind in ("int", "float") and not in_range(float(value), rng.items()):
         return f"{flag} must be {range_text(rng)} (got {value}){hint}"
     return None
 

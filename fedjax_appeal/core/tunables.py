@@ -109,9 +109,11 @@ def register_tunable(name: str, default: float, help: str = "", *, group: str = 
 
 
 def in_range(value: float, bounds: Iterable[tuple[str, float]]) -> bool:
-    """Whether `value` satisfies every (ge|gt|le|lt, bound) pair."""
-    ops = {"ge": value.__ge__, "gt": value.__gt__, "le": value.__le__, "lt": value.__lt__}
-    return all(ops[k](v) for k, v in bounds)
+    """Whether `value` satisfies every (ge|gt|le|lt, bound) pair (a declared range, of a
+    tunable or of any configuration field)."""
+    ops = {"ge": lambda b: value >= b, "gt": lambda b: value > b,
+           "le": lambda b: value <= b, "lt": lambda b: value < b}
+    return all(ops[k](b) for k, b in bounds)
 
 
 def plugin_tunables() -> list[str]:
