@@ -11,20 +11,20 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Switched
+from ..core.capabilities import Switch
 from ..core.round import ClientUpdate
 from ..core.tunables import register_tunable
 
+# Byzantine clients: their tunables are refused without them, or for an algorithm that
+# has none
+BYZANTINE = Switch(lambda cfg, sup: cfg.byzantine_fraction > 0 and sup.byzantine,
+                   "it configures Byzantine clients (--byzantine-fraction > 0)")
 NOISE = register_tunable("byzantine_noise", 1.0, "std of the Gaussian noise Byzantine clients "
-                                                 "add to updates", group="federation")
+                                                 "add to updates", group="federation",
+                         switch=BYZANTINE)
 LOSS_SCALE = register_tunable("byzantine_loss_scale", 10.0, "factor by which Byzantine clients "
                                                             "inflate the losses they report",
-                              group="federation")
-
-# the Byzantine clients' options (refused without them, or for an algorithm that has none)
-SWITCHED = (Switched(("byzantine_noise", "byzantine_loss_scale"),
-                     lambda cfg, sup: cfg.byzantine_fraction > 0 and sup.byzantine,
-                     "it configures Byzantine clients (--byzantine-fraction > 0)"),)
+                              group="federation", switch=BYZANTINE)
 
 REPORTED_LOSSES = ("loss_before", "loss_after")
 

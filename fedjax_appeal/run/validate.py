@@ -154,14 +154,10 @@ def ignored_reason(key: str, cfg: RunConfig) -> str | None:
 def switched_options() -> list[Switched]:
     """The options of every part of a run that a condition switches on, each declared in
     its part's module (`core.capabilities.Switched`)."""
-    from ..aggregate import adversary
     from ..data import generated
-    from ..protocols.appeal import requirement
     from ..select import selectors
 
-    return [*requirement.SWITCHED, *generated.SWITCHED,
-            *selectors.SWITCHED, *adversary.SWITCHED,
-            *declared_switched()]
+    return [*generated.SWITCHED, *selectors.SWITCHED, *declared_switched()]
 
 
 def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:

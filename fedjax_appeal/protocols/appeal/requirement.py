@@ -24,18 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core.arrays import FederatedData
-from ...core.capabilities import Switch, Switched
+from ...core.capabilities import Switch
 from ...core.config import ConfigError, HParams, Options, appeal_on
 from ...core.fields import register_option
 from ...core.models import Model
 from ...core.tunables import register_tunable
 from ...local.solo import SoloStats, solo_stats
-
-SOLO_LR = register_tunable(
-    "solo_lr", 0.0, "learning rate of the solo models that set the requirements rho_k and the "
-    "preferred-model metrics ('same' or 0 = the client lr, as MaxFL D.1); fix it when "
-    "comparing or tuning algorithms, so that all of them face the same requirements",
-    group="appeal", ge=0, hint="0 = same = the client lr")
 
 SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
 # The configuration fields of the solo models (`seen_solo`, `unseen_solo`; `RunConfig.view`).
@@ -57,7 +51,11 @@ RHO_STEPS = register_option("rho_steps", 100, "local SGD steps of each client's 
                                               "(MaxFL requirement rho_k, preferred-model "
                                               "metrics)", switch=SOLO_MODELS, group="appeal",
                             ge=0)
-SWITCHED = (Switched(("solo_lr",), *SOLO_MODELS),)  # its tunable
+SOLO_LR = register_tunable(
+    "solo_lr", 0.0, "learning rate of the solo models that set the requirements rho_k and the "
+    "preferred-model metrics ('same' or 0 = the client lr, as MaxFL D.1); fix it when "
+    "comparing or tuning algorithms, so that all of them face the same requirements",
+    group="appeal", ge=0, hint="0 = same = the client lr", switch=SOLO_MODELS)
 
 
 def parse_requirement(value: str) -> None | float | np.ndarray:
