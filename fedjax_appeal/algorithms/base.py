@@ -19,6 +19,7 @@ from ..core.arrays import FederatedData
 from ..core.capabilities import SUPPORTS, Supports, supports
 from ..core.config import HParams, Options, RunConfig
 from ..core.fields import declared_for
+from ..core.memo import shared
 from ..core.models import Model
 from ..core.registry import Registry
 from ..core.round import (
@@ -86,8 +87,10 @@ class FederatedAlgorithm(NamedTuple):
     initial: InitialFn | None = None
 
 
+@shared
 def global_evaluator(model: Model) -> EvalFn:
-    """Evaluate the global model on every split (the default)."""
+    """Evaluate the global model on every split (the default); one function per model
+    (`core.memo.shared`), so that the arms of a comparison share its program."""
     def evaluate(state, data, hp):
         out = evaluate_global(model, state.params, state.model_state, data)
         tags = tag_metrics(out, data.info)  # per-group test accuracy
@@ -118,6 +121,7 @@ def options_for(name: str, cfg: RunConfig | Options) -> Options:
                      *sup.tuning, *declared_for("algorithm", name)), f"algorithm {name!r}")
 
 
+@shared
 def initial_model(model: Model) -> InitialFn:
     """initial(key) -> (params, model_state): the model `compose`'s init builds from its init
     key (the first half of `jax.random.split(key)`)."""

@@ -56,12 +56,12 @@ class ClientArrays:
         owner = np.repeat(np.arange(len(clients)), counts)
         y = np.asarray(y)[idx]
         y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y.astype(np.float32)
-        return cls(
-            x=jnp.asarray(x[idx]),
-            y=jnp.asarray(y),
-            offset=jnp.asarray(offset.astype(np.int32)),
-            count=jnp.asarray(counts.astype(np.int32)),
-            owner=jnp.asarray(owner.astype(np.int32)),
+        return cls(  # transfers (`on_device`), no program compiled per shape
+            x=jax.device_put(x[idx]),
+            y=jax.device_put(y),
+            offset=jax.device_put(offset.astype(np.int32)),
+            count=jax.device_put(counts.astype(np.int32)),
+            owner=jax.device_put(owner.astype(np.int32)),
             max_count=int(counts.max()),
         )
 
@@ -69,6 +69,12 @@ class ClientArrays:
         """(x, y) of client k as numpy arrays (host side; for tests and references)."""
         o, c = int(self.offset[k]), int(self.count[k])
         return np.asarray(self.x[o:o + c]), np.asarray(self.y[o:o + c])
+
+
+def on_device(values: dict) -> dict:
+    """Host values (numpy arrays, lists) as device arrays, each a plain transfer:
+    `jnp.asarray` of a numpy array compiles a small program per shape, `device_put` none."""
+    return {k: jax.device_put(np.asarray(v)) for k, v in values.items()}
 
 
 def sample_batch(arrays: ClientArrays, k: jax.Array, key: jax.Array,

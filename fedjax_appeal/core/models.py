@@ -241,12 +241,18 @@ def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto",
     return model
 
 
+def abstract_key() -> jax.ShapeDtypeStruct:
+    """The shape and dtype of a PRNG key, for `jax.eval_shape` (making a real key compiles
+    two small programs)."""
+    return jax.eval_shape(jax.random.key, 0)
+
+
 def check_fits(model: Model, num_classes: int) -> None:
     """Trace (no compute) the model on one input of the data's shape; a model that cannot
     take it, or whose output is not one score per class, is a `ConfigError` naming both."""
     flag = f"--model {model.name}" if model.name else "the model"
     try:
-        params, state = jax.eval_shape(model.init, jax.random.key(0))
+        params, state = jax.eval_shape(model.init, abstract_key())
         out = jax.eval_shape(lambda p, s: model.apply(p, s, jnp.zeros(
             (1, *model.input_shape), model.input_dtype), train=False)[0], params, state)
     except Exception as e:  # noqa: BLE001 - flax/lax raise many kinds for a shape mismatch

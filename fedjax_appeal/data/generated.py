@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from ..core.arrays import ClientArrays, FederatedData
+from ..core.arrays import ClientArrays, FederatedData, on_device
 from ..core.capabilities import Switch, Switched
 from ..core.config import ConfigError, Options, data_seed
 from ..core.fields import register_option
@@ -35,7 +35,6 @@ DIGIT_DOMAINS = ("mnist", "usps", "mnistm")
 def _federated(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
                test: list[np.ndarray], num_seen: int, info: dict, uinfo: dict,
                global_test: np.ndarray | None = None) -> FederatedData:
-    import jax.numpy as jnp
 
     fd = dict(train=ClientArrays.from_indices(ds.x, labels, train[:num_seen]),
               test=ClientArrays.from_indices(ds.x, labels, test[:num_seen]))
@@ -44,8 +43,7 @@ def _federated(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
                   unseen_test=ClientArrays.from_indices(ds.x, labels, test[num_seen:]))
     if global_test is not None and len(global_test):  # clean labels
         fd["global_test"] = ClientArrays.from_indices(ds.x, ds.y, [global_test])
-    tags = lambda d: {k: jnp.asarray(v) for k, v in d.items()}
-    return FederatedData(**fd, info=tags(info), unseen_info=tags(uinfo),
+    return FederatedData(**fd, info=on_device(info), unseen_info=on_device(uinfo),
                          num_classes=ds.num_classes, name=ds.name)
 
 

@@ -3,10 +3,9 @@ heterogeneous clients, split every client into train and test `ClientArrays`."""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 
-from ..core.arrays import ClientArrays, FederatedData
+from ..core.arrays import ClientArrays, FederatedData, on_device
 from ..core.config import DATASETS, PARTITIONS, ConfigError, Options, data_seed
 from ..core.fields import declared_for, register_option
 from . import heterogeneity, partition, sources
@@ -137,8 +136,8 @@ def build_federated(ds: Dataset, seen: list[np.ndarray], unseen: list[np.ndarray
         utr, ute = partition.train_test_split(unseen, train_fraction, rng)
         fd.update(unseen_train=ClientArrays.from_indices(ds.x, y, utr),
                   unseen_test=ClientArrays.from_indices(ds.x, y, ute))
-    tags = lambda d: {k: jnp.asarray(v) for k, v in (d or {}).items()}
-    return FederatedData(**fd, info=tags(info), unseen_info=tags(unseen_info),
+    return FederatedData(**fd, info=on_device(info or {}),
+                         unseen_info=on_device(unseen_info or {}),
                          num_classes=ds.num_classes, name=ds.name)
 
 

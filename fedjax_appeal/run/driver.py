@@ -31,14 +31,46 @@ import numpy as np
 from ..algorithms.base import FederatedAlgorithm
 from ..core.arrays import FederatedData
 from ..core.config import HParams
+from ..core.memo import shared
 from ..evaluate.metrics import summarize
 from ..execute.distributed import fetch
 from .loop import Hooks, run_loop, stop_points
 
 
+def init_key(root: jax.Array) -> jax.Array:
+    """The key a run's init programs draw from: `fold_in(root, 0)`."""
+    return jax.random.fold_in(root, 0)
+
+
+def train_key(root: jax.Array) -> jax.Array:
+    """The key a run's rounds draw from: `fold_in(root, 1)` (round r: `fold_in` of it)."""
+    return jax.random.fold_in(root, 1)
+
+
 def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(init key, training key) of a run's root key."""
-    return jax.random.fold_in(key, 0), jax.random.fold_in(key, 1)
+    return init_key(key), train_key(key)
+
+
+# seeds [P] -> root keys [P], one small program per number of runs (deriving them op by op
+# compiles a program per op and shape)
+root_keys = jax.jit(jax.vmap(jax.random.key))
+
+
+@shared
+def from_root(fn: Callable) -> Callable:
+    """`fn(key, *rest)` as a function of the run's root key: `fn(init_key(root), *rest)`.
+
+    The driver's programs take the root key and derive their own key inside (integer
+    arithmetic, the same bits as deriving it outside), so that no program is compiled
+    for the keys alone. One wrapper per function (when it is hashable), so that drivers of
+    the same algorithm reuse its traced program.
+    """
+    @functools.wraps(fn)
+    def rooted(root, *rest):
+        return fn(init_key(root), *rest)
+
+    return rooted
 
 
 def params_finite(params) -> jax.Array:
@@ -62,11 +94,22 @@ def make_chunk(alg: FederatedAlgorithm) -> Callable:
     return chunk
 
 
+def rooted_chunk(alg: FederatedAlgorithm) -> Callable:
+    """`make_chunk(alg)` as a function of the run's root key: chunk(state, data, root, hp,
+    rounds[L]) trains with `train_key(root)`."""
+    chunk = make_chunk(alg)
+
+    def rooted(state, data, root, hp, rounds):
+        return chunk(state, data, train_key(root), hp, rounds)
+
+    return rooted
+
+
 @functools.lru_cache(maxsize=32)
 def _chunk_of(alg: FederatedAlgorithm) -> Callable:
-    """`make_chunk(alg)`, one function per algorithm, so that runs of the same algorithm
+    """`rooted_chunk(alg)`, one function per algorithm, so that runs of the same algorithm
     reuse its traced program."""
-    return make_chunk(alg)
+    return rooted_chunk(alg)
 
 
 def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
@@ -92,12 +135,21 @@ def eval_rounds(total: int, every: int) -> list[int]:
     return pts + [total] if total > 0 else []
 
 
+@shared
 def _initial_of(initial):
-    """pre_init's output for an algorithm without one: its initial model only."""
-    def pre(key):
-        return {"initial": initial(key)}
+    """pre_init's output for an algorithm without one: its initial model only, as a
+    function of the run's root key."""
+    def pre(root):
+        return {"initial": initial(init_key(root))}
 
     return pre
+
+
+@shared
+def _vmap_of(fn, in_axes):
+    """`jax.vmap(fn, in_axes)`, one per function: batches of the same shapes (the arms of a
+    comparison, when they share a function) reuse its traced program."""
+    return jax.vmap(fn, in_axes=in_axes)
 
 
 def _block(tree):
@@ -110,7 +162,8 @@ class Driver:
 
     Args:
       alg, data: the algorithm and the federated data.
-      hp: hyperparameters as arrays (stacked [P] with `runs=P`).
+      hp: hyperparameters as arrays, on the device or the host (stacked [P] with
+        `runs=P`).
       keys: the root key `jax.random.key(seed)` of the run, or [P] keys with `runs=P`.
       runs: None for one run without a runs axis, or P.
       lanes: with `runs`, runs side by side in one vmap (0 = all P).
@@ -149,8 +202,9 @@ class Driver:
         self.start = 0  # the round the current `run` started from
         self.histories: list[list[dict]] = [[] for _ in range(runs or 1)]
         self.per_round: list[dict[str, np.ndarray]] = []
+        if mesh is None:  # host values (a sweep's stacked hyperparameters): transferred
+            hp = jax.device_put(hp)
         if runs is None:
-            self.k_init, self.k_train = split_key(keys)
             self._out = {}
             if mesh is not None:
                 from ..execute.distributed import replicate
@@ -158,7 +212,6 @@ class Driver:
                 data, hp = replicate((data, hp), mesh)
             self._chunk = _chunk_of(alg)
         else:
-            self.k_init, self.k_train = jax.vmap(split_key)(keys)
             self._out = {}  # every output has the runs axis first: keep it sharded
             if mesh is not None:
                 from jax.sharding import NamedSharding, PartitionSpec
@@ -166,11 +219,11 @@ class Driver:
                 from ..execute.distributed import AXIS, replicate, shard_leading
 
                 data = replicate(data, mesh)
-                hp, self.k_init, self.k_train = shard_leading((hp, self.k_init, self.k_train),
-                                                              mesh)
+                hp, keys = shard_leading((hp, keys), mesh)
                 self._out = {"out_shardings": NamedSharding(mesh, PartitionSpec(AXIS))}
-            self._chunk = combine_lanes(make_chunk(alg), lanes, runs, mesh)
+            self._chunk = combine_lanes(rooted_chunk(alg), lanes, runs, mesh)
         self.data, self.hp = data, hp
+        self.keys = keys  # root keys: every program derives its own (`init_key`, `train_key`)
 
     def _scope(self):
         """The context programs are traced in: one run with a mesh traces under it
@@ -193,7 +246,7 @@ class Driver:
         return self.programs.compiled(f"{role} {self.layout}", args, lower)
 
     def _vmapped(self, fn, in_axes):
-        return fn if self.runs is None else jax.vmap(fn, in_axes=in_axes)
+        return fn if self.runs is None else _vmap_of(fn, in_axes)
 
     def _init_program(self, role: str, fn, in_axes, args: tuple):
         if role not in self.compiled:
@@ -207,16 +260,17 @@ class Driver:
         algorithm runs first as a program of its own, whose compiled form the arms of a
         comparison (and runs of one model) share: an algorithm's `pre_init` (the solo
         models), else its `initial` model."""
-        args = (self.k_init, self.data, self.hp)
+        args = (self.keys, self.data, self.hp)
         if self.alg.pre_init is not None:
-            pre = self._init_program("pre_init", self.alg.pre_init, (0, None, 0), args)
+            pre = self._init_program("pre_init", from_root(self.alg.pre_init), (0, None, 0),
+                                     args)
             pre_args = args
         elif self.alg.initial is not None:
             pre = self._init_program("initial", _initial_of(self.alg.initial), (0,),
                                      args[:1])
             pre_args = args[:1]
         else:
-            init = self._init_program("init", self.alg.init, (0, None, 0), args)
+            init = self._init_program("init", from_root(self.alg.init), (0, None, 0), args)
             t = time.perf_counter()
             state = _block(init(*args))
             self.init_s += time.perf_counter() - t  # what init trains (features)
@@ -224,7 +278,7 @@ class Driver:
         t = time.perf_counter()
         args = (*args, _block(pre(*pre_args)))
         self.init_s += time.perf_counter() - t
-        init = self._init_program("init", self.alg.init, (0, None, 0, 0), args)
+        init = self._init_program("init", from_root(self.alg.init), (0, None, 0, 0), args)
         t = time.perf_counter()
         state = _block(init(*args))
         self.init_s += time.perf_counter() - t  # what init trains (solo models, features)
@@ -268,12 +322,12 @@ class Driver:
     def advance(self, state, r: int, stop: int):
         """(state after round `stop`, host per-round metrics of rounds r+1 .. stop)."""
         length = stop - r
-        rarr = jnp.arange(r, stop, dtype=jnp.int32)
+        rarr = jax.device_put(np.arange(r, stop, dtype=np.int32))  # a transfer, no program
         ck = ("chunk", length)
         if ck not in self.compiled:
             t0 = time.perf_counter()
             self.compiled[ck] = self._compile(f"chunk {length}", self._chunk,
-                                              (state, self.data, self.k_train, self.hp, rarr))
+                                              (state, self.data, self.keys, self.hp, rarr))
             self.timing["compile_s"] += time.perf_counter() - t0
             if self.before_training is not None:
                 values = sum(int(np.prod(a.shape)) for a in
@@ -281,7 +335,7 @@ class Driver:
                 self.before_training(state, values)
                 self.before_training = None
         t0 = time.perf_counter()
-        new_state, metrics = self.compiled[ck](state, self.data, self.k_train, self.hp, rarr)
+        new_state, metrics = self.compiled[ck](state, self.data, self.keys, self.hp, rarr)
         _block(new_state)
         took = time.perf_counter() - t0
         self.train_s += took

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ..core.arrays import FederatedData
@@ -53,12 +52,13 @@ from ..core.config import (
     field_names,
 )
 from ..core.memory import memory_budget
+from ..core.models import abstract_key
 from ..core.tunables import plugin_tunables
 from ..data import Dataset, load_federated
 from ..evaluate.metrics import summarize
 from .assemble import assemble, program_context
 from .compare import lower_is_better
-from .driver import Driver, eval_rounds
+from .driver import Driver, eval_rounds, root_keys
 from .records import sample_std
 from .validate import validate
 
@@ -177,8 +177,10 @@ def parse_grid_arg(text: str) -> tuple[str, list[str]]:
 
 
 def _stack(hps: list[HParams]) -> HParams:
+    """The runs' hyperparameters stacked [P] on the host (numpy: stacking on the device
+    compiles a program per number of runs; the driver places them, sharded or not)."""
     arrs = [h.as_arrays() for h in hps]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *arrs)
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *arrs)
 
 
 def combo_bytes(n_params: int, cfg: RunConfig, data: FederatedData) -> int:
@@ -248,7 +250,7 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
     """
     p = int(seeds.shape[0])
     one = p == 1
-    keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
+    keys = root_keys(jax.device_put(np.asarray(seeds, np.uint32)))
     if one:  # no runs axis: the program of a single run
         hps, keys = jax.tree.map(lambda a: a[0], (hps, keys))
     drv = Driver(alg, data, hps, keys, runs=None if one else p, lanes=lanes, mesh=mesh,
@@ -322,7 +324,7 @@ def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
     `alg.evaluate` returns (`jax.eval_shape`: nothing is computed).
     """
     hp = hp.as_arrays()
-    state = jax.eval_shape(alg.init, jax.random.key(0), data, hp)
+    state = jax.eval_shape(alg.init, abstract_key(), data, hp)
     shapes = jax.eval_shape(alg.evaluate, state, data, hp)
     zeros = jax.tree.map(lambda a: np.ones(a.shape, a.dtype), shapes)
     with np.errstate(all="ignore"):
@@ -482,7 +484,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                 f"x {len(statics)} static group(s) = {n_runs} runs, {cfg.rounds} rounds each")
         combos = [(pi, s) for pi in range(len(points)) for s in seeds]
         n_params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(
-            jax.eval_shape(model.init, jax.random.key(0))[0]))
+            jax.eval_shape(model.init, abstract_key())[0]))
         par = max_parallel or auto_parallel(n_params, cfg_g, gdata)
         par = min(par, len(combos))
         par = -(-par // n_dev) * n_dev  # whole rows per device

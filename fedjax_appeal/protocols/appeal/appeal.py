@@ -56,6 +56,7 @@ from ...algorithms.base import FederatedAlgorithm
 from ...core.arrays import FederatedData
 from ...core.config import HParams, Options, fields_in
 from ...core.fields import register_option
+from ...core.memo import shared
 from ...core.models import Model
 from ...core.round import ServerState
 from ...evaluate.evaluation import evaluate_split
@@ -212,6 +213,19 @@ def per_cluster(cluster: np.ndarray, values: dict[str, np.ndarray]) -> dict[str,
     return out
 
 
+@shared
+def appeal_evaluator(evaluate, opts: Options):
+    """`evaluate` with the appeal metrics added; one function per evaluator and options
+    (`core.memo.shared`), so that arms evaluated alike share the program."""
+    def appealed(state, data, hp):
+        ev = evaluate(state, data, hp)
+        extra = appeal_metrics(opts, state.extra["appeal"], ev)
+        return {**ev, "metrics": {**ev.get("metrics", {}), **extra}}
+
+    appealed.__name__ = "evaluate"
+    return appealed
+
+
 def with_appeal(alg: FederatedAlgorithm, model: Model, opts: Options) -> FederatedAlgorithm:
     """`alg` with solo models, appeal metrics and (optionally) appeal-based opt-out.
 
@@ -242,12 +256,8 @@ def with_appeal(alg: FederatedAlgorithm, model: Model, opts: Options) -> Federat
             metrics = {**metrics, "appealed": jnp.sum(appealed).astype(jnp.int32)}
         return new, metrics
 
-    def evaluate(state, data, hp):
-        ev = alg.evaluate(state, data, hp)
-        extra = appeal_metrics(opts, state.extra["appeal"], ev)
-        return {**ev, "metrics": {**ev.get("metrics", {}), **extra}}
-
-    return FederatedAlgorithm(alg.name, init, round_fn, evaluate, pre_init=pre_init,
+    return FederatedAlgorithm(alg.name, init, round_fn, appeal_evaluator(alg.evaluate, opts),
+                              pre_init=pre_init,
                               initial=alg.initial)
 
 

@@ -27,6 +27,7 @@ from ...core.arrays import FederatedData
 from ...core.capabilities import Switch
 from ...core.config import ConfigError, HParams, Options, appeal_on
 from ...core.fields import register_option
+from ...core.memo import shared
 from ...core.models import Model
 from ...core.tunables import register_tunable
 from ...local.solo import SoloStats, solo_stats
@@ -111,6 +112,7 @@ def unseen_solo(model: Model, opts: Options, params, mstate, data: FederatedData
                       batch_size=opts.batch_size)
 
 
+@shared
 def solo_models(model: Model, opts: Options, initial, unseen: bool):
     """pre_init(key, data, hp) -> {"initial": (params, model_state), "solo_seen": SoloStats[,
     "solo_unseen": SoloStats]}: the initial model `initial(key)` and the solo models trained
