@@ -24,7 +24,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from .capabilities import supports
@@ -136,9 +138,16 @@ class HParams:
         load_option_modules()
         extra = {k: t.default for k, t in TUNABLES.items()}
         extra.update(self.extra)
-        return HParams(**{
-            name: jnp.asarray(getattr(self, name), jnp.float32) for name in _HP_OWN
-        }, extra={k: jnp.asarray(extra[k], jnp.float32) for k in sorted(extra)})
+        return HParams(**{name: _f32(getattr(self, name)) for name in _HP_OWN},
+                       extra={k: _f32(extra[k]) for k in sorted(extra)})
+
+
+def _f32(v) -> jax.Array:
+    """A float32 array of `v`: host numbers are transferred (`jnp.asarray` of a number
+    compiles a small program), JAX arrays and tracers converted."""
+    if isinstance(v, jax.Array):
+        return jnp.asarray(v, jnp.float32)
+    return jax.device_put(np.asarray(v, np.float32))
 
 
 def _known_tunable(name: str) -> None:
