@@ -169,3 +169,31 @@ def test_a_switched_option_is_refused_while_its_part_is_off(tmp_path, capsys):
         assert ignored_reason("rho_steps", base.replace(appeal="on")) is None
     finally:
         COMPONENT_OPTIONS.pop(name)
+
+
+
+def test_the_local_sgd_unroll_is_declared_with_fedavg_and_read_by_plugins_built_on_it():
+    """`local_unroll` is declared beside FedAvg's local SGD for the built-in algorithms
+    built on it (exactly those whose `Supports.tuning` lists it); a plugin algorithm that
+    lists it in its own `Supports.tuning` takes it, one that does not refuses it."""
+    import dataclasses
+
+    from fedjax_appeal.algorithms.base import ALGORITHMS
+    from fedjax_appeal.algorithms.fedavg import SGD_LOCAL_ALGORITHMS, fedavg
+    from fedjax_appeal.core.capabilities import SUPPORTS, Supports, owners
+    from fedjax_appeal.extend import register
+
+    assert "local_unroll" in COMPONENT_OPTIONS
+    assert "local_unroll" not in {f.name for f in dataclasses.fields(RunConfig)}
+    assert owners("local_unroll") == sorted(SGD_LOCAL_ALGORITHMS)
+    assert "local_unroll" in declared_for("algorithm", "maxfl")
+    assert ignored_reason("local_unroll", RunConfig(algorithm="scaffold")) == (
+        "it configures --algorithm " + " or ".join(sorted(SGD_LOCAL_ALGORITHMS)))
+    for tuning, refused in (((), True), (("local_unroll",), False)):
+        register("test-sgd", Supports(tuning=tuning))(fedavg)
+        try:
+            reason = ignored_reason("local_unroll", RunConfig(algorithm="test-sgd"))
+            assert (reason is not None) is refused, reason
+        finally:
+            del SUPPORTS["test-sgd"]
+            del ALGORITHMS["test-sgd"]

@@ -14,6 +14,7 @@ from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
 from ..core.capabilities import Supports
 from ..core.config import Options
+from ..core.fields import register_option
 from ..core.models import Model
 from ..core.tunables import register_tunable
 from ..local import hetero
@@ -23,9 +24,16 @@ from .base import compose, register
 PROX_MU = register_tunable("prox_mu", 0.01, "FedProx proximal coefficient mu", ge=0)
 
 # What `sgd_local` reads beside the shared options (how it runs, not what it computes): an
-# algorithm built on it lists these in its `Supports.tuning`, so that `--local-unroll` is
-# refused for the others.
+# algorithm built on it (a plugin's too) lists these in its `Supports.tuning`, so that
+# `--local-unroll` is refused for the others.
 SGD_LOCAL_OPTIONS = ("local_unroll",)
+# the built-in algorithms built on `sgd_local` (their `Supports.tuning` lists
+# SGD_LOCAL_OPTIONS)
+SGD_LOCAL_ALGORITHMS = ("afl", "fedavg", "fednova", "fedprox", "incfl", "maxfl", "mwfed", "qffl")
+LOCAL_UNROLL = register_option(
+    "local_unroll", 1, "unroll factor of the local-steps scan of the algorithms built on "
+    "FedAvg's local SGD (0 = every step)", kind="algorithm", names=SGD_LOCAL_ALGORITHMS,
+    group="federation", ge=0)
 
 
 def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):

@@ -40,8 +40,10 @@ class Supports:
       (never refused); with `options` and the fields every algorithm reads
       (`algorithms.base.SHARED_OPTIONS`) they make up the options its builder receives.
     tuning: configuration fields of its own that change how it runs, not what it computes
-      (e.g. `local_unroll`, the unroll factor of the shared local SGD's scan); refused for
-      the algorithms that do not list them, like `options`.
+      (e.g. `local_unroll`, the unroll factor of FedAvg's local SGD scan, declared in
+      `algorithms/fedavg.py`); refused for the algorithms that do not list them, like
+      `options`. A plugin built on a shared part lists that part's options here to take
+      them.
     notes: (capability, why) pairs: the reason given when a capability is missing.
     """
 

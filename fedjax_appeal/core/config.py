@@ -269,8 +269,6 @@ class RunConfig:
                           "model use --rounds 1")
     local_steps: int = _f(50, "local SGD steps per round (tau)", group="federation", ge=1)
     batch_size: int = _f(64, "local minibatch size", group="federation", ge=1)
-    local_unroll: int = _f(1, "unroll factor of FedAvg/FedProx's local-steps scan (0 = every "
-                              "step)", group="federation", ge=0)
     conv_impl: str = _f("auto", "how convolutional models convolve (core/conv.py): xla "
                                 "(lax.conv), patches (im2col slices + matmul), patches_cf "
                                 "(the same, channels-first), winograd (3x3 stride-1 layers by "

@@ -17,7 +17,7 @@ import importlib
 import sys
 from typing import Any
 
-from .capabilities import Switch, Switched
+from .capabilities import Switch, Switched, supports
 from .errors import ConfigError
 from .groups import GROUPS
 from .tunables import RESERVED, TUNABLES, reserve
@@ -141,13 +141,19 @@ def declared_switched() -> list[Switched]:
 def owner_reason(option: str, built: Any) -> str | None:
     """"it configures --KIND NAME" when `option` is a declared component option and
     `built(kind)` (the name of the component of that kind that a run builds) is none of
-    the components that read it; else None."""
+    the components that read it; else None. An algorithm whose `Supports` lists the
+    option among its own (`options`, `tuning`: a plugin built on a shared part) reads it
+    too."""
     f = COMPONENT_OPTIONS.get(option)
     if f is None or f.metadata["owner"] is None:
         return None
     kind, names = f.metadata["owner"]
     if built(kind) in names:
         return None
+    if kind == "algorithm":
+        sup = supports(built(kind))
+        if option in (*sup.options, *sup.tuning):
+            return None
     return f"it configures --{kind.replace('_', '-')} {' or '.join(names)}"
 
 
