@@ -399,3 +399,16 @@ CLI_TINY = ["--dataset", "synthetic", "--clients", "8", "--unseen-clients", "0",
 def test_cli_refuses_bad_heterogeneity_options(tmp_path, capsys, extra, msg):
     out = tmp_path / "r"
     assert_refused(["run", *CLI_TINY, *extra, "--out", str(out)], out, capsys, msg)
+
+
+def test_step_time_sigma_is_taken_where_step_times_are_simulated():
+    """`--step-time-sigma` sets the step times that `--deadline` reads for any synchronous
+    algorithm and that fedbuff reads for its durations; elsewhere it is refused."""
+    from fedjax_appeal.core.config import RunConfig
+    from fedjax_appeal.run.validate import ignored_reason
+
+    for cfg, refused in ((RunConfig(), True), (RunConfig(deadline=2.0), False),
+                         (RunConfig(algorithm="fedprox", deadline=2.0), False),
+                         (RunConfig(algorithm="fedbuff"), False)):
+        reason = ignored_reason("step_time_sigma", cfg)
+        assert (reason is not None) is refused, (cfg.algorithm, cfg.deadline, reason)

@@ -194,7 +194,7 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
 
 FEDBUFF_SUPPORTS = Supports(
     aggregation=False, selector=False, uplink=False, byzantine=False, availability=False,
-    layouts=False, options=("concurrency", "staleness_power", "step_time_sigma"),
+    layouts=False, options=("concurrency", "staleness_power"), reads=("step_time_sigma",),
     notes=(("aggregation", "fedbuff weighs each update by its staleness"),
            ("selector", "fedbuff dispatches a uniform client whenever one finishes"),
            ("availability", "fedbuff runs in simulated time without rounds"),

@@ -50,10 +50,15 @@ STEPS_SIGMA = register_tunable("steps_sigma", 0.5, "--local-steps-dist lognormal
                                                   "log tau_k (median sqrt(min x max local "
                                                   "steps))", group="hetero", ge=0,
                                switch=LOGNORMAL)
+# the simulated step times are read by the deadline and by algorithms that simulate
+# durations themselves (they list `step_time_sigma` in their `Supports.reads`: fedbuff)
+TIMED = Switch(lambda cfg, sup: cfg.deadline > 0 or "step_time_sigma" in sup.reads,
+               "it sets the simulated step times of --deadline and fedbuff")
 STEP_TIME_SIGMA = register_tunable("step_time_sigma", 0.5, "simulated seconds per local step "
                                                           "~ LogNormal(0, sigma) per client "
                                                           "and round (deadline, fedbuff "
-                                                          "durations)", group="hetero", ge=0)
+                                                          "durations)", group="hetero", ge=0,
+                                   switch=TIMED)
 
 STEPS, TIME, AVAIL, AVAIL_P = 1, 2, 3, 4  # independent streams of the heterogeneity key
 

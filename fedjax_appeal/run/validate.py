@@ -25,7 +25,6 @@ from ..core.models import MODELS
 from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
 from . import validate_hetero as hetero_checks
-from .validate_hetero import ignored_reason as hetero_ignored
 from .validate_hetero import validate_hetero
 
 
@@ -148,7 +147,7 @@ def ignored_reason(key: str, cfg: RunConfig) -> str | None:
         return sup.why("aggregation", f"{cfg.algorithm} computes its own aggregation weights")
     if owners(key) and key not in (*sup.options, *sup.tuning):  # another algorithm's own
         return f"it configures --algorithm {' or '.join(owners(key))}"
-    return owned_reason(key, cfg) or _hparam_ignored(key, cfg) or _uplink_ignored(key, cfg)
+    return owned_reason(key, cfg) or _hparam_ignored(key, cfg)
 
 
 def switched_options() -> list[Switched]:
@@ -191,13 +190,6 @@ def _hparam_ignored(key: str, cfg: RunConfig) -> str | None:
         users = [n for n, names in reads.items() if key in names]
         return f"it configures --server-opt {' or '.join(users)}"
     return None
-
-
-def _uplink_ignored(key: str, cfg: RunConfig) -> str | None:
-    """Heterogeneity options that the combination `cfg` ignores (DP's and compression's
-    are their components' own, `owned_reason`)."""
-    return hetero_ignored(key, cfg.view(hetero_checks.IGNORED_OPTIONS,
-                                        "the heterogeneity checks"))
 
 
 def used_hparams(cfg: RunConfig) -> list[str]:

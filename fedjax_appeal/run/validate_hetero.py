@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from ..core.capabilities import supports
 from ..core.config import ConfigError, HParams, Options
 
-# The configuration fields of `validate_hetero` and `ignored_reason` (`RunConfig.view`).
+# The configuration fields of `validate_hetero` (`RunConfig.view`). Which heterogeneity
+# options a run ignores follows from their declarations (`register_option` /
+# `register_tunable(..., switch=...)` in `local/hetero.py`, `select/availability.py`).
 CHECK_OPTIONS = ("local_steps_min", "local_steps", "concurrency", "clients")
-IGNORED_OPTIONS = ("local_steps_dist", "availability", "deadline", "algorithm")
 
 
 def validate_hetero(opts: Options, hp: HParams) -> None:
@@ -19,11 +19,3 @@ def validate_hetero(opts: Options, hp: HParams) -> None:
     if opts.concurrency < 0 or opts.concurrency > opts.clients:
         raise ConfigError(f"--concurrency {opts.concurrency} must lie between 0 (= 2 x cohort) "
                           f"and --clients {opts.clients}")
-
-
-def ignored_reason(key: str, opts: Options) -> str | None:
-    """Why a heterogeneity option has no effect in `opts`, or None."""
-    if (key == "step_time_sigma" and opts.deadline <= 0
-            and key not in supports(opts.algorithm).options):
-        return "it sets the simulated step times of --deadline and fedbuff"
-    return None
