@@ -51,10 +51,10 @@ from .algorithms import ALGORITHMS, build
 from .algorithms.base import SHARED_OPTIONS, compose, options_for, register
 from .algorithms.fedavg import sgd_local
 from .core.arrays import ClientArrays, FederatedData
-from .core.capabilities import Supports
+from .core.capabilities import Supports, Switch
 from .core.config import DATASETS, PARTITIONS, HParams, Options, RunConfig
 from .core.errors import UndeclaredOption
-from .core.fields import COMPONENT_OPTIONS, register_option
+from .core.fields import COMPONENT_OPTIONS, register_option, register_switched
 from .core.models import MODELS, Model, Normalize, model_for
 from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
 from .core.tunables import TUNABLES, Tunable, register_tunable
@@ -70,10 +70,11 @@ __all__ = ["AGGREGATIONS", "ALGORITHMS", "APPEAL_DEFS", "COMPONENT_OPTIONS", "DA
            "PARTITIONS",
            "SELECTORS", "SERVER_OPTS", "SHARED_OPTIONS", "TUNABLES", "ClientArrays",
            "ClientUpdate", "Dataset", "FederatedData", "HParams", "Model", "Normalize",
-           "Options", "RunConfig", "Selector", "ServerState", "Supports", "Trained", "Tunable",
+           "Options", "RunConfig", "Selector", "ServerState", "Supports", "Switch", "Trained",
+           "Tunable",
            "UndeclaredOption", "WeightRule", "build", "client_loss", "compose", "local_sgd",
            "masked_softmax", "model_for", "options_for", "per_cluster", "poisson_buffer",
            "proportional", "proximal", "register", "register_dataset", "register_option",
-           "register_partition",
+           "register_partition", "register_switched",
            "register_tunable", "sgd_local", "uniform_cohort", "uniform_weights",
            "weighted_cohort"]

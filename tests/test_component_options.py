@@ -197,3 +197,31 @@ def test_the_local_sgd_unroll_is_declared_with_fedavg_and_read_by_plugins_built_
         finally:
             del SUPPORTS["test-sgd"]
             del ALGORITHMS["test-sgd"]
+
+
+def test_a_part_declares_the_options_of_another_component_it_overrides(plugin):
+    """`register_switched`: the built-in overrides (the imbalanced pool over the Dirichlet
+    alpha, UnionFL on DivFL over SubTrunc's options) and a plugin's own are refused with the
+    declared reason while the switch is off, and a bad declaration is refused."""
+    from fedjax_appeal.core.fields import OVERRIDDEN
+    from fedjax_appeal.extend import Switch, register_switched
+    from fedjax_appeal.run.validate import switched_options
+
+    assert ignored_reason("alpha", RunConfig(imbalance_ratios="1.0")).startswith(
+        "it is the Dirichlet concentration")
+    assert ignored_reason("alpha", RunConfig()) is None
+    assert "subtrunc" in ignored_reason("subtrunc_b", RunConfig(selector="unionfl",
+                                                                union_base="divfl"))
+    assert ignored_reason("subtrunc_b", RunConfig(selector="unionfl",
+                                                  union_base="subtrunc")) is None
+    names = register_switched(("test_order",), Switch(
+        lambda cfg, sup: cfg.cohort > 2, "the rotation's order needs a cohort above 2"))
+    try:
+        assert names in {sw.options for sw in switched_options()}
+        assert ignored_reason("test_order", CFG.replace(cohort=2)) == (
+            "the rotation's order needs a cohort above 2")
+        assert ignored_reason("test_order", CFG) is None
+    finally:
+        del OVERRIDDEN[names]
+    with pytest.raises(ConfigError, match="tuple of option names"):
+        register_switched("alpha", Switch(lambda cfg, sup: True, "x"))

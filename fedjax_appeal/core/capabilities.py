@@ -98,8 +98,9 @@ class Switch(NamedTuple):
 
 class Switched(NamedTuple):
     """Options that only a part of a run reads which a condition switches on (the appeal
-    protocol, label flipping, Byzantine clients, ...), declared in that part's module as
-    one of its `SWITCHED` and refused in one line, with `reason`, by
+    protocol, label flipping, Byzantine clients, ...), declared in that part's module
+    (`core.fields.register_option(..., switch=...)`, `register_tunable(..., switch=...)`,
+    `register_switched`) and refused in one line, with `reason`, by
     `run.validate.ignored_reason` for a run in which `active(cfg, supports)` is false
     (`supports`: the capability flags of the run's algorithm)."""
 

@@ -129,11 +129,33 @@ def declared_for(kind: str, name: str | None = None) -> tuple[str, ...]:
                  and (name is None or name in f.metadata["owner"][1]))
 
 
+# options of one component that another part, when on, overrides (`register_switched`)
+OVERRIDDEN: dict[tuple[str, ...], Switched] = {}
+
+
+def register_switched(options: tuple[str, ...], switch: Switch) -> tuple[str, ...]:
+    """Declare, in the module of a part, that the options of another component apply only
+    while `switch` is active: the part replaces what they configure (the imbalanced pool
+    replaces the Dirichlet partition's `alpha`; UnionFL on a DivFL base ignores SubTrunc's
+    options). A run in which the switch is off refuses them with its reason, as it refuses
+    a switched part's own options. Declaring the same options again replaces the
+    declaration.
+
+    Returns:
+      `options`.
+    """
+    if isinstance(options, str) or not options:
+        raise ConfigError("register_switched: give a tuple of option names")
+    OVERRIDDEN[tuple(options)] = Switched(tuple(options), *switch)
+    return tuple(options)
+
+
 def declared_switched() -> list[Switched]:
     """The declared options and tunables of switched parts (`register_option(...,
-    switch=...)`, `register_tunable(..., switch=...)`), each with the condition and the
-    reason of its part."""
-    return [*(Switched((n,), *f.metadata["switch"]) for n, f in COMPONENT_OPTIONS.items()
+    switch=...)`, `register_tunable(..., switch=...)`, `register_switched`), each with the
+    condition and the reason of its part."""
+    return [*OVERRIDDEN.values(),
+            *(Switched((n,), *f.metadata["switch"]) for n, f in COMPONENT_OPTIONS.items()
               if f.metadata["switch"] is not None),
             *(Switched((n,), *t.switch) for n, t in TUNABLES.items() if t.switch is not None)]
 

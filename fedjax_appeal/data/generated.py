@@ -22,9 +22,9 @@ import dataclasses
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData, on_device
-from ..core.capabilities import Switch, Switched
+from ..core.capabilities import Switch
 from ..core.config import ConfigError, Options, data_seed
-from ..core.fields import register_option
+from ..core.fields import register_option, register_switched
 from . import heterogeneity, partition, sources
 from .pool import apply_heterogeneity, load_dataset
 from .sources import Dataset
@@ -120,9 +120,9 @@ IMBALANCE_OPTIONS = (
                                                  "order too)", ("shared", "random"),
                     switch=IMBALANCED, group="data", data=True))
 # the Dirichlet concentration, which the pool replaces
-SWITCHED = (
-    Switched(("alpha",), lambda cfg, sup: not cfg.imbalance_ratios,
-             "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"),)
+register_switched(("alpha",), Switch(
+    lambda cfg, sup: not cfg.imbalance_ratios,
+    "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"))
 
 
 def imbalanced_federation(ds: Dataset, opts: Options, rng: np.random.Generator

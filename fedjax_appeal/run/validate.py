@@ -20,7 +20,7 @@ from ..core.config import (
     declarations,
     field_names,
 )
-from ..core.fields import declared_switched, owner_reason
+from ..core.fields import declared_switched, load_option_modules, owner_reason
 from ..core.models import MODELS
 from ..core.tunables import check_tunable
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
@@ -153,10 +153,8 @@ def ignored_reason(key: str, cfg: RunConfig) -> str | None:
 def switched_options() -> list[Switched]:
     """The options of every part of a run that a condition switches on, each declared in
     its part's module (`core.capabilities.Switched`)."""
-    from ..data import generated
-    from ..select import selectors
-
-    return [*generated.SWITCHED, *selectors.SWITCHED, *declared_switched()]
+    load_option_modules()
+    return declared_switched()
 
 
 def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:

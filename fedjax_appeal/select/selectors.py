@@ -54,9 +54,9 @@ import jax
 import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays, client_chunk
-from ..core.capabilities import Switched
+from ..core.capabilities import Switch
 from ..core.config import ConfigError, Options, fields_in
-from ..core.fields import declared_for, register_option
+from ..core.fields import declared_for, register_option, register_switched
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
@@ -341,11 +341,11 @@ _SUBTRUNC = ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b")
 _OWN_HPARAMS = {"subtrunc": ("subtrunc_lambda", "subtrunc_b"),
                 "unionfl": ("union_mu", "subtrunc_lambda", "subtrunc_b")}
 # UnionFL reads SubTrunc's options only on its SubTrunc base
-SWITCHED = (Switched(_SUBTRUNC, lambda cfg, sup: not (cfg.selector == "unionfl"
-                                                      and cfg.union_base != "subtrunc"),
-                     "it configures --selector subtrunc (or unionfl with --union-base "
-                     "subtrunc)"),)
-# (SubTrunc's options apply to UnionFL on a SubTrunc base: `SWITCHED`)
+register_switched(_SUBTRUNC, Switch(lambda cfg, sup: not (cfg.selector == "unionfl"
+                                                          and cfg.union_base != "subtrunc"),
+                                    "it configures --selector subtrunc (or unionfl with "
+                                    "--union-base subtrunc)"))
+# (SubTrunc's options apply to UnionFL on a SubTrunc base: `register_switched` above)
 OWN_OPTIONS = {name: (*declared_for("selector", name), *_OWN_HPARAMS.get(name, ()))
                for name in ("stratified", "poc", *_GREEDY_SELECTORS)}
 
