@@ -55,3 +55,79 @@ def test_each_shared_stage_uses_its_documented_key(extra_cfg, key):
         alg = with_appeal(alg, model, cfg)
     extra = _extra(alg, data)
     assert key in extra and set(extra) <= {*SHARED_STATE_KEYS, cfg.algorithm}
+
+
+# --- ClientUpdate.extra -----------------------------------------------------------------
+from fedjax_appeal.core.capabilities import supports  # noqa: E402
+from fedjax_appeal.core.parts import SHARED_CLIENT_KEYS, ClientUpdate  # noqa: E402
+
+
+def _client_keys(alg, data, monkeypatch) -> set:
+    """Every key of a `ClientUpdate.extra` that one traced round of `alg` builds."""
+    seen: set = set()
+    new, replace = ClientUpdate.__new__, ClientUpdate._replace
+
+    def recording_new(cls, *a, **k):
+        u = new(cls, *a, **k)
+        seen.update(u.extra)
+        return u
+
+    def recording_replace(self, **k):
+        u = replace(self, **k)
+        seen.update(u.extra)
+        return u
+
+    monkeypatch.setattr(ClientUpdate, "__new__", recording_new)
+    monkeypatch.setattr(ClientUpdate, "_replace", recording_replace)
+    hp = HParams(client_lr=0.1).as_arrays()
+    state = jax.eval_shape(alg.init, jax.random.key(0), data, hp)
+    jax.eval_shape(alg.round, state, data, jax.random.key(1), hp)
+    monkeypatch.undo()
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_client_updates_carry_shared_keys_and_the_algorithms_own_report(name, monkeypatch):
+    """Over the combinations that add client reports (losses for Exp-alpha, FedNova's
+    normaliser, a chunked round's update norm, DP, compression), every key of a client's
+    `extra` is documented in `SHARED_CLIENT_KEYS` or is the algorithm's own name."""
+    sup = supports(name)
+    combos = [{}, {"client_chunk": 2}]
+    combos += [{"aggregation": "exp-alpha"}] if sup.aggregation else []
+    combos += [{"aggregation": "fednova"}] if sup.aggregation and sup.fednova else []
+    combos += [{"dp": "fixed"}] if sup.dp else []
+    combos += [{"compress": "topk"}] if sup.uplink else []
+    if name == "fedbn":
+        model, data = _bn_setup()
+        cfg = CFG.replace(clients=3, unseen_clients=0, cohort=2)
+    else:
+        model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
+        data, cfg = make_tiny_data(num_clients=6, unseen=2, seed=1), CFG
+    keys: set = set()
+    for kw in combos:
+        keys |= _client_keys(build(name, model, cfg.replace(algorithm=name, **kw)), data,
+                             monkeypatch)
+    assert keys <= {*SHARED_CLIENT_KEYS, name}, sorted(keys)
+
+
+def test_an_undocumented_client_key_is_seen(monkeypatch):
+    """The check sees a key a local objective adds outside the documented set."""
+    from fedjax_appeal.aggregate.aggregation import weight_rule
+    from fedjax_appeal.algorithms.fedavg import sgd_local
+    from fedjax_appeal.extend import compose, options_for
+
+    model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
+    data = make_tiny_data(num_clients=6, unseen=2, seed=1)
+    opts = options_for("fedavg", CFG)
+    base = sgd_local(model, opts)
+
+    def local(state, data, k, key, hp):
+        t = base(state, data, k, key, hp)
+        return t._replace(extra={**t.extra, "my_note": t.loss})
+
+    alg = compose("mine", model, opts, local=local, weights=weight_rule(opts))
+    keys = _client_keys(alg, data, monkeypatch)
+    assert "my_note" in keys and not keys <= {*SHARED_CLIENT_KEYS, "mine"}
+    # the algorithm's own name is where its report belongs
+    assert {*SHARED_CLIENT_KEYS, "fedavg"} >= _client_keys(
+        compose("fedavg", model, opts, local=base, weights=weight_rule(opts)), data, monkeypatch)

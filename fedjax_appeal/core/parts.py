@@ -39,6 +39,12 @@ class ServerState:
 # ("eval_key").
 SHARED_STATE_KEYS = ("rho", "solo", "selector", "appeal", "uplink", "hetero", "eval_key")
 
+# The keys of `ClientUpdate.extra` that shared stages read: the clients' losses before and
+# after training (weight rules that `need` them), FedNova's normaliser, and the squared
+# update norm of a chunked round's first pass. Any other key is an algorithm's name,
+# holding its own typed report.
+SHARED_CLIENT_KEYS = ("loss_before", "loss_after", "fednova_a", "delta_sq_norm")
+
 
 class ClientUpdate(NamedTuple):
     """What one client sends back after its local training (`client.reporting` builds it).
@@ -58,13 +64,14 @@ class ClientUpdate(NamedTuple):
       num_samples: [] int32, n_k, the client's number of train rows (the proportional
         weight).
       loss: [] float32, the mean minibatch training loss over the local steps.
-      extra: per-client values besides the update. Shared stages use a small documented
-        set of keys: "loss_before" = F_k(w) and "loss_after" = F_k(w_k) (full train split,
-        evaluation mode) when the weight rule `needs` them, FedNova's normaliser
-        "fednova_a" (the fednova algorithm and `--aggregation fednova`), the squared update
-        norm of a chunked round, the uplink's and heterogeneity's bookkeeping ("uplink",
-        "hetero"). An algorithm's own report is one typed value under its name (SCAFFOLD's
-        `ScaffoldReport` under "scaffold", FedBN's `FedBNReport` under "fedbn").
+      extra: per-client values besides the update. Shared stages use the documented keys
+        `SHARED_CLIENT_KEYS`: "loss_before" = F_k(w) and "loss_after" = F_k(w_k) (full
+        train split, evaluation mode) when the weight rule `needs` them, FedNova's
+        normaliser "fednova_a" (the fednova algorithm and `--aggregation fednova`) and the
+        squared update norm "delta_sq_norm" of a chunked round. An algorithm's own report
+        is one typed value under its name (SCAFFOLD's `ScaffoldReport` under "scaffold",
+        FedBN's `FedBNReport` under "fedbn"). (The uplink's and the heterogeneous
+        clients' bookkeeping live in the state: `SHARED_STATE_KEYS`.)
     """
 
     delta: Any  # pytree like params: w - w_k (None in a chunked round's first pass)
