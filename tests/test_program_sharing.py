@@ -58,19 +58,26 @@ def test_data_and_hyperparameters_reach_the_device_without_programs():
     np.testing.assert_array_equal(np.asarray(hp.client_lr), np.float32([0.1, 0.2]))
 
 
-def test_driver_compiles_its_own_programs_only_and_keys_match():
-    """Keys are derived inside the programs: one run compiles initial model, init, a chunk
-    and the evaluation, nothing else, and draws what the split keys outside would."""
+def test_driver_compiles_its_own_programs_only_and_keys_match(caplog):
+    """Keys are derived inside the programs: one run compiles the initial model, init, a
+    chunk and the evaluation (and the rounds' index, `jnp.arange`), no program for keys,
+    data or hyperparameters, and draws what the split keys outside would."""
+    import logging
+
     data = make_tiny_data(num_clients=6, seed=1)
     alg = build("fedavg", _model(), CFG)
     hp = HParams(client_lr=0.2).as_arrays()
     key = jax.random.key(5)
-    with CompileLog() as log:
+    with CompileLog() as log, jax.log_compiles(True), caplog.at_level(logging.WARNING):
         drv = Driver(alg, data, hp, key)
         state = drv.init()
         state, _ = drv.advance(state, 0, 2)
         drv.evaluate(state)
-    assert log.record()["programs"] == len(drv.compiled) == 4, sorted(map(str, drv.compiled))
+    names = [m.split("jit(", 1)[1].split(")", 1)[0] for m in caplog.messages
+             if m.startswith("Compiling jit(")]
+    assert len(drv.compiled) == 4
+    assert log.record()["programs"] == len(names), names
+    assert sorted(set(names) - {"iota", "add"}) == ["chunk", "evaluate", "init", "pre"], names
     k_init, k_train = split_key(key)
     want = jax.jit(alg.init)(k_init, data, hp)
     for r in range(2):

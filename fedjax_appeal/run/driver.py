@@ -97,12 +97,12 @@ def make_chunk(alg: FederatedAlgorithm) -> Callable:
 def rooted_chunk(alg: FederatedAlgorithm) -> Callable:
     """`make_chunk(alg)` as a function of the run's root key: chunk(state, data, root, hp,
     rounds[L]) trains with `train_key(root)`."""
-    chunk = make_chunk(alg)
+    rounds_of = make_chunk(alg)
 
-    def rooted(state, data, root, hp, rounds):
-        return chunk(state, data, train_key(root), hp, rounds)
+    def chunk(state, data, root, hp, rounds):
+        return rounds_of(state, data, train_key(root), hp, rounds)
 
-    return rooted
+    return chunk
 
 
 @functools.lru_cache(maxsize=32)
@@ -322,7 +322,7 @@ class Driver:
     def advance(self, state, r: int, stop: int):
         """(state after round `stop`, host per-round metrics of rounds r+1 .. stop)."""
         length = stop - r
-        rarr = jax.device_put(np.arange(r, stop, dtype=np.int32))  # a transfer, no program
+        rarr = jnp.arange(r, stop, dtype=jnp.int32)
         ck = ("chunk", length)
         if ck not in self.compiled:
             t0 = time.perf_counter()
