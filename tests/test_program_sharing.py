@@ -77,7 +77,9 @@ def test_driver_compiles_its_own_programs_only_and_keys_match(caplog):
              if m.startswith("Compiling jit(")]
     assert len(drv.compiled) == 4
     assert log.record()["programs"] == len(names), names
-    assert sorted(set(names) - {"iota", "add"}) == ["chunk", "evaluate", "init", "pre"], names
+    # (a program this process compiled before, the shared initial model, is not again)
+    assert set(names) - {"iota", "add"} <= {"chunk", "evaluate", "init", "pre"}, names
+    assert {"chunk", "evaluate", "init"} <= set(names), names
     k_init, k_train = split_key(key)
     want = jax.jit(alg.init)(k_init, data, hp)
     for r in range(2):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.capabilities import Switch
+from ..core.fields import register_option
 from ..core.round import ClientUpdate
 from ..core.tunables import register_tunable
 
@@ -19,6 +20,10 @@ from ..core.tunables import register_tunable
 # has none
 BYZANTINE = Switch(lambda cfg, sup: cfg.byzantine_fraction > 0 and sup.byzantine,
                    "it configures Byzantine clients (--byzantine-fraction > 0)")
+BYZANTINE_FRACTION = register_option(
+    "byzantine_fraction", 0.0, "fraction of seen clients that are Byzantine (inflated "
+    "reported loss, noisy updates)", every_run=True, group="federation", ge=0, le=1,
+    data=True)
 NOISE = register_tunable("byzantine_noise", 1.0, "std of the Gaussian noise Byzantine clients "
                                                  "add to updates", group="federation",
                          switch=BYZANTINE)

@@ -252,12 +252,6 @@ class RunConfig:
     min_samples: int = _data(10, "minimum samples per client (all partitions)", group="data", ge=0)
     train_fraction: float = _data(0.6, "per-client train share; the rest is the client's test "
                                        "split", group="data", gt=0, lt=1)
-    label_flip_fraction: float = _data(0.0, "fraction of clients (seen and unseen alike) whose "
-                                         "labels are flipped by a fixed random derangement",
-                                       group="data", ge=0, le=1)
-    byzantine_fraction: float = _data(0.0, "fraction of seen clients that are Byzantine (inflated "
-                                        "reported loss, noisy updates)",
-                                      group="federation", ge=0, le=1)
     # Federation
     clients: int = _data(100, "number of seen (training) clients", group="federation", ge=1)
     unseen_clients: int = _data(100, "number of unseen clients (never trained on; 0 = none)",
@@ -312,12 +306,6 @@ class RunConfig:
                              "or auto = on for algorithms that need requirements (maxfl, incfl, "
                              "mwfed) or when one of its options is given, else off",
                      ("auto", "on", "off"), group="appeal")
-    # --- heterogeneity generators (Exp-alpha) ---
-    imbalance_ratios: str = _data("", "generated pool of class-imbalanced clients (LDAM recipe "
-                                   "n_c = n_max ratio^(c/(C-1))): 'random' draws each client's "
-                                   "ratio from {1,.5,.1,.05,.01,.005,.001}, or a composition "
-                                   "like '1.0x4,0.01x3,0.1x3'; '' = off (use --partition)",
-                                  group="data")
     # --- scale: checkpoints, devices, large cohorts ---
     checkpoint_every: int = _f(0, "save a checkpoint into --out every this many rounds "
                                   "(0 = only when interrupted with Ctrl-C)", group="scale", ge=0)
@@ -341,20 +329,6 @@ class RunConfig:
     log: str = _f("", "experiment trackers, comma-separated: tensorboard (event files in "
                       "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)",
                   group="tracking")
-    # --- Exp-alpha experiments: equal-size clients, flip protocols, global test set ---
-    imbalance_size: int = _data(0, "equal-size imbalanced clients: every generated client holds "
-                                "this many train rows, class shares ∝ ratio^(c/(C-1)) "
-                                "(0 = LDAM counts from --imbalance-nmax)", group="data", ge=0)
-    flip_protocol: str = _data("static", "label flipping: static = a fixed fraction of clients "
-                                      "always flipped; bernoulli = every sampled client "
-                                      "flipped with probability --label-flip-fraction each "
-                                      "round; fixed = round(fraction x cohort) sampled clients "
-                                      "flipped each round (bernoulli/fixed need "
-                                      "--imbalance-ratios)", ("static", "bernoulli", "fixed"),
-                               group="data")
-    global_test_per_class: int = _data(0, "generated pools: hold out this many rows per class "
-                                       "as a balanced global test set (test_acc_global); "
-                                       "0 = none", group="data", ge=0)
     # --- heterogeneous and unreliable clients (local/hetero.py, select/availability.py) ---
     local_steps_dist: str = _f("fixed", "per-client local steps tau_k, drawn per client and "
                                         "round: fixed (= --local-steps), uniform on "
@@ -369,10 +343,6 @@ class RunConfig:
                                      "--avail-spread) or markov (on/off trace, --avail-on-off, "
                                      "--avail-off-on)", ("always", "bernoulli", "markov"),
                            group="hetero")
-    deadline: float = _f(0.0, "round deadline in simulated seconds: a selected client whose "
-                              "tau_k x step time (--step-time-sigma) exceeds it is dropped "
-                              "from aggregation (round metric 'dropped'); 0 = no deadline",
-                         group="hetero", ge=0, hint="0 = no deadline")
 
     # --- user-level DP-FedAvg and update compression (aggregate/privacy.py, uplink.py) ---
     dp: str = _f("off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive "
@@ -451,6 +421,9 @@ def _declared(names: Iterable[str], component: str) -> tuple[str, ...]:
     """`names` without repeats, each checked to be a RunConfig field (HParams names, which
     and registered tunables, which `Supports.options` may also list, are left out: they
     travel in `hp`)."""
+    names = tuple(names)
+    if any(n not in _HP_NAMES and n not in TUNABLES and n not in _run_names() for n in names):
+        load_option_modules()  # declared by a component module not imported yet
     out = tuple(dict.fromkeys(n for n in names if n not in _HP_NAMES and n not in TUNABLES))
     unknown = [n for n in out if n not in _run_names()]
     if unknown:

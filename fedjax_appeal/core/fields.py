@@ -45,8 +45,9 @@ def meta(help: str, group: str, choices, ge, gt, le, lt, hint: str, **extra) -> 
 def register_option(name: str, default: bool | int | float | str, help: str,
                     choices: tuple | None = None, *, kind: str = "",
                     names: tuple[str, ...] = (), switch: Switch | None = None,
-                    group: str = "algorithm", ge=None, gt=None, le=None, lt=None,
-                    hint: str = "", registry: str = "", data: bool = False) -> str:
+                    every_run: bool = False, group: str = "algorithm", ge=None, gt=None,
+                    le=None, lt=None, hint: str = "", registry: str = "",
+                    data: bool = False) -> str:
     """Declare a static option of a component, in the component's own file.
 
     A static option fixes a program's structure or shapes (a number of inner steps, a
@@ -69,6 +70,10 @@ def register_option(name: str, default: bool | int | float | str, help: str,
         condition switches on (label flipping, the imbalanced pool): a
         `core.capabilities.Switch`; a run in which it is off refuses the option with its
         reason.
+      every_run: instead of the above, for the option that switches a part of every run
+        on (`--label-flip-fraction`, `--byzantine-fraction`, `--deadline`): never refused as
+        having no effect (an algorithm without the part refuses a value that turns it on,
+        `run.validate`'s capability checks).
       group: the `--help` section (`GROUPS`).
       ge, gt, le, lt: the allowed range of a number.
       hint: appended to a refusal of a value out of range.
@@ -93,16 +98,18 @@ def register_option(name: str, default: bool | int | float | str, help: str,
     if name in RESERVED and name not in _DECLARED:
         raise ConfigError(f"register_option: '{name}' is already a configuration key; "
                           "choose another name")
-    if switch is None and (not kind or isinstance(names, str) or not names):
+    modes = sum((bool(kind or names), switch is not None, bool(every_run)))
+    if modes > 1:
+        raise ConfigError(f"register_option {name!r}: give one of kind= and names=, "
+                          "switch= or every_run=True, not both")
+    if switch is None and not every_run and (not kind or isinstance(names, str) or not names):
         raise ConfigError(f"register_option {name!r}: give kind= and names=, a tuple of "
-                          "the components of that kind that read the option, or switch=, "
-                          "the condition that switches its part of the run on")
-    if switch is not None and (kind or names):
-        raise ConfigError(f"register_option {name!r}: give either kind= and names= or "
-                          "switch=, not both")
+                          "the components of that kind that read the option, switch=, the "
+                          "condition that switches its part of the run on, or "
+                          "every_run=True for the option that switches a part on")
     f = dataclasses.field(default=default, metadata=meta(
         help, group, choices, ge, gt, le, lt, hint, data=data, registry=registry,
-        prefixes=(), shown="", owner=(kind, tuple(names)) if switch is None else None,
+        prefixes=(), shown="", owner=(kind, tuple(names)) if kind else None,
         switch=switch))
     f.name, f.type = name, typ
     COMPONENT_OPTIONS[name] = f

@@ -104,6 +104,19 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
 # The class-imbalanced pool (`--imbalance-ratios`) and the options only it reads: given
 # without it they are refused (`run.validate.check_ignored`; the digits pool's are
 # `pool.DATASET_OPTIONS["digits"]`).
+IMBALANCE_RATIOS = register_option(
+    "imbalance_ratios", "", "generated pool of class-imbalanced clients (LDAM recipe n_c = "
+    "n_max ratio^(c/(C-1))): 'random' draws each client's ratio from "
+    "{1,.5,.1,.05,.01,.005,.001}, or a composition like '1.0x4,0.01x3,0.1x3'; '' = off (use "
+    "--partition)", every_run=True, group="data", data=True)
+IMBALANCE_SIZE = register_option(
+    "imbalance_size", 0, "equal-size imbalanced clients: every generated client holds this "
+    "many train rows, class shares ∝ ratio^(c/(C-1)) (0 = LDAM counts from "
+    "--imbalance-nmax)", every_run=True, group="data", ge=0, data=True)
+GLOBAL_TEST_PER_CLASS = register_option(
+    "global_test_per_class", 0, "generated pools: hold out this many rows per class as a "
+    "balanced global test set (test_acc_global); 0 = none", every_run=True, group="data",
+    ge=0, data=True)
 IMBALANCED = Switch(lambda cfg, sup: bool(cfg.imbalance_ratios),
                     "it configures the generated imbalanced pool (--imbalance-ratios)")
 IMBALANCE_OPTIONS = (

@@ -17,6 +17,16 @@ from ..core.capabilities import Switch
 from ..core.fields import register_option
 
 # label flipping: on with flipped clients; its own option is refused without them
+LABEL_FLIP_FRACTION = register_option(
+    "label_flip_fraction", 0.0, "fraction of clients (seen and unseen alike) whose labels are "
+    "flipped by a fixed random derangement", every_run=True, group="data", ge=0, le=1,
+    data=True)
+FLIP_PROTOCOL = register_option(
+    "flip_protocol", "static", "label flipping: static = a fixed fraction of clients always "
+    "flipped; bernoulli = every sampled client flipped with probability "
+    "--label-flip-fraction each round; fixed = round(fraction x cohort) sampled clients "
+    "flipped each round (bernoulli/fixed need --imbalance-ratios)",
+    ("static", "bernoulli", "fixed"), every_run=True, group="data", data=True)
 FLIPPING = Switch(lambda cfg, sup: cfg.label_flip_fraction != 0,
                   "it configures label flipping (--label-flip-fraction > 0)")
 FLIP_RATIO = register_option("flip_ratio", 1.0, "share of the classes a flipped client has "

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from ..core.capabilities import Switch
+from ..core.fields import register_option
 from ..core.parts import Selector
 from ..core.tunables import register_tunable
 from ..local import hetero
@@ -39,6 +40,11 @@ BERNOULLI = Switch(lambda cfg, sup: cfg.availability == "bernoulli",
                    "it configures --availability bernoulli")
 MARKOV = Switch(lambda cfg, sup: cfg.availability == "markov",
                 "it configures --availability markov")
+DEADLINE = register_option(
+    "deadline", 0.0, "round deadline in simulated seconds: a selected client whose tau_k x "
+    "step time (--step-time-sigma) exceeds it is dropped from aggregation (round metric "
+    "'dropped'); 0 = no deadline", every_run=True, group="hetero", ge=0,
+    hint="0 = no deadline")
 P = register_tunable("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a "
                                      "client is available in a round", group="hetero", ge=0,
                      le=1, switch=BERNOULLI)
