@@ -10,8 +10,10 @@ sharded over its devices). The layout is decided once, here, from `runs`, `lanes
 `mesh`. What differs between a run and a sweep (the NaN guard, checkpoints, progress, what
 an interruption saves) comes in as the loop's hooks.
 
-The round key of round r is `fold_in(train_key, r)`, so a run resumed at round r draws
-exactly what an uninterrupted run draws. Every program is compiled ahead of time (`lower`,
+Every program takes the run's root key and derives its own inside: init programs
+`init_key(root)`, chunks `train_key(root)`, and round r `fold_in(train_key, r)`, so a run
+resumed at round r draws exactly what an uninterrupted run draws, and no program is
+compiled for the keys alone. Every program is compiled ahead of time (`lower`,
 then `compile`) into `compiled`, which a caller may share between drivers of the same
 shapes (a sweep's batches).
 """
