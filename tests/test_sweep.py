@@ -121,15 +121,22 @@ RES = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--c
 
 
 def test_sweep_metric_typo_refused_before_training(tmp_path, capsys, monkeypatch):
-    def no_training(*a, **k):
-        raise AssertionError("trained before the metric was checked")
+    """The metric is checked on the first batch's traced shapes, before any program of the
+    sweep is compiled or runs (its init, the solo models, a chunk of rounds)."""
+    from fedjax_appeal.run.driver import Driver
 
-    monkeypatch.setattr(sweep_mod, "run_batch", no_training)
-    assert main(["sweep", *TINY, "--grid", "client_lr=0.1,0.05", "--metric", "test_ac_seen",
-                 "--out", str(tmp_path / "s")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--metric 'test_ac_seen' is not in the history" in err[0]
-    assert "did you mean test_acc_seen" in err[0]
+    def no_training(*a, **k):
+        raise AssertionError("compiled or trained before the metric was checked")
+
+    monkeypatch.setattr(Driver, "_init_program", no_training)
+    monkeypatch.setattr(Driver, "advance", no_training)
+    for extra in ([], ["--algorithm", "maxfl", "--rho-steps", "2"]):
+        assert main(["sweep", *TINY, *extra, "--grid", "client_lr=0.1,0.05", "--metric",
+                     "test_ac_seen", "--out", str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--metric 'test_ac_seen' is not in the history" in err[0]
+        assert "did you mean test_acc_seen" in err[0]
+    monkeypatch.undo()
     for bad, msg in ((["--algorithm", "maxfl", "--grid", "aggregation=uniform,proportional"],
                       "--aggregation has no effect here: maxfl"),
                      (["--grid", "alpha=0.1,0.5"], "--alpha has no effect here"),

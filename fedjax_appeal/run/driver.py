@@ -250,6 +250,40 @@ class Driver:
     def _vmapped(self, fn, in_axes):
         return fn if self.runs is None else _vmap_of(fn, in_axes)
 
+    def _trace(self, fn, args: tuple):
+        """`jax.jit(fn)` traced for `args` in the driver's scope, as `_compile` lowers it.
+        JAX keeps the trace: compiling the same function later for values of these shapes
+        (and placement) does not trace it again."""
+        with self._scope():
+            return jax.jit(fn, **self._out).trace(*args)
+
+    def _like_outputs(self, info):
+        """Shapes standing for a program's outputs as the next program receives them:
+        sharded over the runs axis when the driver shards it, else unplaced."""
+        sharding = self._out.get("out_shardings")
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(
+            s.shape, s.dtype, weak_type=s.weak_type, sharding=sharding), info)
+
+    def eval_shapes(self):
+        """What one run's evaluation returns (a tree of `jax.ShapeDtypeStruct`, without the
+        runs axis), found without running anything: the init programs and the evaluation
+        are traced for the shapes of their inputs, the traces the driver then compiles (a
+        sweep's metric check costs no tracing of its own)."""
+        args = (self.keys, self.data, self.hp)
+        axes = (0, None, 0)
+        if self.alg.pre_init is not None or self.alg.initial is not None:
+            pre = (self._trace(self._vmapped(from_root(self.alg.pre_init), axes), args)
+                   if self.alg.pre_init is not None else
+                   self._trace(self._vmapped(_initial_of(self.alg.initial), (0,)), args[:1]))
+            args, axes = (*args, self._like_outputs(pre.out_info)), (*axes, 0)
+        init = self._trace(self._vmapped(from_root(self.alg.init), axes), args)
+        state = self._like_outputs(init.out_info)
+        out = self._trace(self._vmapped(self.alg.evaluate, (0, None, 0)),
+                          (state, self.data, self.hp)).out_info
+        if self.runs is None:
+            return out
+        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), out)
+
     def _init_program(self, role: str, fn, in_axes, args: tuple):
         if role not in self.compiled:
             t = time.perf_counter()

@@ -183,6 +183,15 @@ def _stack(hps: list[HParams]) -> HParams:
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *arrs)
 
 
+def _batch(combos: list, par: int, hps: list[HParams], bi: int):
+    """Batch `bi` of a group: its (point, seed) combinations, and their hyperparameters and
+    seeds padded to `par` runs (padding repeats the first combination)."""
+    batch = combos[bi * par:(bi + 1) * par]
+    padded = batch + [batch[0]] * (par - len(batch))
+    return (batch, _stack([hps[pi] for pi, _ in padded]),
+            np.array([s for _, s in padded], dtype=np.uint32))
+
+
 def combo_bytes(n_params: int, cfg: RunConfig, data: FederatedData) -> int:
     """Rough bytes one vmapped run needs at peak (float32).
 
@@ -214,6 +223,20 @@ def auto_lanes() -> int:
     width to fill their cores.
     """
     return 1 if jax.default_backend() == "cpu" else 0
+
+
+def batch_driver(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, lanes: int = 0,
+                 mesh=None, compiled: dict | None = None, programs=None) -> Driver:
+    """The `driver.Driver` of P combinations (stacked `hps` [P], `seeds` [P]); one
+    combination runs without the runs axis (the program of `simulate`)."""
+    p = int(seeds.shape[0])
+    one = p == 1
+    keys = root_keys(jax.device_put(np.asarray(seeds, np.uint32)))
+    if one:  # no runs axis: the program of a single run
+        hps, keys = jax.tree.map(lambda a: a[0], (hps, keys))
+    return Driver(alg, data, hps, keys, runs=None if one else p, lanes=lanes, mesh=mesh,
+                  compiled=compiled, keep_metric=lambda k, v: np.ndim(v) == (1 if one else 2),
+                  programs=programs)
 
 
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
@@ -248,14 +271,9 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
         the configuration label of each of the first len(configs) runs; the others are
         padding; lower: smaller is better).
     """
-    p = int(seeds.shape[0])
-    one = p == 1
-    keys = root_keys(jax.device_put(np.asarray(seeds, np.uint32)))
-    if one:  # no runs axis: the program of a single run
-        hps, keys = jax.tree.map(lambda a: a[0], (hps, keys))
-    drv = Driver(alg, data, hps, keys, runs=None if one else p, lanes=lanes, mesh=mesh,
-                 compiled=compiled, keep_metric=lambda k, v: np.ndim(v) == (1 if one else 2),
-                 programs=programs)
+    drv = batch_driver(alg, data, hps, seeds, lanes=lanes, mesh=mesh, compiled=compiled,
+                       programs=programs)
+    one = drv.runs is None
     state = drv.init()
     restored = restore(state) if restore is not None else None
     if restored is not None:
@@ -321,14 +339,27 @@ def check_metric(alg, data: FederatedData, hp: HParams, metric: str) -> None:
     """Refuse a ranking metric the history will not hold, before anything trains.
 
     The history keys come from `metrics.summarize` applied to zeros of the shapes that
-    `alg.evaluate` returns (`jax.eval_shape`: nothing is computed).
+    `alg.evaluate` returns (`jax.eval_shape`: nothing is computed). A sweep checks its
+    first batch's shapes instead (`metric_check`), which cost no tracing of their own.
     """
     hp = hp.as_arrays()
     state = jax.eval_shape(alg.init, abstract_key(), data, hp)
-    shapes = jax.eval_shape(alg.evaluate, state, data, hp)
-    zeros = jax.tree.map(lambda a: np.ones(a.shape, a.dtype), shapes)
-    with np.errstate(all="ignore"):
-        keys = [k for k in summarize(zeros) if k != "round"]
+    metric_check(metric)(jax.eval_shape(alg.evaluate, state, data, hp))
+
+
+def metric_check(metric: str) -> Callable[[Any], None]:
+    """check(shapes): refuse `metric` unless the history of a run whose evaluation returns
+    `shapes` holds it."""
+    def check(shapes) -> None:
+        zeros = jax.tree.map(lambda a: np.ones(a.shape, a.dtype), shapes)
+        with np.errstate(all="ignore"):
+            keys = [k for k in summarize(zeros) if k != "round"]
+        _refuse_unknown(metric, keys)
+
+    return check
+
+
+def _refuse_unknown(metric: str, keys: list[str]) -> None:
     if metric not in keys:
         import difflib
 
@@ -478,10 +509,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
             from ..execute.programs import ProgramCache
 
             programs = ProgramCache(program_cache, program_context(cfg_b, model, gdata))
-        if gi == 0:
+        if gi == 0 and "0/0" in done:  # the first batch finished before: check alone
             check_metric(alg, gdata, hps[0], metric)
-            say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
-                f"x {len(statics)} static group(s) = {n_runs} runs, {cfg.rounds} rounds each")
         combos = [(pi, s) for pi in range(len(points)) for s in seeds]
         n_params = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(
             jax.eval_shape(model.init, abstract_key())[0]))
@@ -489,6 +518,14 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         par = min(par, len(combos))
         par = -(-par // n_dev) * n_dev  # whole rows per device
         par = int(spec_par.get(str(gi), par))  # a resumed sweep keeps its batches
+
+        if gi == 0:
+            if "0/0" not in done:  # on the first batch's own traces, reused when it runs
+                _, stacked, bseeds = _batch(combos, par, hps, 0)
+                metric_check(metric)(batch_driver(alg, gdata, stacked, bseeds, lanes=lanes,
+                                                  mesh=mesh).eval_shapes())
+            say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
+                f"x {len(statics)} static group(s) = {n_runs} runs, {cfg.rounds} rounds each")
         if checkpoint is not None and spec_par.get(str(gi)) is None:
             spec_par[str(gi)] = par
             checkpoint.spec["parallel"] = spec_par
@@ -500,10 +537,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                "compile_s": 0.0, "run_s": 0.0, "init_s": 0.0, "eval_s": 0.0}
         gname = ", ".join(f"{k}={v}" for k, v in st.items()) or "all"
         for bi in range(n_batches):
-            batch = combos[bi * par:(bi + 1) * par]
-            padded = batch + [batch[0]] * (par - len(batch))
-            stacked = _stack([hps[pi] for pi, _ in padded])
-            bseeds = np.array([s for _, s in padded], dtype=np.uint32)
+            batch, stacked, bseeds = _batch(combos, par, hps, bi)
             label = (f"[group {gi + 1}/{len(groups)} ({gname}) batch {bi + 1}/{n_batches}, "
                      f"{len(batch)} runs] ")
             bkey = f"{gi}/{bi}"
