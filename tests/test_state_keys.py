@@ -24,14 +24,18 @@ def _extra(alg, data):
     return jax.eval_shape(alg.init, jax.random.key(0), data, hp).extra
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_extra_holds_shared_keys_and_the_algorithms_own_typed_state(name):
+def _setup(name: str):
+    """(model, data, configuration) an algorithm is checked on: FedBN needs BatchNorm."""
     if name == "fedbn":
         model, data = _bn_setup()
-        cfg = CFG.replace(clients=3, unseen_clients=0, cohort=2)
-    else:
-        model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
-        data, cfg = make_tiny_data(num_clients=6, unseen=2, seed=1), CFG
+        return model, data, CFG.replace(clients=3, unseen_clients=0, cohort=2)
+    model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
+    return model, make_tiny_data(num_clients=6, unseen=2, seed=1), CFG
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_extra_holds_shared_keys_and_the_algorithms_own_typed_state(name):
+    model, data, cfg = _setup(name)
     extra = _extra(build(name, model, cfg.replace(algorithm=name)), data)
     assert set(extra) <= {*SHARED_STATE_KEYS, name}, sorted(extra)
     if name in extra:  # an algorithm's own state: one typed value (a NamedTuple)
@@ -97,12 +101,7 @@ def test_client_updates_carry_shared_keys_and_the_algorithms_own_report(name, mo
     combos += [{"aggregation": "fednova"}] if sup.aggregation and sup.fednova else []
     combos += [{"dp": "fixed"}] if sup.dp else []
     combos += [{"compress": "topk"}] if sup.uplink else []
-    if name == "fedbn":
-        model, data = _bn_setup()
-        cfg = CFG.replace(clients=3, unseen_clients=0, cohort=2)
-    else:
-        model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
-        data, cfg = make_tiny_data(num_clients=6, unseen=2, seed=1), CFG
+    model, data, cfg = _setup(name)
     keys: set = set()
     for kw in combos:
         keys |= _client_keys(build(name, model, cfg.replace(algorithm=name, **kw)), data,
