@@ -107,7 +107,7 @@ def rooted_chunk(alg: FederatedAlgorithm) -> Callable:
     return chunk
 
 
-@functools.lru_cache(maxsize=32)
+@shared
 def _chunk_of(alg: FederatedAlgorithm) -> Callable:
     """`rooted_chunk(alg)`, one function per algorithm, so that runs of the same algorithm
     reuse its traced program."""
