@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_appeal import ConfigError, HParams, RunConfig, to_jsonable, write_outputs
+from papers.cost import Spent, cost_lines, cost_record
 
 
 @dataclasses.dataclass
@@ -45,6 +46,7 @@ class Context:
     client_lr: float | None = None  # set: every run's client lr (`papers.shared_lr`)
     t0: float = dataclasses.field(default_factory=time.perf_counter)
     clock: Any = None  # the command's `CommandClock` (its start and compile log), if any
+    spent: Spent = dataclasses.field(default_factory=Spent)  # what the computed runs took
 
     def base(self, **kw) -> RunConfig:
         """A RunConfig with this context's data locations, then `kw`."""
@@ -88,10 +90,12 @@ class Context:
         if path is not None and path.is_file():
             results = json.loads(path.read_text())
             self.log(f"{what}: finished earlier with this code (cached in {path.parent})")
+            self.spent.cached += 1
             return results, None
         self.log(f"{what}: {cfg.rounds} rounds ...")
         kw.setdefault("program_cache", program_cache_folder())
         results, sim = run_config(cfg, hp, **kw)
+        self.spent.add_run(results)
         last = results["history"][-1]
         self.log(f"{what}: done, test_acc_seen {last.get('test_acc_seen', float('nan')):.4f}")
         if path is not None:
@@ -101,8 +105,20 @@ class Context:
             os.replace(tmp, path)
         return results, sim
 
+    def cost(self) -> dict[str, Any]:
+        """What the experiment cost so far (`papers.cost.cost_record`)."""
+        return cost_record(self.spent, self.t0, self.clock)
+
     def write(self, files: dict[str, Callable[[Path], None] | str | dict]) -> Path:
-        """Write files all-or-nothing; values are writer functions, text, or JSON data."""
+        """Write files all-or-nothing; values are writer functions, text, or JSON data.
+
+        A report records its cost (`papers.cost`): JSON data gets a `cost` entry and a
+        markdown text ends with a "Cost" section."""
+        rec = self.cost()
+        files = {name: ({**v, "cost": rec} if isinstance(v, dict) and name.endswith(".json")
+                        else v.rstrip("\n") + "\n" + "\n".join(cost_lines(rec))
+                        if isinstance(v, str) and name.endswith(".md") else v)
+                 for name, v in files.items()}
         writers = {}
         for name, v in files.items():
             if callable(v):

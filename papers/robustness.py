@@ -174,6 +174,7 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                     ctx.log(f"{what}: lrs {list(lrs)} finished earlier (cached in "
                             f"{path.parent})")
                     runs = json.loads(path.read_text())
+                    ctx.spent.cached += len(runs)
                 else:
                     dkey = tuple(getattr(cfg, f) for f in data_fields())
                     if dkey not in cache:
@@ -184,6 +185,7 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp,
                                 metric=metrics[0], max_parallel=1, data=data, dataset=ds,
                                 progress=ctx.log, program_cache=program_cache_folder())
+                    ctx.spent.add_sweep(res.timing, len(res.rows))
                     runs = [{"seed": seed, "client_lr": float(r["hparams"]["client_lr"]),
                              "final": {k: float(r["final"].get(k, math.nan)) for k in metrics},
                              "diverged_round": r.get("diverged_round")} for r in res.rows]

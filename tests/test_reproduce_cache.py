@@ -46,3 +46,30 @@ def test_run_key_ignores_data_locations():
     assert (reproduce.run_key(CFG, hp)
             == reproduce.run_key(CFG.replace(data_dir="/elsewhere", cache_dir="/c"), hp))
     assert reproduce.run_key(CFG, hp) != reproduce.run_key(CFG.replace(rounds=3), hp)
+
+
+@pytest.mark.slow
+def test_report_records_its_cost(tmp_path):
+    """A report's JSON carries a `cost` entry and its markdown ends with a Cost section:
+    wall split, runs computed and cached, machine, JAX version, commit."""
+    import json
+
+    import jax
+
+    ctx = _ctx(tmp_path)
+    first, _ = ctx.run(CFG, HParams(client_lr=0.1))
+    again, sim = ctx.run(CFG, HParams(client_lr=0.1))
+    assert sim is None
+    ctx.write({"table.md": "# t\n", "results.json": {"x": 1}})
+    rec = json.loads((tmp_path / "out" / "results.json").read_text())
+    cost = rec["cost"]
+    assert rec["x"] == 1
+    assert cost["runs"] == {"computed": 1, "cached": 1}
+    assert cost["jax"] == jax.__version__ and cost["machine"]["cores"] >= 1
+    t = cost["time"]
+    assert t["train"] == pytest.approx(first["timing"]["train_total_s"])
+    named = sum(t[k] for k in ("compile", "train", "eval", "data", "other"))
+    assert named == pytest.approx(t["wall"], rel=1e-6) and t["wall"] > t["train"] > 0
+    md = (tmp_path / "out" / "table.md").read_text()
+    assert md.startswith("# t\n") and "## Cost" in md and cost["commit"] in md
+    assert "1 computed, 1 read back" in md

@@ -94,6 +94,7 @@ def appeal_tune(ctx: Context) -> None:
                            **{k: float(r["final"].get(k, float("nan"))) for k in KEYS}}
                           for r in res.rows]
                 timing_s = res.timing["total_s"]
+                ctx.spent.add_sweep(res.timing, len(res.rows))
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps({"points": points, "timing_s": timing_s}))
             best = choose(points)

@@ -60,6 +60,7 @@ def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
                 what = f"{setting}/{b.label}/{agg} seed {seed}"
                 if ctx.reuse and path.is_file():
                     got = json.loads(path.read_text())
+                    ctx.spent.cached += len(got)
                     ctx.log(f"{what}: lrs {list(lrs)} finished earlier (cached)")
                 else:
                     if data is None:
@@ -68,6 +69,7 @@ def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp, metric=METRIC,
                                 max_parallel=1, data=data, dataset=ds,
                                 program_cache=program_cache_folder())
+                    ctx.spent.add_sweep(res.timing, len(res.rows))
                     got = {str(float(r["hparams"]["client_lr"])):
                            float(r["final"].get(METRIC, math.nan)) for r in res.rows}
                     if ctx.reuse:

@@ -90,6 +90,7 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
     res = sweep(cfg, _grid(fam), seeds, hp=HParams(**fam.hp), metric=fam.metric,
                 mode="min" if fam.want == "-" else "max", mesh=mesh,
                 program_cache=program_cache_folder())
+    ctx.spent.add_sweep(res.timing, len(res.rows))
     label = {v: lab for lab, v in fam.arms}
     runs: dict[float, dict[str, dict[int, dict]]] = {}
     for row in res.rows:
