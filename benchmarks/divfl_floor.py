@@ -1,0 +1,369 @@
+"""The floor of a DivFL round on this CPU against the round's measured time (LeNet-5, MNIST,
+the selection tables' paper-literal setting, `papers/selection/specs.py`).
+
+What one DivFL round must compute there (Balakrishnan et al., ICLR 2022, as the SubTrunc /
+UnionFL paper runs it: fresh full-data gradients of every client at the current model before
+every selection, `feature_refresh = 1`, `selector_features = grad`):
+
+  * **gradient features**: the gradient of every client's loss over all its train rows at
+    the new global model (100 clients, 6,000 rows in all): forward and backward of LeNet-5
+    on every row, the kernel gradients summed per client;
+  * **cohort training**: the local SGD of the cohort (10 clients x 10 steps x 32 rows), the
+    same forward and backward on every step's rows;
+  * **distances**: the greedy's distances between the clients' feature vectors (p = 61,706
+    entries each), at least one Gram matrix [100, p] x [p, 100].
+
+Every layer of the forward and backward is a matrix product (a convolution with k = kh kw
+C_in taps, O filters and P output pixels per row as im2col): forward [nP, k] x [k, O], kernel
+gradient [k, nP] x [nP, O], input gradient [nP, O] x [O, k] (none for the first layer, whose
+input is the data); a dense layer [n, i] x [i, o] and its two gradients. The **floor** is the
+time of these products alone, each at the best throughput measured for its shapes on this
+CPU: every product is timed on random operands of one instance's exact sizes (features: one
+client's n = 60 rows, the mean, 100 instances; training: n = 32 rows, 100 client steps),
+kept in the caches (the same operands every call, as a round's freshly computed operands
+are), in each form XLA offers for it (`dot_general` in the row and the transposed
+orientation; for the convolutions also `lax.conv_general_dilated` and its gradients), the
+cost of an empty call subtracted; a product's floor is its fastest form's process CPU time
+times its instances. The floor of the round is their sum in CPU seconds, and that spread
+perfectly over the cores as wall seconds. Everything else a round runs (im2col copies,
+activations, pooling, the loss, the gather of the rows, the update, the greedy's
+bookkeeping) counts as zero. A second, stricter line divides the FLOPs by the best
+dense-matmul throughput measured ([1024, 1024] x [1024, 1024] `jnp.dot`).
+
+The round is the program a run executes: the driver's chunk (`run.driver.make_chunk`, a
+`lax.scan` of `--rounds` DivFL rounds) from the state after `init`, timed `--repeats` times;
+beside it the feature pass alone (the selector's all-client refresh, `Selector.update`) and
+a Random-selector round (the cohort's training and the server step, no features).
+
+    python benchmarks/divfl_floor.py --repeats 5
+
+Appends a table to benchmarks/RESULTS.md (`--no-append`: print only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import append_results, write_json  # noqa: E402
+
+SELECTION_SEED = 0
+
+# LeNet-5 on 28 x 28 x 1 (SAME padding on the first convolution): (name, kind, per-row
+# geometry). conv: (pixels P of its output per row, taps k = kh kw C_in, filters O, input
+# [H, W, C_in], kernel (kh, kw), padding); dense: (inputs, outputs).
+LAYERS = (("conv1", "conv", (28 * 28, 25, 6, (28, 28, 1), (5, 5), "SAME")),
+          ("conv2", "conv", (10 * 10, 150, 16, (14, 14, 6), (5, 5), "VALID")),
+          ("fc1", "dense", (400, 120)), ("fc2", "dense", (120, 84)), ("fc3", "dense", (84, 10)))
+
+
+def products(n: int) -> list[dict]:
+    """The matrix products of one forward and backward of LeNet-5 on n rows: per layer the
+    forward, the kernel gradient and (all but the first layer) the input gradient, each as
+    (m, k, n) of an [m, k] x [k, n] product with its FLOPs 2 m k n."""
+    out = []
+    for i, (name, kind, g) in enumerate(LAYERS):
+        if kind == "conv":
+            p, taps, o = g[0], g[1], g[2]
+            shapes = {"forward": (n * p, taps, o), "kernel gradient": (taps, n * p, o),
+                      "input gradient": (n * p, o, taps)}
+        else:
+            a, b = g
+            shapes = {"forward": (n, a, b), "kernel gradient": (a, n, b),
+                      "input gradient": (n, b, a)}
+        for what, (m, k, nn) in shapes.items():
+            if what == "input gradient" and i == 0:
+                continue  # the data needs no gradient
+            out.append({"layer": name, "kind": kind, "product": what, "rows": n,
+                        "mkn": (m, k, nn), "flops": 2.0 * m * k * nn})
+    return out
+
+
+def round_products(clients: int, rows: int, cohort: int, steps: int, batch: int,
+                   params: int) -> dict[str, dict]:
+    """What a DivFL round needs, by part: {part: {"instances", "products"}}; `rows` is the
+    total of the clients' train rows (each instance one client's mean share)."""
+    return {"gradient features": {"instances": clients,
+                                  "products": products(rows // clients)},
+            "cohort training": {"instances": cohort * steps, "products": products(batch)},
+            "distances": {"instances": 1,
+                          "products": [{"layer": "features", "kind": "dense",
+                                        "product": "Gram matrix", "rows": clients,
+                                        "mkn": (clients, params, clients),
+                                        "flops": 2.0 * clients * params * clients}]}}
+
+
+def part_flops(part: dict) -> float:
+    return part["instances"] * sum(p["flops"] for p in part["products"])
+
+
+# ------------------------------------------------------------------------- timing (JAX)
+
+def _best_time(fn, args, repeats: int, calls: int = 20) -> tuple[float, float]:
+    """(best wall, best process CPU) seconds per call of jit(fn)(*args): `repeats` timed
+    loops of `calls` calls each, the same operands every call (so they stay in the caches,
+    as a round's freshly computed operands are)."""
+    import jax
+
+    c = jax.jit(fn).lower(*args).compile()
+    jax.block_until_ready(c(*args))
+    wall = cpu = float("inf")
+    for _ in range(repeats):
+        t, p = time.perf_counter(), time.process_time()
+        for _ in range(calls):
+            out = c(*args)
+        jax.block_until_ready(out)
+        wall = min(wall, (time.perf_counter() - t) / calls)
+        cpu = min(cpu, (time.process_time() - p) / calls)
+    return wall, cpu
+
+
+def call_overhead(repeats: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of a call of a compiled program that does almost nothing (a
+    scalar add): the dispatch cost every timed product carries, subtracted from them."""
+    import jax.numpy as jnp
+
+    return _best_time(lambda a: a + 1.0, (jnp.float32(1.0),), repeats, calls=200)
+
+
+def conv_program(prod: dict, geometry: tuple):
+    """(fn, args): a convolution product by `lax.conv_general_dilated` (forward) or its
+    transpose (`jax.vjp`: the kernel or the input gradient), NHWC / HWIO."""
+    import jax
+
+    _, _, o, (h, w, ci), (kh, kw), pad = geometry
+    x = jax.random.normal(jax.random.key(0), (prod["rows"], h, w, ci))
+    k = jax.random.normal(jax.random.key(1), (kh, kw, ci, o))
+
+    def conv(xi, ki):
+        return jax.lax.conv_general_dilated(xi, ki, (1, 1), pad,
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    g = jax.random.normal(jax.random.key(2), jax.eval_shape(conv, x, k).shape)
+    if prod["product"] == "forward":
+        return conv, (x, k)
+    if prod["product"] == "kernel gradient":
+        return (lambda x, g, k: jax.vjp(lambda kk: conv(x, kk), k)[1](g)[0]), (x, g, k)
+    return (lambda x, g, k: jax.vjp(lambda xx: conv(xx, k), x)[1](g)[0]), (x, g, k)
+
+
+def time_product(prod: dict, repeats: int, geometry: tuple | None,
+                 overhead: tuple[float, float]) -> dict[str, dict[str, float]]:
+    """Seconds (wall and process CPU) of one instance of a product in each form, the call
+    overhead subtracted: `dot_general` [m, k] x [k, n] ("dot"), its transposed orientation
+    [n, k] x [k, m] ("dot^T"), and for a convolution (`geometry` given)
+    `lax.conv_general_dilated` or its gradient ("conv")."""
+    import jax
+
+    m, k, n = prod["mkn"]
+    row = (((1,), (0,)), ((), ()))  # [m, k] x [k, n]
+    progs = {}
+    for form, (p, q) in (("dot", ((m, k), (k, n))), ("dot^T", ((n, k), (k, m)))):
+        progs[form] = (lambda a, b: jax.lax.dot_general(a, b, row),
+                       (jax.random.normal(jax.random.key(0), p),
+                        jax.random.normal(jax.random.key(1), q)))
+    if geometry is not None:
+        progs["conv"] = conv_program(prod, geometry)
+    out = {}
+    for form, (fn, args) in progs.items():
+        w, u = _best_time(fn, args, repeats)
+        out[form] = {"wall": max(w - overhead[0], 0.0), "cpu": max(u - overhead[1], 0.0)}
+    return out
+
+
+def peak_dot(repeats: int, n: int = 1024) -> float:
+    """Best FLOP/s of an [n, n] x [n, n] `jnp.dot` (every core XLA uses)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jax.random.normal(jax.random.key(0), (n, n))
+    return 2.0 * n ** 3 / _best_time(jnp.dot, (a, a), repeats)[0]
+
+
+# ------------------------------------------------------------------------- the round
+
+def setting(rounds: int):
+    """(cfg, hp) of the selection tables' DivFL run on MNIST (seed 0)."""
+    from fedjax_appeal import HParams, RunConfig
+    from papers.selection.specs import BASE_HP, LAMBDA, SCHEDULE, SETTING
+
+    cfg = RunConfig(**{"dataset": "mnist", **SETTING, **SCHEDULE[False], "rounds": rounds,
+                       "seed": SELECTION_SEED, "selector": "divfl"})
+    return cfg, HParams(**{**BASE_HP, "subtrunc_lambda": LAMBDA["mnist"]})
+
+
+def _timed(c, args, repeats: int, per: int = 1) -> tuple[float, float, float]:
+    """(best wall, median wall, best process CPU) seconds of `repeats` calls of the
+    compiled `c(*args)`, divided by `per`."""
+    import jax
+
+    jax.block_until_ready(c(*args))
+    walls, cpus = [], []
+    for _ in range(repeats):
+        t, p = time.perf_counter(), time.process_time()
+        jax.block_until_ready(c(*args))
+        walls.append((time.perf_counter() - t) / per)
+        cpus.append((time.process_time() - p) / per)
+    return min(walls), statistics.median(walls), min(cpus)
+
+
+def time_round(selector: str, rounds: int, repeats: int) -> dict:
+    """Seconds per round (wall and process CPU) of the driver's chunk of `rounds` rounds
+    with `selector`, and for DivFL the all-client feature pass alone; plus the run's sizes."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from fedjax_appeal.core.config import RunConfig
+    from fedjax_appeal.core.fields import declared_for
+    from fedjax_appeal.run.assemble import assemble
+    from fedjax_appeal.run.driver import make_chunk
+    from fedjax_appeal.run.experiment import run_layout
+    from fedjax_appeal.select import selectors
+
+    cfg, hp = setting(rounds)
+    cfg, layout = run_layout(RunConfig(**{**cfg.as_dict(), "selector": selector}))
+    alg, model, data, _, _ = assemble(cfg)
+    hp = hp.as_arrays()
+    key = jax.random.key(cfg.seed)
+    state = jax.jit(alg.init)(key, data, hp)
+    rs = jnp.arange(rounds)
+    args = (state, data, key, hp, rs)
+    c = jax.jit(make_chunk(alg)).lower(*args).compile()
+    wall, median, cpu = _timed(c, args, repeats, rounds)
+    out = {"selector": selector, "wall": wall, "wall_median": median, "cpu": cpu,
+           "layout": layout.describe(), "conv_impl": model.module.conv_impl,
+           "clients": data.num_clients, "rows": int(data.train.num_samples),
+           "max_rows": int(data.train.max_count), "cohort": cfg.cohort,
+           "steps": cfg.local_steps, "batch": cfg.batch_size,
+           "params": int(sum(np.size(a) for a in jax.tree.leaves(state.params)))}
+    if selector == "divfl":
+        sel = selectors.make_selector(model, cfg.view(
+            (*selectors.OPTIONS, *declared_for("selector")), "selector"))
+        idx = jnp.arange(cfg.cohort)
+        valid = jnp.ones((cfg.cohort,), bool)
+        f = jax.jit(lambda s, d, h: sel.update(s, None, idx, valid, d, h).extra["selector"])
+        fargs = (state, data, hp)
+        out["features_wall"], _, out["features_cpu"] = _timed(
+            f.lower(*fargs).compile(), fargs, repeats)
+    return out
+
+
+# ------------------------------------------------------------------------- report
+
+def floor_rows(need: dict, times: dict, cores: int) -> list[dict]:
+    """Per part: FLOPs and the floor: the sum over its products of their fastest form's
+    process CPU time per instance, times the instances (`cpu`), and that spread evenly
+    over the cores (`wall`)."""
+    rows = []
+    for part, spec in need.items():
+        cpu = spec["instances"] * sum(min(f["cpu"] for f in t.values()) for t in times[part])
+        rows.append({"part": part, "flops": part_flops(spec), "cpu": cpu, "wall": cpu / cores})
+    return rows
+
+
+def table(rows: list[dict], peak: float, divfl: dict, rnd: dict, cores: int) -> str:
+    flops = sum(r["flops"] for r in rows)
+    wall = sum(r["wall"] for r in rows)
+    cpu = sum(r["cpu"] for r in rows)
+    lines = [f"| part | GFLOP per round | floor, s: products' CPU time; over {cores} cores "
+             f"(GFLOP/s) | measured, s: process CPU; wall | measured / floor: CPU; wall |",
+             "|---|---|---|---|---|"]
+    measured = {"gradient features": (divfl.get("features_cpu"), divfl.get("features_wall")),
+                "cohort training": (rnd["cpu"], rnd["wall"])}
+    for r in rows:
+        mc, mw = measured.get(r["part"], (None, None))
+        lines.append(f"| {r['part']} | {r['flops'] / 1e9:.2f} | {r['cpu']:.3f}; {r['wall']:.3f} "
+                     f"({r['flops'] / r['wall'] / 1e9:.1f}) | "
+                     + (f"{mc:.3f}; {mw:.3f} | {mc / r['cpu']:.2f}×; {mw / r['wall']:.2f}× |"
+                        if mc else "— | — |"))
+    lines.append(f"| **DivFL round** | **{flops / 1e9:.2f}** | **{cpu:.3f}; {wall:.3f}** "
+                 f"({flops / wall / 1e9:.1f}) | **{divfl['cpu']:.3f}; {divfl['wall']:.3f}** "
+                 f"(wall median {divfl['wall_median']:.3f}) | **{divfl['cpu'] / cpu:.2f}×; "
+                 f"{divfl['wall'] / wall:.2f}×** |")
+    lines.append(f"| strict: the round's FLOPs at the dense-matmul peak ({peak / 1e9:.1f} "
+                 f"GFLOP/s, wall) | {flops / 1e9:.2f} | —; {flops / peak:.3f} | —; "
+                 f"{divfl['wall']:.3f} | —; {divfl['wall'] * peak / flops:.2f}× |")
+    return "\n".join(lines)
+
+
+def products_table(need: dict, times: dict) -> str:
+    lines = ["| part | layer | product | m × k × n (per instance) | instances | GFLOP | "
+             "CPU ms per instance: dot / dot^T / conv | best GFLOP/s (CPU) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for part, spec in need.items():
+        for prod, t in zip(spec["products"], times[part], strict=True):
+            m, k, n = prod["mkn"]
+            ms = " / ".join(f"{1e3 * t[f]['cpu']:.3f}" if f in t else "—"
+                            for f in ("dot", "dot^T", "conv"))
+            best = min(v["cpu"] for v in t.values())
+            rate = f"{prod['flops'] / best / 1e9:.1f}" if best > 0 else "—"
+            lines.append(f"| {part} | {prod['layer']} | {prod['product']} | {m} × {k} × {n} | "
+                         f"{spec['instances']} | {prod['flops'] * spec['instances'] / 1e9:.3f} "
+                         f"| {ms} | {rate} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5, help="timed loops of each program")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds per timed chunk")
+    ap.add_argument("--no-append", action="store_true", help="print only")
+    ap.add_argument("--json", default="", help="also write the measurements to this file")
+    args = ap.parse_args(argv)
+
+    import jax
+
+    cores = len(os.sched_getaffinity(0))
+    load0 = os.getloadavg()[0]
+    divfl = time_round("divfl", args.rounds, args.repeats)
+    rnd = time_round("random", args.rounds, args.repeats)
+    need = round_products(divfl["clients"], divfl["rows"], divfl["cohort"], divfl["steps"],
+                          divfl["batch"], divfl["params"])
+    convs = {name: g for name, kind, g in LAYERS if kind == "conv"}
+    overhead = call_overhead(args.repeats)
+    times = {part: [time_product(p, args.repeats, convs.get(p["layer"]), overhead)
+                    for p in spec["products"]] for part, spec in need.items()}
+    peak = peak_dot(args.repeats)
+    again = time_round("divfl", args.rounds, args.repeats)  # after the products: the better
+    for k in ("wall", "wall_median", "cpu", "features_wall", "features_cpu"):
+        divfl[k] = min(divfl[k], again[k])
+    rows = floor_rows(need, times, cores)
+    text = table(rows, peak, divfl, rnd, cores) + "\n\n" + products_table(need, times)
+    print(text)
+    if args.json:
+        write_json(Path(args.json), {"rows": rows, "peak_dot": peak, "divfl": divfl,
+                                     "random": rnd, "times": times, "need": need,
+                                     "overhead": overhead, "load_start": load0})
+    if not args.no_append:
+        append_results(
+            f"DivFL round against its floor (LeNet-5, MNIST, {cores} cores)", text,
+            f"Setting: the selection tables' paper-literal DivFL run on MNIST (seed "
+            f"{SELECTION_SEED}): {divfl['clients']} clients, {divfl['rows']} train rows "
+            f"(largest client {divfl['max_rows']}), cohort {divfl['cohort']} x "
+            f"{divfl['steps']} steps x {divfl['batch']} rows, every client's full-data "
+            f"gradient refreshed every round, {divfl['params']} parameters; "
+            f"{divfl['layout']}, conv {divfl['conv_impl']}, jax {jax.__version__}; load "
+            f"average {load0:.1f} at the start. Floor: each product of the round timed alone "
+            f"on random operands of one instance's sizes (best of {args.repeats} loops of 20 "
+            f"calls, the same operands each call, the cost of an empty call subtracted: "
+            f"{1e6 * overhead[1]:.0f} µs CPU), in each XLA form (dot_general in the row and "
+            f"the transposed orientation, lax.conv and its gradients for the convolutions); a "
+            f"part's floor is the sum over its products of the fastest form's process CPU "
+            f"time times the instances, and that over {cores} cores as a perfectly parallel "
+            f"wall time; nothing else of the round counts. Measured: the driver's chunk of "
+            f"{args.rounds} rounds, best of {args.repeats} calls, per round (twice, before "
+            f"and after the products: the better); gradient features: the selector's "
+            f"all-client refresh alone; cohort training: a Random-selector round (its "
+            f"training, aggregation and server step). Strict line: the round's FLOPs at the "
+            f"best [1024, 1024] jnp.dot throughput (wall, every thread XLA uses).")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""benchmarks/divfl_floor.py: the products of a DivFL round counted by hand (LeNet-5 on
+28 x 28 MNIST, the selection tables' sizes), against the jaxpr of LeNet-5's gradient."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from fedjax_appeal.core.models import make_model
+
+
+@pytest.fixture()
+def floor(bench_script):
+    return bench_script("divfl_floor")
+
+
+def test_lenet5_products_counted_by_hand(floor):
+    n = 7
+    prods = floor.products(n)
+    # conv1: 28 x 28 outputs (SAME), 5 x 5 x 1 taps, 6 filters: forward and kernel gradient
+    # (the image needs no gradient); conv2: 10 x 10 outputs, 5 x 5 x 6 taps, 16 filters;
+    # dense 400 -> 120 -> 84 -> 10: forward, kernel and input gradient each
+    conv1 = 2 * n * 784 * 25 * 6
+    conv2 = 2 * n * 100 * 150 * 16
+    dense = 2 * n * (400 * 120 + 120 * 84 + 84 * 10)
+    assert len(prods) == 2 + 3 + 9
+    assert sum(p["flops"] for p in prods) == 2 * conv1 + 3 * conv2 + 3 * dense
+    assert [p["product"] for p in prods if p["layer"] == "conv1"] == ["forward",
+                                                                       "kernel gradient"]
+    for p in prods:
+        m, k, nn = p["mkn"]
+        assert p["flops"] == 2 * m * k * nn
+
+
+def test_products_match_the_jaxpr_of_lenet5s_gradient(floor, bench_script):
+    """The hand list has exactly the dot FLOPs of the model's own gradient in the im2col
+    form the feature pass runs."""
+    common = bench_script("_common")
+    n = 5
+    m = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl="patches_cf")
+    p, s = m.init(jax.random.key(0))
+    x = jnp.zeros((n, 28, 28), jnp.uint8)
+    y = jnp.zeros((n,), jnp.int32)
+    jaxpr = jax.make_jaxpr(jax.grad(lambda q: m.loss(q, s, x, y, train=False)[0]))(p).jaxpr
+    assert common.jaxpr_flops(jaxpr) == sum(q["flops"] for q in floor.products(n))
+
+
+def test_round_products_of_the_selection_setting(floor):
+    need = floor.round_products(clients=100, rows=6000, cohort=10, steps=10, batch=32,
+                                params=61706)
+    per_row = sum(q["flops"] for q in floor.products(1))
+    assert floor.part_flops(need["gradient features"]) == 6000 * per_row
+    assert floor.part_flops(need["cohort training"]) == 10 * 10 * 32 * per_row
+    assert floor.part_flops(need["distances"]) == 2 * 100 * 61706 * 100
+
+
+def test_floor_is_the_fastest_form_per_product_times_the_instances(floor):
+    need = {"a": {"instances": 10, "products": [{"flops": 4.0}, {"flops": 6.0}]}}
+    times = {"a": [{"dot": {"cpu": 2.0, "wall": 9.0}, "dot^T": {"cpu": 1.0, "wall": 9.0}},
+                   {"dot": {"cpu": 0.5, "wall": 0.1}, "conv": {"cpu": 0.25, "wall": 0.1}}]}
+    (row,) = floor.floor_rows(need, times, cores=2)
+    assert row == {"part": "a", "flops": 100.0, "cpu": 10 * (1.0 + 0.25), "wall": 6.25}
