@@ -31,9 +31,13 @@ bookkeeping) counts as zero. A second, stricter line divides the FLOPs by the be
 dense-matmul throughput measured ([1024, 1024] x [1024, 1024] `jnp.dot`).
 
 The round is the program a run executes: the driver's chunk (`run.driver.make_chunk`, a
-`lax.scan` of `--rounds` DivFL rounds) from the state after `init`, timed `--repeats` times;
-beside it the feature pass alone (the selector's all-client refresh, `Selector.update`) and
-a Random-selector round (the cohort's training and the server step, no features).
+`lax.scan` of `--rounds` DivFL rounds) from the state after `init`, in the layout a run of
+the setting takes (`--cpu-devices`, default the automatic one: on 2 cores the CPU split
+into 2 devices, the cohort's 10 clients 5 per device and the 100 clients of the feature
+pass 50 per device), timed `--repeats` times; beside it the feature pass alone (the
+selector's all-client refresh, `Selector.update`) and a Random-selector round (the
+cohort's training and the server step, no features). The greedy and the rest of the round
+are the round less those two.
 
     python benchmarks/divfl_floor.py --repeats 5
 
@@ -104,14 +108,18 @@ def part_flops(part: dict) -> float:
 
 # ------------------------------------------------------------------------- timing (JAX)
 
-def _best_time(fn, args, repeats: int, calls: int = 20) -> tuple[float, float]:
+def _best_time(fn, args, repeats: int, calls: int = 0) -> tuple[float, float]:
     """(best wall, best process CPU) seconds per call of jit(fn)(*args): `repeats` timed
-    loops of `calls` calls each, the same operands every call (so they stay in the caches,
-    as a round's freshly computed operands are)."""
+    loops of `calls` calls each (0: as many as last at least 5 ms), the same operands
+    every call (so they stay in the caches, as a round's freshly computed operands are)."""
     import jax
 
     c = jax.jit(fn).lower(*args).compile()
     jax.block_until_ready(c(*args))
+    if calls <= 0:
+        t = time.perf_counter()
+        jax.block_until_ready(c(*args))
+        calls = max(20, int(5e-3 / max(time.perf_counter() - t, 1e-7)))
     wall = cpu = float("inf")
     for _ in range(repeats):
         t, p = time.perf_counter(), time.process_time()
@@ -176,13 +184,15 @@ def time_product(prod: dict, repeats: int, geometry: tuple | None,
     return out
 
 
-def peak_dot(repeats: int, n: int = 1024) -> float:
-    """Best FLOP/s of an [n, n] x [n, n] `jnp.dot` (every core XLA uses)."""
+def peak_dot(repeats: int, n: int = 1024) -> tuple[float, float]:
+    """(FLOP/s per wall second, per process CPU second) of an [n, n] x [n, n] `jnp.dot`,
+    the best of `repeats` loops (every thread XLA uses)."""
     import jax
     import jax.numpy as jnp
 
     a = jax.random.normal(jax.random.key(0), (n, n))
-    return 2.0 * n ** 3 / _best_time(jnp.dot, (a, a), repeats)[0]
+    wall, cpu = _best_time(jnp.dot, (a, a), repeats, calls=3)
+    return 2.0 * n ** 3 / wall, 2.0 * n ** 3 / cpu
 
 
 # ------------------------------------------------------------------------- the round
@@ -214,27 +224,21 @@ def _timed(c, args, repeats: int, per: int = 1) -> tuple[float, float, float]:
 
 def time_round(selector: str, rounds: int, repeats: int) -> dict:
     """Seconds per round (wall and process CPU) of the driver's chunk of `rounds` rounds
-    with `selector`, and for DivFL the all-client feature pass alone; plus the run's sizes."""
+    with `selector`, in the run's layout (mesh and all), and for DivFL the all-client
+    feature pass alone; plus the run's sizes."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from fedjax_appeal.core.config import RunConfig
     from fedjax_appeal.core.fields import declared_for
-    from fedjax_appeal.run.assemble import assemble
     from fedjax_appeal.run.driver import make_chunk
-    from fedjax_appeal.run.experiment import run_layout
     from fedjax_appeal.select import selectors
 
-    cfg, hp = setting(rounds)
-    cfg, layout = run_layout(RunConfig(**{**cfg.as_dict(), "selector": selector}))
-    alg, model, data, _, _ = assemble(cfg)
-    hp = hp.as_arrays()
-    key = jax.random.key(cfg.seed)
-    state = jax.jit(alg.init)(key, data, hp)
-    rs = jnp.arange(rounds)
-    args = (state, data, key, hp, rs)
-    c = jax.jit(make_chunk(alg)).lower(*args).compile()
+    run = assembled(selector, rounds)
+    alg, model, data, state, hp, cfg, layout, mesh = run
+    args = (state, data, jax.random.key(cfg.seed), hp, jnp.arange(rounds))
+    with scope(mesh):
+        c = jax.jit(make_chunk(alg)).lower(*args).compile()
     wall, median, cpu = _timed(c, args, repeats, rounds)
     out = {"selector": selector, "wall": wall, "wall_median": median, "cpu": cpu,
            "layout": layout.describe(), "conv_impl": model.module.conv_impl,
@@ -249,9 +253,213 @@ def time_round(selector: str, rounds: int, repeats: int) -> dict:
         valid = jnp.ones((cfg.cohort,), bool)
         f = jax.jit(lambda s, d, h: sel.update(s, None, idx, valid, d, h).extra["selector"])
         fargs = (state, data, hp)
-        out["features_wall"], _, out["features_cpu"] = _timed(
-            f.lower(*fargs).compile(), fargs, repeats)
+        with scope(mesh):
+            f = f.lower(*fargs).compile()
+        out["features_wall"], _, out["features_cpu"] = _timed(f, fargs, repeats)
     return out
+
+
+def assembled(selector: str, rounds: int):
+    """(alg, model, data, state after init, hp as arrays, cfg, layout, mesh) of the
+    setting, in the layout a run of it takes (`run.experiment.run_layout`; the mesh over
+    the CPU devices `split` made, data and hyperparameters replicated over it, as the
+    driver places them)."""
+    import jax
+
+    from fedjax_appeal.core.config import RunConfig
+    from fedjax_appeal.execute.distributed import make_mesh, replicate
+    from fedjax_appeal.run.assemble import assemble
+    from fedjax_appeal.run.experiment import run_layout
+
+    cfg, hp = setting(rounds)
+    cfg, layout = run_layout(RunConfig(**{**cfg.as_dict(), "selector": selector}))
+    mesh = make_mesh(cfg.devices)
+    alg, model, data, _, _ = assemble(cfg, mesh=mesh)
+    hp = hp.as_arrays()
+    if mesh is not None:
+        data, hp = replicate((data, hp), mesh)
+    with scope(mesh):
+        state = jax.jit(alg.init)(jax.random.key(cfg.seed), data, hp)
+    return alg, model, data, state, hp, cfg, layout, mesh
+
+
+def scope(mesh):
+    """The context the driver traces a run's programs in (`run.driver.Driver._scope`):
+    under its mesh, so that passes over all clients spread them over the devices."""
+    import contextlib
+
+    import jax
+
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
+
+
+def split(devices: int | None) -> int:
+    """Split the CPU into `devices` JAX devices (None: as a run of the setting does, the
+    automatic layout's `execute.layout.auto_split` for its cohort) before JAX runs;
+    returns the devices made (0: one)."""
+    from fedjax_appeal.execute.distributed import split_cpu
+    from fedjax_appeal.execute.layout import auto_split
+    from papers.selection.specs import SETTING
+
+    if devices is None:
+        return auto_split(SETTING["cohort"])
+    split_cpu(devices)
+    return devices
+
+
+def trace_ops(c, args, calls: int = 2) -> tuple[dict, list]:
+    """Per operation of the compiled program `c`: (seconds per call, from a
+    `jax.profiler` trace of `calls` calls, by the XLA:CPU threads' events) and the spans
+    [(start_ns, end_ns, thread)] of every operation."""
+    import collections
+    import glob
+    import tempfile
+
+    import jax
+
+    jax.block_until_ready(c(*args))
+    with tempfile.TemporaryDirectory() as tmp:
+        jax.profiler.start_trace(tmp)
+        for _ in range(calls):
+            jax.block_until_ready(c(*args))
+        jax.profiler.stop_trace()
+        data = jax.profiler.ProfileData.from_file(
+            glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True)[0])
+    ns, spans = collections.Counter(), []
+    for plane in data.planes:
+        for line in plane.lines:
+            if "XLAEigen" not in line.name:  # the threads that run the program's kernels
+                continue
+            for ev in line.events:
+                if ev.name.startswith(("ThunkExecutor", "end:", "SlinkyThreadPool")):
+                    continue
+                ns[ev.name] += ev.duration_ns
+                spans.append((ev.start_ns, ev.start_ns + ev.duration_ns, line.name))
+    return {k: v / 1e9 / calls for k, v in ns.items()}, spans
+
+
+def concurrent_s(spans: list) -> float:
+    """Seconds during which operations of two or more threads ran at the same time."""
+    import collections
+
+    edges = sorted([(a, 1, t) for a, _, t in spans] + [(b, -1, t) for _, b, t in spans])
+    active, last, both = collections.Counter(), None, 0
+    for x, d, t in edges:
+        if last is not None and sum(v > 0 for v in active.values()) >= 2:
+            both += x - last
+        active[t] += d
+        last = x
+    return both / 1e9
+
+
+def op_kinds(hlo: str) -> dict[str, tuple[str, str]]:
+    """Operation name -> (kind, part) from the compiled HLO text: kind "product" for a
+    dot or a fusion that computes one, else "other"; part from the JAX source of its
+    metadata: "cohort training" (under the cohort's vmap), "gradient features" (the
+    model's forward and backward outside it: the selector's per-client gradients) or "rest"
+    (the greedy, the accumulation of the features, the server step)."""
+    import re
+
+    comps, name, out = {}, None, {}
+    for line in hlo.splitlines():
+        head = re.match(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+        if head:
+            name = head[1]
+            comps[name] = []
+        elif name is not None:
+            comps[name].append(line)
+    for lines in comps.values():
+        for line in lines:
+            hit = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*\S+\s+([\w\-]+)\(", line)
+            if not hit:
+                continue
+            called = re.search(r"calls=%?([\w.\-]+)", line)
+            dot = hit[2] == "dot" or (called is not None and any(
+                " dot(" in x for x in comps.get(called[1], ())))
+            src = re.search(r'op_name="([^"]*)"', line)
+            src = src[1] if src else ""
+            part = ("cohort training" if "vmap()" in src else "gradient features"
+                    if "jvp(" in src or "transpose(" in src else "rest")
+            out[hit[1]] = ("product" if dot else "other", part)
+    return out
+
+
+def profile_round(repeats: int) -> dict:
+    """Where the DivFL round's time goes: operation time (trace) by part and kind."""
+    import collections
+
+    import jax
+    import jax.numpy as jnp
+
+    from fedjax_appeal.run.driver import make_chunk
+
+    alg, model, data, state, hp, cfg, _, mesh = assembled("divfl", 1)
+    args = (state, data, jax.random.key(cfg.seed), hp, jnp.arange(1))
+    with scope(mesh):
+        c = jax.jit(make_chunk(alg)).lower(*args).compile()
+    secs, _ = trace_ops(c, args, calls=max(1, min(repeats, 3)))
+    kinds = op_kinds(c.as_text())
+    table = collections.Counter()
+    for op, t in secs.items():
+        table[kinds.get(op, ("other", "rest"))] += t
+    return {f"{part} / {kind}": t for (kind, part), t in sorted(table.items())}
+
+
+def levers(repeats: int) -> list[dict]:
+    """The feature pass on one device in other forms, each against the selector's loop
+    (one client per loop step, im2col in channels-first form): clients batched into one vmap
+    (10 per step, or all 100), the row-form im2col and XLA's convolution, and the clients
+    as two independent loops (do XLA:CPU's threads run them at once?). Process CPU and
+    wall seconds, and whether the features equal the selector's bit for bit."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from fedjax_appeal.select.selectors import client_grad, flatten
+
+    _, model, data, state, _, _, _, _ = assembled("divfl", 1)
+    data, state = jax.device_put((data, state), jax.devices()[0])  # one device's forms
+    ids = jnp.arange(data.num_clients)
+    grad = model.for_grad()
+
+    def one(m):
+        def f(k):
+            loss, g = client_grad(m, state.params, state.model_state, data.train, k)
+            return flatten(g), loss
+        return f
+
+    def loops(fn, s):
+        cut = [i * len(ids) // s for i in range(s + 1)]
+        parts = [jax.lax.map(fn, ids[lo:hi]) for lo, hi in zip(cut[:-1], cut[1:], strict=True)]
+        return jax.tree.map(lambda *p: jnp.concatenate(p), *parts)
+
+    forms = {
+        "one client per step (the selector's loop)": lambda: jax.lax.map(one(grad), ids),
+        "10 clients per step (vmap)": lambda: jax.lax.map(one(grad), ids, batch_size=10),
+        "all 100 clients in one vmap": lambda: jax.vmap(one(grad))(ids),
+        "row-form im2col (patches)": lambda: jax.lax.map(one(dataclasses.replace(
+            grad, module=grad.module.clone(conv_impl="patches"))), ids),
+        "XLA convolution (xla)": lambda: jax.lax.map(one(dataclasses.replace(
+            grad, module=grad.module.clone(conv_impl="xla"))), ids),
+        "two independent loops": lambda: loops(one(grad), 2),
+    }
+    rows, ref = [], None
+    for name, fn in forms.items():
+        c = jax.jit(fn).lower().compile()
+        wall, _, cpu = _timed(c, (), repeats)
+        out = jax.device_get(c())
+        ref = out if ref is None else ref
+        row = {"form": name, "wall": wall, "cpu": cpu, "same": all(
+            np.array_equal(a, b) for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(ref),
+                                                 strict=True))}
+        if name == "two independent loops":
+            _, spans = trace_ops(c, (), calls=1)
+            row["both_threads_s"] = concurrent_s(spans)
+            row["span_s"] = (max(b for _, b, _ in spans) - min(a for a, _, _ in spans)) / 1e9
+        rows.append(row)
+    return rows
 
 
 # ------------------------------------------------------------------------- report
@@ -274,11 +482,15 @@ def table(rows: list[dict], peak: float, divfl: dict, rnd: dict, cores: int) -> 
     lines = [f"| part | GFLOP per round | floor, s: products' CPU time; over {cores} cores "
              f"(GFLOP/s) | measured, s: process CPU; wall | measured / floor: CPU; wall |",
              "|---|---|---|---|---|"]
+    rest = [divfl[k] - divfl[f"features_{k}"] - rnd[k] for k in ("cpu", "wall")]
     measured = {"gradient features": (divfl.get("features_cpu"), divfl.get("features_wall")),
-                "cohort training": (rnd["cpu"], rnd["wall"])}
+                "cohort training": (rnd["cpu"], rnd["wall"]), "distances": rest}
+    names = {"distances": "distances (measured: the round less the other two: the greedy "
+                          "and the rest)"}
     for r in rows:
         mc, mw = measured.get(r["part"], (None, None))
-        lines.append(f"| {r['part']} | {r['flops'] / 1e9:.2f} | {r['cpu']:.3f}; {r['wall']:.3f} "
+        lines.append(f"| {names.get(r['part'], r['part'])} | {r['flops'] / 1e9:.2f} | "
+                     f"{r['cpu']:.3f}; {r['wall']:.3f} "
                      f"({r['flops'] / r['wall'] / 1e9:.1f}) | "
                      + (f"{mc:.3f}; {mw:.3f} | {mc / r['cpu']:.2f}×; {mw / r['wall']:.2f}× |"
                         if mc else "— | — |"))
@@ -286,9 +498,11 @@ def table(rows: list[dict], peak: float, divfl: dict, rnd: dict, cores: int) -> 
                  f"({flops / wall / 1e9:.1f}) | **{divfl['cpu']:.3f}; {divfl['wall']:.3f}** "
                  f"(wall median {divfl['wall_median']:.3f}) | **{divfl['cpu'] / cpu:.2f}×; "
                  f"{divfl['wall'] / wall:.2f}×** |")
-    lines.append(f"| strict: the round's FLOPs at the dense-matmul peak ({peak / 1e9:.1f} "
-                 f"GFLOP/s, wall) | {flops / 1e9:.2f} | —; {flops / peak:.3f} | —; "
-                 f"{divfl['wall']:.3f} | —; {divfl['wall'] * peak / flops:.2f}× |")
+    lines.append(f"| the round's FLOPs at the dense-matmul peak ({peak[1] / 1e9:.1f} "
+                 f"GFLOP/s per CPU second) | {flops / 1e9:.2f} | {flops / peak[1]:.3f}; "
+                 f"{flops / peak[1] / cores:.3f} | {divfl['cpu']:.3f}; {divfl['wall']:.3f} | "
+                 f"{divfl['cpu'] * peak[1] / flops:.2f}×; "
+                 f"{divfl['wall'] * peak[1] * cores / flops:.2f}× |")
     return "\n".join(lines)
 
 
@@ -309,13 +523,45 @@ def products_table(need: dict, times: dict) -> str:
     return "\n".join(lines)
 
 
+def profile_table(prof: dict) -> str:
+    total = sum(prof.values())
+    lines = ["| part / kind of operation | seconds per round (trace) | share |", "|---|---|---|"]
+    for k, t in sorted(prof.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {k} | {t:.3f} | {t / total:.0%} |")
+    lines.append(f"| all operations | {total:.3f} | 100% |")
+    return "\n".join(lines)
+
+
+def levers_table(rows: list[dict]) -> str:
+    lines = ["| gradient features of all clients, as | process CPU, s | wall, s | features "
+             "equal bit for bit |", "|---|---|---|---|"]
+    for r in rows:
+        extra = ""
+        if "both_threads_s" in r:
+            extra = (f" (two threads busy at once {r['both_threads_s']:.3f} s of a "
+                     f"{r['span_s']:.3f} s pass)")
+        lines.append(f"| {r['form']}{extra} | {r['cpu']:.3f} | {r['wall']:.3f} | "
+                     f"{'yes' if r['same'] else 'no'} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="timed loops of each program")
     ap.add_argument("--rounds", type=int, default=2, help="rounds per timed chunk")
+    ap.add_argument("--profile", action="store_true",
+                    help="also trace one DivFL round: operation time by part and kind")
+    ap.add_argument("--levers", action="store_true",
+                    help="also time the feature pass in other forms (batched clients, "
+                         "other convolutions, two independent loops)")
+    ap.add_argument("--cpu-devices", type=int, default=None,
+                    help="split the CPU into this many JAX devices (default: as a run of the "
+                         "setting does, the automatic layout's split; 0 = one device)")
     ap.add_argument("--no-append", action="store_true", help="print only")
     ap.add_argument("--json", default="", help="also write the measurements to this file")
     args = ap.parse_args(argv)
+
+    split(args.cpu_devices)  # before JAX's first operation
 
     import jax
 
@@ -335,14 +581,20 @@ def main(argv=None):
         divfl[k] = min(divfl[k], again[k])
     rows = floor_rows(need, times, cores)
     text = table(rows, peak, divfl, rnd, cores) + "\n\n" + products_table(need, times)
+    prof = profile_round(args.repeats) if args.profile else None
+    lev = levers(args.repeats) if args.levers else None
+    if prof:
+        text += "\n\n" + profile_table(prof)
+    if lev:
+        text += "\n\n" + levers_table(lev)
     print(text)
     if args.json:
         write_json(Path(args.json), {"rows": rows, "peak_dot": peak, "divfl": divfl,
                                      "random": rnd, "times": times, "need": need,
-                                     "overhead": overhead, "load_start": load0})
+                                     "overhead": overhead, "load_start": load0,
+                                     "profile": prof, "levers": lev})
     if not args.no_append:
-        append_results(
-            f"DivFL round against its floor (LeNet-5, MNIST, {cores} cores)", text,
+        notes = (
             f"Setting: the selection tables' paper-literal DivFL run on MNIST (seed "
             f"{SELECTION_SEED}): {divfl['clients']} clients, {divfl['rows']} train rows "
             f"(largest client {divfl['max_rows']}), cohort {divfl['cohort']} x "
@@ -350,18 +602,29 @@ def main(argv=None):
             f"gradient refreshed every round, {divfl['params']} parameters; "
             f"{divfl['layout']}, conv {divfl['conv_impl']}, jax {jax.__version__}; load "
             f"average {load0:.1f} at the start. Floor: each product of the round timed alone "
-            f"on random operands of one instance's sizes (best of {args.repeats} loops of 20 "
-            f"calls, the same operands each call, the cost of an empty call subtracted: "
-            f"{1e6 * overhead[1]:.0f} µs CPU), in each XLA form (dot_general in the row and "
-            f"the transposed orientation, lax.conv and its gradients for the convolutions); a "
+            f"on random operands of one instance's sizes (best of {args.repeats} loops of at "
+            f"least 20 calls and 5 ms, the same operands each call, the cost of an empty call "
+            f"subtracted: {1e6 * overhead[1]:.0f} µs CPU), in each XLA form (dot_general in "
+            f"the row and the transposed orientation, lax.conv and its gradients for the "
+            f"convolutions); a "
             f"part's floor is the sum over its products of the fastest form's process CPU "
             f"time times the instances, and that over {cores} cores as a perfectly parallel "
             f"wall time; nothing else of the round counts. Measured: the driver's chunk of "
             f"{args.rounds} rounds, best of {args.repeats} calls, per round (twice, before "
             f"and after the products: the better); gradient features: the selector's "
             f"all-client refresh alone; cohort training: a Random-selector round (its "
-            f"training, aggregation and server step). Strict line: the round's FLOPs at the "
-            f"best [1024, 1024] jnp.dot throughput (wall, every thread XLA uses).")
+            f"training, aggregation and server step). Dense-matmul line: the round's FLOPs at the "
+            f"best [1024, 1024] jnp.dot throughput per process CPU second (every thread XLA "
+            f"uses: {peak[0] / 1e9:.1f} GFLOP/s per wall second in this run).")
+        if prof:
+            notes += (" Profile: one DivFL round's operations from a jax.profiler trace (their "
+                      "durations on XLA:CPU's threads, inflated alike by a loaded machine); "
+                      "a product is a dot or a fusion computing one.")
+        if lev:
+            notes += (" Levers: the feature pass alone in each form, best of "
+                      f"{args.repeats} calls; bit-for-bit against the form the selector runs.")
+        append_results(f"DivFL round against its floor (LeNet-5, MNIST, {cores} cores)",
+                       text, notes)
     return rows
 
 

@@ -61,3 +61,27 @@ def test_floor_is_the_fastest_form_per_product_times_the_instances(floor):
                    {"dot": {"cpu": 0.5, "wall": 0.1}, "conv": {"cpu": 0.25, "wall": 0.1}}]}
     (row,) = floor.floor_rows(need, times, cores=2)
     assert row == {"part": "a", "flops": 100.0, "cpu": 10 * (1.0 + 0.25), "wall": 6.25}
+
+
+def test_concurrent_seconds_of_hand_made_spans(floor):
+    # thread a busy 0-10 and 20-30 ns, b busy 5-15 ns: both at once 5-10 ns
+    spans = [(0, 10, "a"), (5, 15, "b"), (20, 30, "a")]
+    assert floor.concurrent_s(spans) == pytest.approx(5e-9)
+    assert floor.concurrent_s([(0, 10, "a"), (10, 20, "b")]) == 0.0
+
+
+def test_op_kinds_finds_the_products_and_the_cohort(floor):
+    """A dot under a vmap is a product of the cohort's training; the model's gradient
+    outside any vmap belongs to the gradient features; an elementwise op is 'other'."""
+    w = jnp.ones((8, 4))
+
+    def f(x, w):
+        cohort = jax.vmap(lambda a: jnp.tanh(a @ w))(x)
+        g = jax.grad(lambda v: jnp.sum(jnp.sin(x[0] @ v)))(w)
+        return cohort, g
+
+    hlo = jax.jit(f).lower(jnp.ones((3, 5, 8)), w).compile().as_text()
+    kinds = set(floor.op_kinds(hlo).values())
+    assert ("product", "cohort training") in kinds
+    assert ("product", "gradient features") in kinds
+    assert any(kind == "other" for kind, _ in kinds)
