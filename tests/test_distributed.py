@@ -119,15 +119,25 @@ def traced(mesh):
     with jax.set_mesh(mesh):
         return jax.jit(lambda *a: passes(*a))(*args), str(jax.make_jaxpr(passes)(*args))
 (plain, jp_plain), (spread_, jp_spread) = traced(None), traced(make_mesh(2))
-# one client at a time on each device: 7 rows over 2 devices (the last one repeated)
+# one client at a time on each device: 7 rows over 2 devices (the last one repeated), each
+# device's loop a program of its own; and per-client gradients (DivFL's features) equal to
+# one device's to the bit
 from fedjax_appeal.execute.distributed import map_spread
+from fedjax_appeal.select.selectors import client_grad, flatten
 rows = (jax.numpy.arange(7.0), jax.numpy.arange(14.0).reshape(7, 2))
-fn = lambda r: r[0] * 10 + r[1].sum()
+fn = lambda r, sh: r[0] * sh + r[1].sum()
+def grads(ks, sh):
+    return map_spread(lambda k, s: flatten(client_grad(model, *s, k)[1]), ks, sh)
+gsh = (params, st, data.train)
 with jax.set_mesh(make_mesh(2)):
-    got = jax.jit(lambda r: map_spread(fn, r))(rows)
-    jm = str(jax.make_jaxpr(lambda r: map_spread(fn, r))(rows))
-want = np.asarray(jax.lax.map(fn, rows))
-out["map_spread"] = [np.asarray(got).tolist() == want.tolist(), jm.count("sharding_constraint")]
+    got = jax.jit(lambda r, s: map_spread(fn, r, s))(rows, 10.0)
+    jm = str(jax.make_jaxpr(lambda r, s: map_spread(fn, r, s))(rows, 10.0))
+    g2 = jax.jit(grads)(jax.numpy.arange(16), gsh)
+want = np.asarray(jax.lax.map(lambda r: fn(r, 10.0), rows))
+g1 = jax.jit(grads)(jax.numpy.arange(16), gsh)
+out["map_spread"] = [np.asarray(got).tolist() == want.tolist(), jm.count("shard_map"),
+                     jm.count("sharding_constraint"),
+                     bool(np.array_equal(np.asarray(g1), np.asarray(g2)))]
 out["spread"] = {"plain": "sharding_constraint" in jp_plain,
                  "mesh": jp_spread.count("sharding_constraint"),
                  "same": bool(all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(
@@ -156,8 +166,9 @@ def test_eight_fake_devices_equal_one_device():
     # 12) and the solo models (ks and keys spread, 5 statistics collected: 7), with the
     # numbers of one device
     assert out.pop("spread") == {"plain": False, "mesh": 19, "same": True}
-    # the two row arrays spread, the output spread per device and collected: 4
-    assert out.pop("map_spread") == [True, 4]
+    # one program per device (a shard_map), its output collected (one constraint); the
+    # gradients of 16 clients on 2 devices equal one device's bit for bit
+    assert out.pop("map_spread") == [True, 1, 1, True]
     swept = {k: out.pop(k) for k in list(out) if k.startswith("sweep")}
     for name in ("sweep 2/0", "sweep 2/1"):  # every row of every layout equals 1 device's
         for rows_a, rows_b in zip(swept["sweep 1/0"], swept[name], strict=True):

@@ -219,17 +219,19 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
     normalized = opts.selector_objective == "normalized"
 
     def grad_features(params, mstate, data, ks, hp):
-        def one(k):
-            loss, g = client_grad(model, params, mstate, data.train, k)
+        def one(k, shared):
+            params, mstate, train, lr = shared
+            loss, g = client_grad(model, params, mstate, train, k)
             v = flatten(g)
             if delta_mode:
-                v = v * hp.client_lr * opts.local_steps
+                v = v * lr * opts.local_steps
             return project(v, opts.feature_dim), loss
         # One client at a time: vmapping per-client gradients at shared parameters turns
         # the weight gradient of every convolution into a batch-grouped convolution, which
         # XLA's CPU backend runs about 3x slower than these sequential plain ones (LeNet-5,
-        # MNIST, 100 clients: 97 s -> 34 s).
-        return map_spread(one, ks)  # with a mesh, each device its share of the clients
+        # MNIST, 100 clients: 97 s -> 34 s). With a mesh, each device its share of the
+        # clients, as a program of its own.
+        return map_spread(one, ks, (params, mstate, data.train, hp.client_lr))
 
     def init(key, state, data, hp):
         feats, loss = grad_features(state.params, state.model_state, data,
