@@ -48,6 +48,13 @@ _EXPORTS: dict[str, str] = {
     "paired_report": ".run.paired", "PairedReport": ".run.paired",
     "interval_text": ".run.paired", "verdict_text": ".run.paired",
     "t_quantile": ".run.paired", "metric_range": ".run.compare",
+    # the paper's size against our interval, and the seeds a verdict needs
+    "size_verdict": ".run.paired", "size_text": ".run.paired",
+    "deciding_interval": ".run.paired", "min_seeds": ".run.paired",
+    # seeds until decided: a group-sequential design and its repeated intervals
+    "SeedDesign": ".run.sequential", "seed_design": ".run.sequential",
+    "parse_auto_seeds": ".run.sequential", "SequentialReport": ".run.sequential",
+    "sequential_report": ".run.sequential", "sequential_text": ".run.sequential",
     # outputs
     "write_outputs": ".run.report", "to_jsonable": ".run.report", "plot_lines": ".run.report",
     "check_out": ".run.validate", "cache_dir": ".data.sources",

@@ -20,7 +20,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`)")
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds (default: the experiment's, `reproduce list`; "
-                        "the tour 0..9, the paper tables 0,1,2)")
+                        "the tour 0..9, the paper tables 0,1,2), or auto[:MAX]: seeds 0, 1, "
+                        "... in batches (--seed-batch) until the experiment's main claim is "
+                        "decided by a 95%% group-sequential interval, at most MAX seeds "
+                        "(default 40; experiments with a main claim are marked [auto] in "
+                        "`reproduce list`)")
+    p.add_argument("--seed-batch", type=int, default=None, metavar="B",
+                   help="with --seeds auto: seeds added before each look (default 10)")
     p.add_argument("--out", default="", help="output folder (default runs/reproduce/NAME; "
                    "runs/reproduce/NAME-quick with --quick; --out results/NAME replaces the "
                    "committed report)")
@@ -49,6 +55,7 @@ def cmd(args: argparse.Namespace) -> int:
     from fedjax_appeal import ConfigError, check_out, did_you_mean
 
     from .reproduce import (
+        CLAIMS,
         EXPERIMENTS,
         OPTIONS,
         ROBUST,
@@ -63,7 +70,7 @@ def cmd(args: argparse.Namespace) -> int:
         for n, (_, h) in sorted(EXPERIMENTS.items()):
             seeds = ",".join(map(str, SEEDS.get(n, ())))
             print(f"{n:24s} {h}" + (" [--robustness]" if n in ROBUST else "")
-                  + f" (seeds {seeds})")
+                  + (" [auto]" if n in CLAIMS else "") + f" (seeds {seeds})")
             for k, oh in OPTIONS.get(n, {}).items():
                 print(f"{'':24s}   --set {k}=...: {oh}")
         return 0
@@ -73,18 +80,24 @@ def cmd(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown experiment '{args.name}'; "
                           + (f"did you mean '{guess}'? " if guess else "")
                           + f"choose one of: {', '.join(names) or '(none registered)'}")
+    design = auto_design(args, args.name in CLAIMS)
     try:
-        seeds = ([int(s) for s in args.seeds.split(",") if s.strip()]
+        seeds = (list(range(design.batch)) if design is not None
+                 else [int(s) for s in args.seeds.split(",") if s.strip()]
                  if args.seeds is not None else list(SEEDS[args.name]))
     except ValueError:
-        raise ConfigError(f"--seeds must be comma-separated integers (got {args.seeds!r})"
-                          ) from None
+        raise ConfigError(f"--seeds must be comma-separated integers or auto[:MAX] (got "
+                          f"{args.seeds!r})") from None
     if not seeds:
         raise ConfigError("--seeds needs at least one seed")
     fn, _ = EXPERIMENTS[args.name]
     if args.robustness and args.name not in ROBUST:
         raise ConfigError(f"reproduce {args.name} has no --robustness mode; tables with one: "
                           f"{', '.join(sorted(ROBUST)) or '(none)'}")
+    if args.robustness and design is not None:
+        raise ConfigError("--seeds auto decides a table's main claim, --robustness reruns "
+                          "it at other lrs: give the seeds the table was decided on, e.g. "
+                          "--seeds 0,1,...,19, with --robustness")
     options = parse_options(args.name, args.options)
     out = Path(args.out or Path("runs") / "reproduce" / (args.name + ("-quick" if args.quick
                                                                     else "")))
@@ -94,9 +107,44 @@ def cmd(args: argparse.Namespace) -> int:
                   command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
                   reuse=not args.fresh, options=options, robustness=args.robustness,
                   clock=getattr(args, "clock", None))
-    fn(ctx)
+    if design is None:
+        fn(ctx)
+        print(f"wrote {ctx.out}")
+        return 0
+    from fedjax_appeal import sequential_text
+
+    from .decide import run_until_decided
+
+    ctx.design, ctx.claim = design, CLAIMS[args.name]
+    rep = run_until_decided(ctx, fn)
+    print(f"{ctx.claim.label}: {sequential_text(rep, 1.0, ctx.claim.digits)}")
     print(f"wrote {ctx.out}")
     return 0
+
+
+def auto_design(args: argparse.Namespace, has_claim: bool):
+    """The `fedjax_appeal.SeedDesign` of `--seeds auto[:MAX]` and `--seed-batch` (None for
+    explicit seeds), refused in one line where it cannot apply."""
+    from fedjax_appeal import ConfigError, parse_auto_seeds, seed_design
+
+    try:
+        top = parse_auto_seeds(args.seeds) if args.seeds is not None else None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if top is None:
+        if args.seed_batch is not None:
+            raise ConfigError("--seed-batch goes with --seeds auto[:MAX]: drop it, or give "
+                              "--seeds auto")
+        return None
+    if not has_claim:
+        raise ConfigError(f"reproduce {args.name} names no main claim to decide, so it "
+                          "cannot choose its seeds: give them (--seeds 0,1,2); experiments "
+                          "marked [auto] in `reproduce list` can")
+    try:
+        return seed_design(top, args.seed_batch)
+    except ValueError as e:
+        raise ConfigError(f"--seeds {args.seeds} --seed-batch {args.seed_batch}: {e}"
+                          ) from None
 
 
 def experiment_names() -> list[str]:

@@ -47,6 +47,10 @@ class Context:
     t0: float = dataclasses.field(default_factory=time.perf_counter)
     clock: Any = None  # the command's `CommandClock` (its start and compile log), if any
     spent: Spent = dataclasses.field(default_factory=Spent)  # what the computed runs took
+    # `--seeds auto` (`papers.decide`): the looks, the main claim, the last look's decision
+    design: Any = None  # a `fedjax_appeal.SeedDesign`
+    claim: Any = None  # a `papers.decide.MainClaim`
+    decision: Any = None  # a `fedjax_appeal.SequentialReport`
 
     def base(self, **kw) -> RunConfig:
         """A RunConfig with this context's data locations, then `kw`."""
@@ -113,7 +117,12 @@ class Context:
         """Write files all-or-nothing; values are writer functions, text, or JSON data.
 
         A report records its cost (`papers.cost`): JSON data gets a `cost` entry and a
-        markdown text ends with a "Cost" section."""
+        markdown text ends with a "Cost" section. With `--seeds auto` the look's decision
+        is added first (`papers.decide.annotate`)."""
+        if self.design is not None:
+            from papers.decide import annotate
+
+            files = annotate(self, files)
         rec = self.cost()
         files = {name: ({**v, "cost": rec} if isinstance(v, dict) and name.endswith(".json")
                         else v.rstrip("\n") + "\n" + "\n".join(cost_lines(rec))
@@ -172,6 +181,7 @@ def run_cache(explicit: str = "") -> Path:
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 OPTIONS: dict[str, dict[str, str]] = {}  # experiment -> its `--set` options (key -> help)
 ROBUST: set[str] = set()  # experiments with a `--robustness` mode (`papers.robustness`)
+CLAIMS: dict[str, Any] = {}  # experiment -> its main claim (`papers.decide.MainClaim`)
 # Modules whose import registers experiments.
 MODULES: list[str] = [
     "papers.tour.tour",  # the tour: one paired comparison per paper family
@@ -191,12 +201,13 @@ SEEDS: dict[str, tuple[int, ...]] = {}  # experiment -> its default seeds
 
 def experiment(name: str, help: str, options: dict[str, str] | None = None,
                robustness: bool = False, shared_lr: Any = None,
-               seeds: Sequence[int] = DEFAULT_SEEDS):
+               seeds: Sequence[int] = DEFAULT_SEEDS, claim: Any = None):
     """Register experiment `name`; `options` declares what `--set KEY=VALUE` may set for it
     (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`; `robustness`: it reads
     `ctx.robustness` (`reproduce NAME --robustness`); `shared_lr` (a
     `papers.shared_lr.SharedLr`): `--robustness` reruns the whole experiment at each of its
-    lrs (its `check`); `seeds`: the seeds it runs without `--seeds`."""
+    lrs (its `check`); `seeds`: the seeds it runs without `--seeds`; `claim` (a
+    `papers.decide.MainClaim`): its main claim, which `--seeds auto` decides."""
     def deco(fn: Callable[[Context], None]):
         def run(ctx: Context) -> None:
             if ctx.robustness and shared_lr is not None:
@@ -207,6 +218,8 @@ def experiment(name: str, help: str, options: dict[str, str] | None = None,
         EXPERIMENTS[name] = (run if shared_lr is not None else fn, help)
         OPTIONS[name] = dict(options or {})
         SEEDS[name] = tuple(int(s) for s in seeds)
+        if claim is not None:
+            CLAIMS[name] = claim
         if robustness or shared_lr is not None:
             ROBUST.add(name)
         return fn

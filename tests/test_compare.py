@@ -86,10 +86,13 @@ def test_baseline_pairs_every_group_seed_by_seed(runs, tmp_path, capsys):
     half = T975_2 * math.sqrt(0.03) / math.sqrt(3)
     assert rep["t_interval"] == pytest.approx([0.1 - half, 0.1 + half])
     assert rep["perm_interval"] == [None, None]  # 3 seeds: the whole line (JSON null)
-    assert p["verdict"] == "inconclusive" and rep["toward"] == 2
+    # 3 seeds: the sign-flip interval needs 6, so no verdict, and "n/a", not infinite bounds
+    assert p["verdict"] == "no verdict (needs at least 6 seeds, has 3)"
+    assert rep["toward"] == 2
     screen = capsys.readouterr().out
     assert "| algorithm=maxfl − algorithm=fedavg | 3 | mean +0.1000, 95% t [-0.3303, +0.5303]" \
-        in screen and "inconclusive |" in screen
+        ", sign-flip n/a (needs at least 6 seeds)" in screen
+    assert "no verdict (needs at least 6 seeds, has 3) |" in screen and "inf" not in screen
     assert "Paired with algorithm=fedavg" in (out / "compare.md").read_text()
     # a loss: lower is better, so maxfl (lower train loss at the end) is better in 2 of 3
     assert main(["compare", str(root), "--metric", "train_loss", "--baseline",

@@ -123,9 +123,9 @@ def test_family_block_shows_values_signed_differences_and_the_verdict():
     assert "+1.0" in diff and "-2.0" in diff and "+2.0" in diff
     verdict = next(x for x in lines if x.strip().startswith("→"))
     # +1, -2, +2 pp: mean +0.33, sd 2.08, t half-width 4.303 * 2.082 / sqrt(3) = 5.17; three
-    # seeds: the sign-flip interval is the whole line
+    # seeds: the sign-flip interval is the whole line, printed as n/a
     assert verdict.strip().startswith("→ inconclusive: mean +0.3, 95% t [-4.8, +5.5], "
-                                      "sign-flip [-inf, +inf]")
+                                      "sign-flip n/a (needs at least 6 seeds)")
     assert "2 of 3 seeds in the paper's direction" in verdict
     assert "client lr 0.05 for both arms" in lines[2]
     c, d = SELECTION.arms[0][0], SELECTION.arms[1][0]

@@ -182,8 +182,9 @@ def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str
                 ) -> list[dict[str, Any]]:
     """Every other group against `baseline`, seed by seed on the final value
     (`paired.paired_report`; "better" is higher, or lower for `lower_is_better` metrics):
-    per group the report and "better" / "worse" / "inconclusive"."""
-    from .paired import paired_report
+    per group the report and "better" / "worse" / "inconclusive", or "no verdict" below
+    the seeds both intervals need (`paired.compare_verdict`)."""
+    from .paired import compare_verdict, paired_report
 
     by = {r["label"]: r for r in rows}
     if baseline not in by:
@@ -201,8 +202,7 @@ def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str
             continue
         rep = paired_report(dict(zip(r["seeds"], r["final"], strict=True)), base, want)
         out.append({"label": r["label"], "baseline": baseline, "report": rep._asdict(),
-                    "verdict": {"held": "better", "reversed": "worse"}.get(
-                        rep.verdict, "inconclusive")})
+                    "verdict": compare_verdict(rep)})
     return out
 
 

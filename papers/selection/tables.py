@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from fedjax_appeal import ConfigError, HParams
+from papers.decide import record_claim
 from papers.pairs import pair_cell, paired, sign, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
 from papers.runner import run_table
@@ -53,6 +54,10 @@ from papers.selection.specs import (
     OPT_SCHEDULE,
     OPT_SELECTORS,
     OPT_WINDOWS,
+    PAPER_T1,
+    PAPER_T2,
+    PAPER_T3,
+    PAPER_T4,
     SCHEDULE,
     SCHEDULES,
     SELECTORS,
@@ -258,9 +263,19 @@ def _run_all(ctx: Context, table: Table, dataset: str, arms: list[str] | None = 
     return {k: rec["runs"] for k, rec in grid[dataset].items()}
 
 
+def paper_delta(table: dict, first, second, col: int) -> float:
+    """The paper's MNIST `first` − `second` in column `col` of a PAPER_T* table ('mean ±
+    std' cells): the effect a main claim's size is checked against."""
+    rows = table["mnist"]
+    return round(float(rows[first][col].split()[0]) - float(rows[second][col].split()[0]), 6)
+
+
 @experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_SCHEDULE,
                                                    **OPT_SELECTORS},
-            shared_lr=TABLE_I_SHARED_LR)
+            shared_lr=TABLE_I_SHARED_LR,
+            claim=record_claim("mnist_paired/SubTrunc − DivFL/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), SubTrunc − DivFL",
+                               paper_delta(PAPER_T1, "subtrunc", "divfl", 2)))
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     sels = SELECTORS
@@ -332,7 +347,10 @@ def selection_compare(ctx: Context) -> None:
 
 
 @experiment(TABLE_II.name, TABLE_II.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS,
-                                                   **OPT_SCHEDULE})
+                                                   **OPT_SCHEDULE},
+            claim=record_claim("mnist/paired_hi_minus_lo/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), the highest λ − the lowest",
+                               paper_delta(PAPER_T2, 0.95, 0.01, 1)))
 def selection_lambda(ctx: Context) -> None:
     lams = TABLE_II_LAMBDAS[ctx.quick]
     if ctx.option("lambdas"):  # a subset of the paper's lambdas (CPU budget)
@@ -411,7 +429,10 @@ def selection_lambda(ctx: Context) -> None:
     _write(ctx, table, data, plots)
 
 
-@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS, **OPT_SCHEDULE})
+@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS, **OPT_SCHEDULE},
+            claim=record_claim("paired_u10_minus_u2/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), window u = 10 − u = 2",
+                               paper_delta(PAPER_T3, 10, 2, 1)))
 def selection_window(ctx: Context) -> None:
     us = tuple(int(a.label) for a in TABLE_III.arms)
     if ctx.option("windows"):  # a subset of the paper's windows (CPU budget)
@@ -450,7 +471,10 @@ def selection_window(ctx: Context) -> None:
                                               for k, v in runs.items()}, "UnionFL window")})
 
 
-@experiment(TABLE_IV.name, TABLE_IV.help, options={**OPT_REVERSE, **OPT_SCHEDULE})
+@experiment(TABLE_IV.name, TABLE_IV.help, options={**OPT_REVERSE, **OPT_SCHEDULE},
+            claim=record_claim("paired_identity_minus_log/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), φ = x − φ = ln(1+x)",
+                               paper_delta(PAPER_T4, "identity", "log", 1)))
 def selection_phi(ctx: Context) -> None:
     phis = ("log", "identity")
     runs = _run_all(ctx, TABLE_IV, "mnist")  # and DivFL: Table I's DivFL runs (cached)
