@@ -165,3 +165,39 @@ def test_paths_without_runs_are_refused(tmp_path, capsys):
         assert main(["compare", str(p), "--out", str(tmp_path / "cmp")]) == 2
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "cmp").exists()
+
+
+def test_seeds_auto_gives_the_group_sequential_verdict(tmp_path, capsys):
+    """Ten seeds of +0.2 ± 0.01 against the baseline: with --seeds auto:20 the first look
+    (10 seeds) decides "better"; with 5 seeds the first look is still missing and the
+    verdict says how many seeds it needs; --seeds takes only auto."""
+    for s in range(10):
+        write_run(tmp_path / "r" / f"a-{s}", "fedavg", s, [0.1, 0.2, 0.5])
+        write_run(tmp_path / "r" / f"b-{s}", "maxfl", s, [0.1, 0.2, 0.7 + 0.01 * (s % 2)])
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "r"), "--baseline", "algorithm=fedavg",
+                 "--seeds", "auto:20", "--out", str(out)]) == 0
+    (p,) = json.loads((out / "compare.json").read_text())["paired"]
+    seq = p["sequential"]
+    assert p["verdict"] == "better" and seq["seeds_used"] == 10
+    assert seq["looks_planned"] == [10, 20] and seq["reason"] == "decided at look 1 of 2"
+    assert seq["interval"][0] > 0.19 and seq["interval"][1] < 0.22
+    assert "95% repeated [+0.20" in capsys.readouterr().out
+    for s in range(5, 10):  # leave 5 seeds of each arm
+        for arm in ("a", "b"):
+            (tmp_path / "r" / f"{arm}-{s}" / "results.json").unlink()
+            (tmp_path / "r" / f"{arm}-{s}").rmdir()
+    assert main(["compare", str(tmp_path / "r"), "--baseline", "algorithm=fedavg",
+                 "--seeds", "auto:20", "--out", str(tmp_path / "c5")]) == 0
+    (p,) = json.loads((tmp_path / "c5" / "compare.json").read_text())["paired"]
+    assert p["verdict"] == "undecided" and p["sequential"]["next_seeds"] == 10
+    assert "the next look needs 10 seeds (5 available)" in p["sequential"]["reason"]
+    capsys.readouterr()
+    for argv, msg in ((["--seeds", "0,1"], "takes auto or auto:MAX"),
+                      (["--seeds", "auto"], "give --baseline GROUP too"),
+                      (["--seed-batch", "5"], "goes with --seeds auto")):
+        assert main(["compare", str(tmp_path / "r"), *argv, "--out",
+                     str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0]
+    assert not (tmp_path / "bad").exists()

@@ -178,13 +178,19 @@ def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
     return out
 
 
-def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str
-                ) -> list[dict[str, Any]]:
+def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str,
+                design: Any = None) -> list[dict[str, Any]]:
     """Every other group against `baseline`, seed by seed on the final value
     (`paired.paired_report`; "better" is higher, or lower for `lower_is_better` metrics):
     per group the report and "better" / "worse" / "inconclusive", or "no verdict" below
-    the seeds both intervals need (`paired.compare_verdict`)."""
+    the seeds both intervals need (`paired.compare_verdict`).
+
+    With `design` (a `sequential.SeedDesign`, `--seeds auto`) the verdict is the
+    group-sequential one instead (`sequential.sequential_report`: the seeds in increasing
+    order, looked at after every batch; "undecided" while the next look's seeds are
+    missing), recorded under "sequential"."""
     from .paired import compare_verdict, paired_report
+    from .sequential import sequential_report
 
     by = {r["label"]: r for r in rows}
     if baseline not in by:
@@ -201,9 +207,25 @@ def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str
         if r["label"] == baseline:
             continue
         rep = paired_report(dict(zip(r["seeds"], r["final"], strict=True)), base, want)
-        out.append({"label": r["label"], "baseline": baseline, "report": rep._asdict(),
-                    "verdict": compare_verdict(rep)})
+        row = {"label": r["label"], "baseline": baseline, "report": rep._asdict(),
+               "verdict": compare_verdict(rep)}
+        if design is not None:
+            seq = sequential_report(dict(zip(r["seeds"], r["final"], strict=True)), base,
+                                    want, design)
+            row["verdict"] = {"held": "better", "reversed": "worse"}.get(seq.verdict,
+                                                                        seq.verdict)
+            row["sequential"] = sequential_record(seq)
+        out.append(row)
     return out
+
+
+def sequential_record(seq: Any) -> dict[str, Any]:
+    """A `SequentialReport` as JSON data (compare.json, the sweep's decision)."""
+    return {"design": seq.design.text(), "looks_planned": list(seq.design.looks),
+            "verdict": seq.verdict, "reason": seq.reason, "seeds_used": seq.n,
+            "next_seeds": seq.next_seeds, "mean": seq.mean, "interval": list(seq.interval),
+            "looks": [{"n": lk.n, "mean": lk.mean, "interval": list(lk.interval),
+                       "side": lk.side} for lk in seq.looks]}
 
 
 def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
@@ -215,8 +237,16 @@ def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
     for p in pairs:
         rep = PairedReport(**p["report"])
         per = ", ".join(f"{s}: {d:+.4f}" for s, d in zip(rep.seeds, rep.diffs, strict=True))
+        text = interval_text(rep, 1.0, 4)
+        seq = p.get("sequential")
+        if seq is not None:  # the repeated interval of the look that decides
+            lo, hi = seq["interval"]
+            iv = (f"[{lo:+.4f}, {hi:+.4f}]" if math.isfinite(lo) and math.isfinite(hi)
+                  else "n/a (no look yet)")
+            text = (f"95% repeated {iv} after {seq['seeds_used']} seeds ({seq['reason']}); "
+                    f"fixed-n: {text}")
         lines.append(f"| {p['label']} − {p['baseline']} | {rep.n} | "
-                     f"{interval_text(rep, 1.0, 4)} | {per} | {p['verdict']} |")
+                     f"{text} | {per} | {p['verdict']} |")
     return "\n".join(lines) + "\n"
 
 
