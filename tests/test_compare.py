@@ -201,3 +201,55 @@ def test_seeds_auto_gives_the_group_sequential_verdict(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and msg in err[0]
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+def test_sweep_seeds_auto_adds_batches_and_resumes(tmp_path, capsys):
+    """sweep --seeds auto:6 --seed-batch 3: a first batch found finished on disk is read
+    back, the second runs; sweep.json then holds every seed once, with the decision that
+    the library's group-sequential report gives on those rows (train loss: lower is
+    better), and `compare OUT` sees each seed once."""
+    from fedjax_appeal.run.sequential import seed_design, sequential_report
+
+    tiny = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "0", "--cohort",
+            "3", "--rounds", "2", "--local-steps", "2", "--batch-size", "8", "--eval-every",
+            "1", "--min-samples", "4", "--partition", "natural", "--no-appeal",
+            "--grid", "client_lr=0.3,0.001", "--metric", "train_loss"]
+    out = tmp_path / "auto"
+    first = out / "seed-batches" / "seeds-0-2"  # as if an earlier start had finished it
+    assert main(["sweep", *tiny, "--seeds", "0,1,2", "--out", str(first)]) == 0
+    capsys.readouterr()
+    assert main(["sweep", *tiny, "--seeds", "auto:6", "--seed-batch", "3", "--baseline",
+                 "client_lr=1e-3", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "look 1 of 2" not in err and "look 2 of 2: seeds 3..5" in err
+    res = json.loads((out / "sweep.json").read_text())
+    rows = res["rows"]
+    assert sorted((r["label"], r["seed"]) for r in rows) == sorted(
+        (lab, s) for lab in ("client_lr=0.3", "client_lr=0.001") for s in range(6))
+    by = {lab: {r["seed"]: r["final"]["train_loss"] for r in rows if r["label"] == lab}
+          for lab in ("client_lr=0.3", "client_lr=0.001")}
+    rep = sequential_report(by["client_lr=0.3"], by["client_lr=0.001"], "-",
+                            seed_design(6, 3))
+    got = res["seeds_until_decided"]["comparisons"]["client_lr=0.3"]
+    assert got["verdict"] == rep.verdict and got["seeds_used"] == rep.n
+    assert got["interval"] == pytest.approx(list(rep.interval))
+    assert res["seeds"] == list(range(6)) and not (out / "seed-batches").exists()
+    assert (out / "decided.md").read_text().startswith("# Seeds until decided")
+    assert main(["compare", str(out), "--metric", "train_loss", "--out",
+                 str(tmp_path / "cmp")]) == 0
+    groups = json.loads((tmp_path / "cmp" / "compare.json").read_text())["groups"]
+    assert sorted(g["n"] for g in groups) == [6, 6]
+    # started again: the folder holds a finished sweep
+    assert main(["sweep", *tiny, "--seeds", "auto:6", "--seed-batch", "3", "--baseline",
+                 "client_lr=0.001", "--out", str(out)]) == 2
+    assert "holds a finished sweep" in capsys.readouterr().err
+    for argv, msg in ((["--seeds", "auto:6"], "give --baseline"),
+                      (["--seeds", "0,1", "--baseline", "client_lr=0.3"], "go with --seeds auto"),
+                      (["--seeds", "auto:6", "--baseline", "client_lr=0.2"],
+                       "no grid point has client_lr=0.2; its values: 0.3, 0.001"),
+                      (["--seeds", "auto:6", "--baseline", "seed=1"], "not a --grid key")):
+        assert main(["sweep", *tiny, *argv, "--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and msg in err[0]
+    assert not (tmp_path / "bad").exists()  # refused before any run

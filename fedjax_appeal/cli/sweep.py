@@ -36,7 +36,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "share one vmapped program, RunConfig keys split compilations")
     s.add_argument("--seeds", default=None, metavar="S1,S2,...",
                    help="training seeds, one run per configuration and seed (default: 0); "
-                        "--seed fixes the data partition")
+                        "--seed fixes the data partition; auto[:MAX] (with --baseline): "
+                        "seeds 0, 1, ... in batches until every grid point's comparison "
+                        "with the baseline is decided by a 95%% group-sequential interval, "
+                        "at most MAX (default 40)")
+    s.add_argument("--seed-batch", type=int, default=None, metavar="B",
+                   help="with --seeds auto: seeds per batch (default 10)")
+    s.add_argument("--baseline", default=None, metavar="KEY=VALUE",
+                   help="with --seeds auto: the grid point every other one is compared "
+                        "with, seed by seed on the final --metric (e.g. client_lr=0.01)")
     s.add_argument("--metric", default=None,
                    help="final-history metric ranking the configurations (mean over seeds; "
                         "default: test_acc_seen)")
@@ -165,10 +173,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..execute.distributed import check_processes
     from ..run.outlock import out_lock
     from ..run.report import to_jsonable
+    from ..run.sequential import parse_auto_seeds
     from ..run.sweep import check_grid, parse_grid_arg
     from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
     from .commands import given_keys, prepare_out
 
+    try:
+        auto = args.seeds is not None and parse_auto_seeds(args.seeds) is not None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if auto:
+        from .sweep_auto import cmd_sweep_auto
+
+        return cmd_sweep_auto(args)
+    if args.baseline is not None or args.seed_batch is not None:
+        raise ConfigError("--baseline and --seed-batch go with --seeds auto[:MAX] (to compare "
+                          "finished runs: fedjax-appeal compare --baseline)")
+    del args.baseline, args.seed_batch
     spec = _resume_spec(args)
     given = given_keys(args)
     grid_args = args.grid
