@@ -166,6 +166,10 @@ def auto_design(args: argparse.Namespace, has_claim: bool, name: str):
             raise ConfigError("--seed-batch goes with --seeds auto[:MAX]: drop it, or give "
                               "--seeds auto")
         return None
+    if args.quick:
+        raise ConfigError("--seeds auto decides a table's main claim; --quick runs a reduced "
+                          "setting (often one seed, some arms left out) that cannot: drop "
+                          "--quick, or give explicit --seeds")
     if not has_claim:
         raise ConfigError(f"reproduce {name} names no main claim to decide, so it "
                           "cannot choose its seeds: give them (--seeds 0,1,2); experiments "

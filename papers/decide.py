@@ -165,8 +165,8 @@ def annotate(ctx: Any, files: dict[str, Any]) -> dict[str, Any]:
         from fedjax_appeal import ConfigError
 
         raise ConfigError(f"reproduce {ctx.name}: its main claim ({ctx.claim.label}) is not "
-                          "in the results of this run (a --set option left its setting "
-                          "out?); give explicit --seeds instead of auto")
+                          "in the results of this run (a --set option that leaves its "
+                          "setting or arms out?); give explicit --seeds instead of auto")
     ctx.decision = rep
     paper = paper_effect(ctx, data)
     out = dict(files)
@@ -202,6 +202,5 @@ def run_until_decided(ctx: Any, fn: Callable[[Any], None]) -> Any:
             from fedjax_appeal import ConfigError
 
             raise ConfigError(f"reproduce {ctx.name} ran fewer than {n} seeds for its main "
-                              "claim (--quick runs only its first few): give explicit "
-                              "--seeds")
+                              "claim: give explicit --seeds")
     return ctx.decision

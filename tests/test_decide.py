@@ -97,6 +97,7 @@ def test_refusals_are_one_line(toy, tmp_path, capsys):
         (["reproduce", "toy-x", "--seeds", "auto:20", "--seed-batch", "30"], "below the batch"),
         (["reproduce", "toy-x", "--seeds", "0,1", "--seed-batch", "5"], "goes with --seeds auto"),
         (["reproduce", "mean-estimation", "--seeds", "auto"], "names no main claim"),
+        (["reproduce", "expalpha-flip", "--seeds", "auto", "--quick"], "drop --quick"),
         (["reproduce", "appeal-unseen", "--seeds", "auto", "--robustness"], "--robustness"),
     ]
     for argv, msg in cases:
