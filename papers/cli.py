@@ -19,7 +19,8 @@ from fedjax_appeal.cli import Subcommand
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`)")
+    p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`), or all: "
+                   "every table with a main claim, then their scorecard")
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds (default: the experiment's, `reproduce list`; "
                         "the tour 0..9, the paper tables 0,1,2), or auto[:MAX]: seeds 0, 1, "
