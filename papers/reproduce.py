@@ -268,3 +268,90 @@ def load_modules() -> None:
     for mod in MODULES:
         importlib.import_module(mod)
 
+
+def make_context(args: Any, name: str, out: Path | None = None,
+                 command: str | None = None):
+    """The `papers.reproduce.Context` of `reproduce NAME` with these arguments (seeds or
+    the `--seeds auto` design and main claim, options, output folder), every argument
+    checked before any slow work; `out` replaces the default folder."""
+    from fedjax_appeal import check_out, did_you_mean
+
+    if name not in EXPERIMENTS:
+        names = sorted(EXPERIMENTS)
+        guess = did_you_mean(name, names)
+        raise ConfigError(f"unknown experiment '{name}'; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose one of: all, {', '.join(names) or '(none registered)'}")
+    design = auto_design(args, name in CLAIMS, name)
+    try:
+        seeds = (list(range(design.batch)) if design is not None
+                 else [int(s) for s in args.seeds.split(",") if s.strip()]
+                 if args.seeds is not None else list(SEEDS.get(name, DEFAULT_SEEDS)))
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers or auto[:MAX] (got "
+                          f"{args.seeds!r})") from None
+    if not seeds:
+        raise ConfigError("--seeds needs at least one seed")
+    if args.robustness and name not in ROBUST:
+        raise ConfigError(f"reproduce {name} has no --robustness mode; tables with one: "
+                          f"{', '.join(sorted(ROBUST)) or '(none)'}")
+    if args.robustness and design is not None:
+        raise ConfigError("--seeds auto decides a table's main claim, --robustness reruns "
+                          "it at other lrs: give the seeds the table was decided on, e.g. "
+                          "--seeds 0,1,...,19, with --robustness")
+    options = parse_options(name, args.options)
+    out = out or Path(args.out or Path("runs") / "reproduce" / (name + ("-quick" if args.quick
+                                                                      else "")))
+    check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
+    ctx = Context(name, seeds, out, args.quick,
+                  args.data_dir, args.fmnist_dir, args.cache_dir,
+                  command=command or "fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
+                  reuse=not args.fresh, options=options, robustness=args.robustness,
+                  clock=getattr(args, "clock", None))
+    if design is not None:
+        ctx.design, ctx.claim = design, CLAIMS[name]
+    return ctx
+
+
+def run_context(ctx, fn) -> None:
+    """Run experiment `fn` in `ctx`: once, or with `--seeds auto` look by look
+    (`papers.decide.run_until_decided`); prints where the report went."""
+    if ctx.design is None:
+        fn(ctx)
+        print(f"wrote {ctx.out}")
+        return
+    from fedjax_appeal import sequential_text
+    from papers.decide import run_until_decided
+
+    rep = run_until_decided(ctx, fn)
+    print(f"{ctx.claim.label}: {sequential_text(rep, 1.0, ctx.claim.digits)}")
+    print(f"wrote {ctx.out}")
+
+
+def auto_design(args: Any, has_claim: bool, name: str):
+    """The `fedjax_appeal.SeedDesign` of `--seeds auto[:MAX]` and `--seed-batch` (None for
+    explicit seeds), refused in one line where it cannot apply."""
+    from fedjax_appeal import parse_auto_seeds, seed_design
+
+    try:
+        top = parse_auto_seeds(args.seeds) if args.seeds is not None else None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if top is None:
+        if args.seed_batch is not None:
+            raise ConfigError("--seed-batch goes with --seeds auto[:MAX]: drop it, or give "
+                              "--seeds auto")
+        return None
+    if args.quick:
+        raise ConfigError("--seeds auto decides a table's main claim; --quick runs a reduced "
+                          "setting (often one seed, some arms left out) that cannot: drop "
+                          "--quick, or give explicit --seeds")
+    if not has_claim:
+        raise ConfigError(f"reproduce {name} names no main claim to decide, so it "
+                          "cannot choose its seeds: give them (--seeds 0,1,2); experiments "
+                          "marked [auto] in `reproduce list` can")
+    try:
+        return seed_design(top, args.seed_batch)
+    except ValueError as e:
+        raise ConfigError(f"--seeds {args.seeds} --seed-batch {args.seed_batch}: {e}"
+                          ) from None

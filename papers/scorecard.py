@@ -172,8 +172,7 @@ def scorecard_markdown(rows: list[dict[str, Any]], title: str) -> str:
 def run_all(args: argparse.Namespace) -> int:
     """`reproduce all`: see the module docstring."""
     from fedjax_appeal import ConfigError, write_outputs
-    from papers.cli import make_context
-    from papers.reproduce import CLAIMS, EXPERIMENTS, SEEDS
+    from papers.reproduce import CLAIMS, EXPERIMENTS, SEEDS, make_context, run_context
 
     if args.options:
         raise ConfigError("reproduce all takes no --set (each table has its own options): "
@@ -219,8 +218,6 @@ def run_all(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         fn = EXPERIMENTS[c.name][0]
         try:
-            from papers.cli import run_context
-
             run_context(c, fn)
             data = json.loads((c.out / "results.json").read_text())
             if c.design is None:

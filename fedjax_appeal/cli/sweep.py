@@ -185,7 +185,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if auto:
         from .sweep_auto import cmd_sweep_auto
 
-        return cmd_sweep_auto(args)
+        return cmd_sweep_auto(args, cmd_sweep, {"csv": _csv, "summary": _summary_md,
+                                                "plot": _plot})
     if args.baseline is not None or args.seed_batch is not None:
         raise ConfigError("--baseline and --seed-batch go with --seeds auto[:MAX] (to compare "
                           "finished runs: fedjax-appeal compare --baseline)")

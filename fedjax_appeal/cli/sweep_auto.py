@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,13 +115,16 @@ def decided_md(reps: dict[str, Any], base: str, metric: str, design) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cmd_sweep_auto(args: argparse.Namespace) -> int:
-    """`sweep --seeds auto[:MAX]`: see the module docstring."""
+def cmd_sweep_auto(args: argparse.Namespace, cmd_sweep: Callable[[argparse.Namespace], int],
+                   files: dict[str, Callable]) -> int:
+    """`sweep --seeds auto[:MAX]`: see the module docstring. `cmd_sweep` runs one batch
+    (the sweep command with explicit seeds); `files` holds the sweep's writers of
+    sweep.csv (rows), summary.md (summary, metric, title) and sweep.png (path, rows,
+    summary, metric, title), named "csv", "summary" and "plot"."""
     from ..run.compare import sequential_record
     from ..run.report import to_jsonable, write_outputs
     from ..run.sequential import parse_auto_seeds, seed_design
     from ..run.sweep import summarize_sweep
-    from .sweep import _csv, _plot, _summary_md, cmd_sweep
 
     try:
         design = seed_design(parse_auto_seeds(args.seeds), args.seed_batch)
@@ -185,9 +189,9 @@ def cmd_sweep_auto(args: argparse.Namespace) -> int:
     write_outputs(out, {
         "sweep.json": lambda p: p.write_text(json.dumps(to_jsonable(results), indent=1,
                                                         allow_nan=False)),
-        "sweep.csv": lambda p: p.write_text(_csv(rows)),
-        "summary.md": lambda p: p.write_text(_summary_md(summary, metric, title)),
-        "sweep.png": lambda p: _plot(p, rows, summary, metric, title),
+        "sweep.csv": lambda p: p.write_text(files["csv"](rows)),
+        "summary.md": lambda p: p.write_text(files["summary"](summary, metric, title)),
+        "sweep.png": lambda p: files["plot"](p, rows, summary, metric, title),
         "decided.md": lambda p: p.write_text(md)})
     import shutil
 
