@@ -186,3 +186,21 @@ def test_min_seeds_and_the_compare_verdict():
 
 
 VERDICTS_ALL = ("held", "reversed", "inconclusive")
+
+
+def test_the_tables_size_cells():
+    """`papers.pairs.size_of` / `size_cell` on a `paired` record (the selection tables):
+    SubTrunc − DivFL per seed -0.2, -0.4, -0.3 (mean -0.3, sd 0.1, t [-0.548, -0.052]);
+    the paper's -0.93 lies below it: ours is smaller; -0.27 inside: consistent."""
+    from papers.pairs import paired, size_cell, size_of
+
+    a = [{"seed": s, "v": v} for s, v in enumerate((4.0, 4.1, 4.2))]
+    b = [{"seed": s, "v": v} for s, v in enumerate((4.2, 4.5, 4.5))]
+    p = paired(a, b, "v")
+    np.testing.assert_allclose(p["diffs"], [-0.2, -0.4, -0.3], atol=1e-12)
+    assert size_of(p, -0.93, "-") == "smaller"
+    assert size_of(p, -0.27, "-") == "consistent"
+    assert size_of(p, -0.01, "-") == "larger"
+    assert size_cell(p, -0.93, "-") == "smaller than the paper's -0.93, excluded at 95%"
+    assert size_cell(p, None, "-") == "—" and size_of(p, None, "-") is None
+    assert size_of({"diffs": [0.1, float("nan"), 0.2]}, -0.93, "-") is None
