@@ -44,9 +44,10 @@ class MainClaim:
     digits: int = 3
 
 
-def node(data: Any, path: str) -> Any:
-    """The value at `path` ("/"-separated keys) of `data`, or None."""
-    for key in path.split("/"):
+def node(data: Any, path: str | tuple[str, ...]) -> Any:
+    """The value at `path` of `data` ("/"-separated keys, or a tuple of keys for keys that
+    hold a "/"), or None."""
+    for key in (path.split("/") if isinstance(path, str) else path):
         if not isinstance(data, dict) or key not in data:
             return None
         data = data[key]
@@ -73,7 +74,8 @@ def record_claim(path: str, want: str, label: str, paper: float | None = None,
     return MainClaim(label, want, values, paper, digits=digits)
 
 
-def runs_claim(first: str, second: str, value: Callable[[dict, dict], float | None],
+def runs_claim(first: str | tuple[str, ...], second: str | tuple[str, ...],
+               value: Callable[[dict, dict], float | None],
                want: str, label: str, paper: float | None = None, digits: int = 3
                ) -> MainClaim:
     """A claim on two arms' per-seed runs (lists of records with a "seed") at paths

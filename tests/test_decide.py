@@ -151,3 +151,27 @@ def test_a_context_without_a_design_writes_as_before(tmp_path):
     ctx.write({"results.json": {"a": 1}, "table.md": "# t\n"})
     res = json.loads((tmp_path / "plain" / "results.json").read_text())
     assert "seeds_until_decided" not in res and "cost" in res
+
+
+def test_every_main_claim_reads_its_committed_report():
+    """Each main claim finds its per-seed differences in the committed report of its
+    table, one per seed the report ran; Exp-α's (read from the per-run records) agree with
+    the report's own paired row (acc80, FedAvg: its mean and per-seed signs)."""
+    from pathlib import Path
+
+    from papers.scorecard import seeds_in
+
+    root = Path(__file__).resolve().parent.parent / "results"
+    for name, claim in CLAIMS.items():
+        data = json.loads((root / name / "results.json").read_text())
+        seeds = data.get("seeds") or sorted(seeds_in(data))
+        vals = claim.values(data, seeds)
+        assert vals is not None and sorted(vals) == sorted(seeds), name
+        assert all(math.isfinite(v) for v in vals.values()), name
+    data = json.loads((root / "expalpha-flip" / "results.json").read_text())
+    row = next(r for r in data["summary"]
+               if r["backbone"] == "FedAvg" and r["metric"] == "acc80 (rounds)")
+    vals = CLAIMS["expalpha-flip"].values(data, data["seeds"])
+    d = [vals[s] for s in data["seeds"]]
+    assert f"{sum(d) / len(d):+.1f}" == row["Δ Exp-α − prop"].split()[0]
+    assert "".join("−" if x < 0 else "+" if x > 0 else "0" for x in d) == row["per-seed sign"]

@@ -43,8 +43,8 @@ Looking at the fixed-n t interval after every batch instead does not keep them.
 
 Differences with no spread beyond rounding (a coarse metric, identical cohorts) get the
 sign-flip permutation interval (`paired.perm_interval`) at the look's nominal level
-P(|t_{n_k−1}| > c_k), as the fixed-n rule does. A seed without a finite value in either arm stops
-the comparison as inconclusive (a diverged run is evidence, not a gap to skip).
+P(|t_{n_k−1}| > c_k), as the fixed-n rule does. A seed without a finite value in either
+arm stops the comparison as inconclusive (a diverged run is evidence, not a gap to skip).
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ DEFAULT_MAX = 40  # `--seeds auto` = auto:40
 DEFAULT_BATCH = 10  # `--seed-batch`
 ALPHA = round(1 - LEVEL, 12)  # 0.05, without float noise
 MIN_FIRST_LOOK = 3  # a spread needs two degrees of freedom at least
-_GRID = 1201  # points of the numerical integration (error < 1e-6 in the spent α)
 
 
 @dataclasses.dataclass(frozen=True)
