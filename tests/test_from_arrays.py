@@ -95,3 +95,17 @@ def test_labels_and_features_are_checked_like_a_file():
     data = fa.from_arrays(x.astype(np.float64), y, partition=fa.Dirichlet(0.5), clients=5,
                           num_classes=7)
     assert data.train.x.dtype == np.float32 and data.num_classes == 7
+
+
+@pytest.mark.data
+def test_fashion_mnist_arrays_give_the_clients_of_a_default_run():
+    """`from_arrays(*fashion_mnist(), Dirichlet(0.5), 100 + 100 clients)` is the federation
+    of `fedjax-appeal run`'s defaults (the library's day-one data)."""
+    data = fa.from_arrays(*fa.fashion_mnist(), partition=fa.Dirichlet(0.5), clients=100,
+                          unseen_clients=100)
+    ref, _ = load_federated(RunConfig())
+    a, b = splits(data), splits(ref)
+    assert a.keys() == b.keys()
+    for k in a:
+        for u, v in zip(a[k], b[k], strict=True):
+            np.testing.assert_array_equal(u, v)

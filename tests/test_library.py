@@ -23,6 +23,8 @@ from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
 from fedjax_appeal.core.flax_model import FlaxModel, as_model
 from fedjax_appeal.core.models import model_for
 from fedjax_appeal.data import load_federated
+from fedjax_appeal.local.client import Trained, local_sgd
+from fedjax_appeal.run.grid import grid_points, point_hparams
 
 CFG = RunConfig(dataset="synthetic", partition="natural", clients=6, unseen_clients=2, cohort=3,
                 local_steps=3, batch_size=4, min_samples=4, rho_steps=3, appeal="off")
@@ -272,6 +274,21 @@ def test_a_flax_module_trains_on_the_data_directly(fed):
     assert set(res.final_state.params) == {"Dense_0", "Dense_1"}  # the module's own tree
 
 
+class Normed(nn.Module):
+    @nn.compact
+    def __call__(self, x, training: bool = False):
+        x = nn.BatchNorm(use_running_average=not training, momentum=0.5)(nn.Dense(8)(x))
+        return nn.Dense(10)(nn.relu(x))
+
+
+def test_a_batch_norm_module_averages_its_statistics(fed):
+    data, _ = fed
+    res = run(fa.fedavg(Normed(), optax.sgd(0.1), **SIZES), data, rounds=1)
+    stats = res.final_state.model_state["batch_stats"]["BatchNorm_0"]
+    assert float(np.abs(np.asarray(stats["mean"])).sum()) > 0  # moved from its zeros
+    assert np.all(np.asarray(stats["var"]) != 1.0)
+
+
 class Conv1d(nn.Module):
     @nn.compact
     def __call__(self, x):
@@ -328,3 +345,35 @@ def test_returning_true_from_the_callback_stops_after_that_evaluation(fed):
     at0 = fa.simulate(alg, data, HParams(), jax.random.key(0), rounds=6, eval_every=2,
                       on_eval=lambda e: True)
     assert [h["round"] for h in at0.history] == [0] and int(at0.final_state.round) == 0
+
+
+def test_compose_parts_with_a_local_objective_of_your_own(fed):
+    """The documented path for an objective of your own: `compose_parts` with FedAvg's own
+    local steps written out is `fedavg` bit for bit."""
+    data, model = fed
+
+    def local(state, data, k, key, hp):
+        res = local_sgd(model, state.params, state.model_state, data.train, k, key, 0.1,
+                        steps=3, batch_size=4)
+        return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
+
+    parts = fa.compose_parts(model, local=local, weights=fa.Proportional().rule(),
+                             selector=fa.RandomCohort().build(model, 3, data.num_clients),
+                             server_optimizer=optax.sgd(1.0))
+    mine = fa.FederatedAlgorithm("mine", parts.init, parts.round, parts.evaluate)
+    same_run(run(mine, data), run(fa.fedavg(model, optax.sgd(0.1), **SIZES), data))
+
+
+def test_grid_points_and_their_hparams():
+    assert grid_points({"a.x": [1, 2], "client_lr": [0.5]}) == [
+        {"a.x": 1.0, "client_lr": 0.5}, {"a.x": 2.0, "client_lr": 0.5}]
+    hp = point_hparams({"client_lr": 0.3, "client.momentum": 0.5},
+                       HParams(extra={"server.learning_rate": 0.1}))
+    assert hp.client_lr == 0.3 and dict(hp.extra) == {"server.learning_rate": 0.1,
+                                                      "client.momentum": 0.5}
+    for bad, msg in (({"a.x": []}, "non-empty"), ([{"a.x": 1}, {"b.y": 2}], "same keys"),
+                     ({"a.x": [float("nan")]}, "finite"), ([], "empty")):
+        with pytest.raises(ConfigError, match=msg):
+            grid_points(bad)
+    with pytest.raises(ConfigError, match="unknown hyperparameter 'client_lrr'"):
+        point_hparams({"client_lrr": 0.1})

@@ -56,19 +56,25 @@ def test_the_early_stopping_example_stops_after_three_evaluations_without_gain()
 @pytest.mark.slow
 @pytest.mark.data
 def test_the_day_one_and_sweep_blocks_run(capsys):
-    data = {"*fa.fashion_mnist()": "*(a[:3000] for a in fa.fashion_mnist())",
-            "clients=100": "clients=20", "unseen_clients=100": "unseen_clients=5"}
+    small = {"*fa.fashion_mnist()": "*(a[:3000] for a in fa.fashion_mnist())",
+             "unseen_clients=100": "unseen_clients=5", "clients=100": "clients=20",
+             "local_steps=10": "local_steps=2", "batch_size=32": "batch_size=8",
+             "cohort=10": "cohort=4"}
     ns: dict = {}
     day_one = shrink(block("Day one: your model, your optimizers"),
-                     {**data, "rounds=50, eval_every=10": "rounds=2, eval_every=1"})
+                     {**small, "rounds=50, eval_every=10": "rounds=2, eval_every=1"})
     exec(compile(day_one, str(PAGE), "exec"), ns)
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out[:3]] == ["0", "1", "2"]
     assert re.fullmatch(r"train \d+ s, evaluate \d+ s", out[3])
     sweep = shrink(block("A sweep over client lr x momentum: one program"),
-                   {"rounds=10, eval_every=10": "rounds=2, eval_every=2"})
+                   {"local_steps=10": "local_steps=2", "batch_size=32": "batch_size=8",
+                    "cohort=10": "cohort=4", "[0.02, 0.05, 0.1]": "[0.02, 0.05]",
+                    "rounds=10, eval_every=10": "rounds=2, eval_every=2"})
     exec(compile(sweep, str(PAGE), "exec"), ns)
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 7 and out[0].startswith("{'client.learning_rate': 0.02, "
-                                               "'client.momentum': 0.0}")
-    assert out[-1] == "compiled once each: ['initial', 'init', 'eval', 'chunk of 2 rounds']"
+    assert out[:4] == [f"{{'client.learning_rate': {lr}, 'client.momentum': {m}}} "
+                       f"{line.rsplit(' ', 1)[1]}" for (lr, m), line in zip(
+                           [(0.02, 0.0), (0.02, 0.9), (0.05, 0.0), (0.05, 0.9)], out,
+                           strict=False)]
+    assert out[4] == "compiled once each: ['init', 'eval', 'chunk of 2 rounds']"

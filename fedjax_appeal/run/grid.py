@@ -91,10 +91,12 @@ def point_hparams(point: Mapping[str, float], base: HParams | None = None) -> HP
     declared tunables by name (an unknown name is refused in one line), dotted keys of a
     library algorithm into `extra`."""
     base = HParams() if base is None else base
+    keyed = {k: v for k, v in base.extra.items() if "." in k}  # `with_values` takes names
     plain = {k: v for k, v in point.items() if "." not in k}
-    hp = base.with_values(**plain) if plain else base
+    hp = base.replace(extra={k: v for k, v in base.extra.items() if k not in keyed})
+    hp = hp.with_values(**plain) if plain else hp
     dotted = {k: v for k, v in point.items() if "." in k}
-    return hp.replace(extra={**hp.extra, **dotted}) if dotted else hp
+    return hp.replace(extra={**hp.extra, **keyed, **dotted})
 
 
 def simulate_grid(alg: FederatedAlgorithm, data: FederatedData,
