@@ -14,6 +14,7 @@ from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
 from ..core.capabilities import Supports
 from ..core.config import ConfigError, Options
+from ..core.errors import UndeclaredOption
 from ..core.fields import register_option
 from ..core.models import Model
 from ..core.tunables import register_tunable
@@ -42,6 +43,15 @@ CLIENT_OPT = register_option(
     kind="algorithm", names=SGD_LOCAL_ALGORITHMS, group="algorithm")
 
 
+def _client_opt(opts) -> str:
+    """`opts.client_opt`; "sgd" for the options of a plugin built on `sgd_local` that do
+    not list SGD_LOCAL_OPTIONS."""
+    try:
+        return opts.client_opt
+    except (AttributeError, UndeclaredOption):
+        return "sgd"
+
+
 def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):
     """The local objective of FedAvg/FedProx: tau SGD steps from the global model (or steps
     of the `--client-opt` optimizer, `local.optimizers`).
@@ -53,8 +63,7 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
     """
     varied = opts.local_steps_dist != "fixed"
     nova = opts.aggregation == "fednova" if nova is None else nova
-    # a plugin built on it that does not list SGD_LOCAL_OPTIONS trains with plain SGD
-    tx = client_optimizer(opts.client_opt if "client_opt" in opts else "sgd")
+    tx = client_optimizer(_client_opt(opts))
     if nova and tx is not None:
         raise ConfigError("--aggregation fednova's normaliser a_k assumes plain SGD clients: "
                           "use --client-opt sgd")

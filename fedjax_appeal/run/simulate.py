@@ -33,11 +33,12 @@ def asks_stop(value: Any) -> bool:
 
 
 class _Stop(Exception):
-    """Raised from the loop's hook when `on_eval` asked to stop after round `round`."""
+    """Raised from the loop's hook when `on_eval` asked to stop; `state` is the state of
+    the round just evaluated."""
 
-    def __init__(self, round: int, state: Any):
-        super().__init__(round)
-        self.round, self.state = round, state
+    def __init__(self, state: Any):
+        super().__init__("stopped by on_eval")
+        self.state = state
 
 
 @dataclasses.dataclass
@@ -133,7 +134,7 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
         if r in saves:
             checkpoint.save(st, r, history, drv.round_metrics())
         if stop:
-            raise _Stop(r, st)
+            raise _Stop(st)
 
     def interrupted(r, st):
         if checkpoint is None:
@@ -155,7 +156,7 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
             state, _, latest = drv.run(state, start_round, rounds=rounds, eval_every=eval_every,
                                        saves=saves, guard=guard, after=after,
                                        interrupted=interrupted)
-        except _Stop as stop:  # the hook asked to stop after the evaluation of round r
+        except _Stop as stop:  # the hook asked to stop after the latest evaluation
             state, latest = stop.state, drv.latest
     if latest is not None:
         last_eval = latest[0]
