@@ -204,6 +204,7 @@ class Driver:
         self.start = 0  # the round the current `run` started from
         self.histories: list[list[dict]] = [[] for _ in range(runs or 1)]
         self.per_round: list[dict[str, np.ndarray]] = []
+        self.latest: list[Any] | None = None  # the latest evaluation `run` committed
         if mesh is None:  # host values (a sweep's stacked hyperparameters): transferred
             hp = jax.device_put(hp)
         if runs is None:
@@ -411,6 +412,7 @@ class Driver:
             if ev is not None:
                 fresh.extend(self.record(stop, ev))
                 latest[:] = [ev]
+                self.latest = ev
 
         def after_chunk(r, st):
             entries = list(fresh)
