@@ -92,6 +92,77 @@ def last_valid(h: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]
 
 
+def _cell(z: jax.Array, c: jax.Array):
+    """One LSTM step from the pre-activations z [.., 4H] (gate order i, g, f, o) and the
+    cell c: (h, c, (i, g, f, o) activations)."""
+    zi, zg, zf, zo = jnp.split(z, 4, axis=-1)
+    i, g, f, o = (jax.nn.sigmoid(zi), jnp.tanh(zg), jax.nn.sigmoid(zf + 1.0),
+                  jax.nn.sigmoid(zo))
+    c = f * c + i * g
+    return o * jnp.tanh(c), c, (i, g, f, o)
+
+
+def lstm_scan(xp: jax.Array, wh: jax.Array) -> jax.Array:
+    """The LSTM recurrence, plain `lax.scan`: xp [T, B, 4H] input pre-activations (bias
+    included), wh [H, 4H]; returns h [T, B, H] from a zero state (the reference of
+    `lstm_recurrence`)."""
+    zero = jnp.zeros((xp.shape[1], wh.shape[0]), xp.dtype)
+
+    def step(carry, xt):
+        h, c = carry
+        h, c, _ = _cell(xt + h @ wh, c)
+        return (h, c), h
+
+    return jax.lax.scan(step, (zero, zero), xp)[1]
+
+
+@jax.custom_vjp
+def lstm_recurrence(xp: jax.Array, wh: jax.Array) -> jax.Array:
+    """`lstm_scan` with a hand-written backward pass: the reverse scan carries only the
+    state's cotangents and emits each step's gate cotangent dz_t; the recurrent weights'
+    gradient is then one matrix product over all steps (sum_t h_{t-1}^T dz_t), as fused
+    LSTM kernels do. Autodiff of the scan instead accumulates an [H, 4H] gradient inside
+    the loop at every step (on the CPU most of the step's time)."""
+    return lstm_scan(xp, wh)
+
+
+def _lstm_fwd(xp, wh):
+    zero = jnp.zeros((xp.shape[1], wh.shape[0]), xp.dtype)
+
+    def step(carry, xt):
+        h, c = carry
+        z = xt + h @ wh
+        h, c_new, _ = _cell(z, c)
+        return (h, c_new), (h, c_new, z)
+
+    _, (hs, cs, zs) = jax.lax.scan(step, (zero, zero), xp)
+    return hs, (wh, hs, cs, zs)
+
+
+def _lstm_bwd(res, dhs):
+    wh, hs, cs, zs = res
+    c_prev = jnp.concatenate([jnp.zeros_like(cs[:1]), cs[:-1]])
+    h_prev = jnp.concatenate([jnp.zeros_like(hs[:1]), hs[:-1]])
+
+    def step(carry, xs):
+        dh_next, dc_next = carry
+        dh_t, c_t, cp_t, z_t = xs
+        _, _, (i, g, f, o) = _cell(z_t, cp_t)  # the gates again from the saved z_t
+        dh = dh_t + dh_next
+        tc = jnp.tanh(c_t)
+        dc = dh * o * (1.0 - tc * tc) + dc_next
+        dz = jnp.concatenate([dc * g * i * (1.0 - i), dc * i * (1.0 - g * g),
+                              dc * cp_t * f * (1.0 - f), dh * tc * o * (1.0 - o)], axis=-1)
+        return (dz @ wh.T, dc * f), dz
+
+    zero = jnp.zeros_like(hs[0])
+    _, dzs = jax.lax.scan(step, (zero, zero), (dhs, cs, c_prev, zs), reverse=True)
+    return dzs, jnp.einsum("tbh,tbg->hg", h_prev, dzs)
+
+
+lstm_recurrence.defvjp(_lstm_fwd, _lstm_bwd)
+
+
 class LSTMLayer(nn.Module):
     """One LSTM layer over [B, T, D] -> [B, T, H], zero initial state."""
 
@@ -104,19 +175,7 @@ class LSTMLayer(nn.Module):
         wh = self.param("wh", nn.initializers.orthogonal(), (h, 4 * h))
         b = self.param("b", nn.initializers.zeros, (4 * h,))
         xp = jnp.einsum("btd,dg->tbg", x, wi.astype(x.dtype)) + b.astype(x.dtype)
-        wh = wh.astype(x.dtype)
-
-        def step(carry, xt):
-            hh, c = carry
-            z = xt + hh @ wh
-            i, g, f, o = jnp.split(z, 4, axis=-1)
-            c = jax.nn.sigmoid(f + 1.0) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            hh = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (hh, c), hh
-
-        zero = jnp.zeros((x.shape[0], h), xp.dtype)
-        _, hs = jax.lax.scan(step, (zero, zero), xp)
-        return jnp.swapaxes(hs, 0, 1)
+        return jnp.swapaxes(lstm_recurrence(xp, wh.astype(x.dtype)), 0, 1)
 
 
 class SeqLSTM(nn.Module):
