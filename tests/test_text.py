@@ -27,6 +27,7 @@ def test_tokenizer_layout_counts_and_json(tmp_path):
     assert tok.vocab == ("a", "b", "z")  # a x3, b x2, z x2 (first seen first); c, d once
     assert tok.size == 7 and tok.oov == 6  # pad, bos, eos, a, b, z, oov
     assert tok.encode("abcz") == [3, 4, 6, 5]
+    assert tok.decode([1, 3, 4, 6, 5, 2, 0]) == "ab?z"  # specials left out, OOV as ?
     assert Tokenizer.build(["abca", "bad", "zz"], "chars", max_vocab=1).vocab == ("a",)
     tok.save(tmp_path / "t.json")
     assert Tokenizer.load(tmp_path / "t.json") == tok

@@ -94,6 +94,14 @@ class Tokenizer:
         index = self._index()
         return [index.get(u, self.oov) for u in self.units(text)]
 
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of `ids`: units joined (words by spaces), PAD, BOS and EOS left out,
+        OOV as `?`."""
+        first = len(SPECIALS)
+        units = ["?" if i == self.oov else self.vocab[i - first]
+                 for i in map(int, ids) if i >= first]
+        return ("" if self.kind == "chars" else " ").join(units)
+
     def _index(self) -> dict[str, int]:
         cached = self.__dict__.get("_idx")
         if cached is None:
