@@ -13,8 +13,8 @@ included: both sides compute all of them). Ours is the run's compiled chunk of r
 (`round_throughput.jax_round_calls`: `load_federated`, `build`, the jitted scan), in the
 layout `fedjax-appeal run` chooses (`--layout auto`: on a 2-core CPU the host split into 2
 devices, one client at a time per device) unless `--cpu-devices`/`--lanes` say otherwise;
-each PyTorch variant runs with the faster of 1 and all cores as intra-op threads (two
-calibration rounds each). Ours and the peers are timed interleaved (each repeat times every
+each PyTorch variant runs with the faster of 1 and all cores as intra-op threads (one
+calibration round each). Ours and the peers are timed interleaved (each repeat times every
 side once) so load changes hit all sides alike; min and median over repeats; ratio = the
 fastest peer's median s/round / ours.
 
@@ -55,13 +55,14 @@ def describe(name: str, cfg, seq_len: int) -> str:
 
 
 def pick_threads(make, variant: str) -> int:
-    """The faster of 1 and all cores for a PyTorch variant (two rounds each)."""
+    """The faster of 1 and all cores for a PyTorch variant (one timed round each, after a
+    warm-up round)."""
     cores = os.cpu_count() or 1
     best = None
     for n in sorted({cores, 1}):
         f = make(variant, n)
         f()
-        t = min(time_repeats(f, 2, warmup=0))
+        t = min(time_repeats(f, 1, warmup=0))
         if best is None or t < best[0]:
             best = (t, n)
     return best[1]
@@ -143,9 +144,6 @@ def main():
         rows.append(row)
     result = {"machine": machine(), "rows": rows, "lr": LR}
     write_json(Path(args.out), result)
-
-    def tps(st):
-        return f"{st['min']:.3f} / {st['median']:.3f} s ({st['median'] and 1:.0f})"
 
     head = ["workload", "tokens / round", "ours s/round (min / median); tokens/s (median)"]
     head += [f"{LABELS[v]} s/round (min / median); tokens/s" for v in variants]

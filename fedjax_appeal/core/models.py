@@ -242,16 +242,16 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     if "conv_impl" in getattr(module, "__dataclass_fields__", {}):
         module = module.clone(conv_impl=impl)
     check_precision(precision)
-    objective = check_tokens(name, module, vocab_size, dataset_name)
-    if vocab_size:
+    check_tokens(name, module, vocab_size, dataset_name)
+    objective = "tokens" if vocab_size and per_position else "xent"
+    if vocab_size:  # the sequence model's vocabulary and head, from the data
         module = module.clone(vocab_size=vocab_size, per_position=per_position)
-        objective = "tokens" if per_position else objective
     return Model(module, tuple(input_shape), input_dtype, name, objective, precision)
 
 
-def check_tokens(name: str, module, vocab_size: int, dataset_name: str) -> str:
+def check_tokens(name: str, module, vocab_size: int, dataset_name: str) -> None:
     """Refuse a sequence model on data that are not token ids and any other model on token
-    ids, in one line; returns the model's objective ("xent")."""
+    ids, in one line."""
     seq = ", ".join(SEQUENCE_MODELS)
     if is_sequence(module) and not vocab_size:
         raise ConfigError(f"--model {name} reads token ids; {dataset_name or 'these data'} "
@@ -260,7 +260,6 @@ def check_tokens(name: str, module, vocab_size: int, dataset_name: str) -> str:
     if vocab_size and not is_sequence(module):
         raise ConfigError(f"--model {name} takes images or features; {dataset_name} holds "
                           f"token ids: choose --model {seq} (or auto)")
-    return "xent"
 
 
 def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto",

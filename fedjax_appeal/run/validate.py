@@ -217,7 +217,9 @@ _NPZ_ROWS = {"mnist": ("mnist.npz", ("y_train", "y_test")),
              "mnistm": ("mnistm_subset.npz", ("y_train", "y_test")),
              "cifar10": ("cifar10_jpeg.npz", ("y_train", "y_test")),
              "femnist": ("femnist_partial.npz", ("y",)),
-             "sent140": ("sent140_subset.npz", ("label",))}
+             "sent140": ("sent140_subset.npz", ("label",)),
+             "sent140_words": ("sent140_subset.npz", ("label",)),
+             "sent140_chars": ("sent140_subset.npz", ("label",))}
 _IDX_ROWS = {"fmnist": ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte")}
 
 
