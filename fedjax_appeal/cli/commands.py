@@ -383,6 +383,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     from ..core.config import appeal_reason
     from ..core.models import model_for
     from ..data import load_federated
+    from ..data.text import tokenizer_writers
     from ..execute.distributed import is_main
     from ..execute.layout import conv_impl_for
     from ..run.experiment import Prepared, run_config
@@ -453,7 +454,8 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     try:
         out = write_outputs(cfg.out, {**run_writers(results, title),
                                       **model_writers(model, sim.final_state.params,
-                                                      sim.final_state.model_state)})
+                                                      sim.final_state.model_state),
+                                      **tokenizer_writers(dataset)})
     except OSError as e:
         from ..run.diskspace import WriteFailed, reason
         from ..run.experiment import keep_final_state

@@ -17,6 +17,7 @@ from ..aggregate.accounting import summary as privacy_summary
 from ..core.arrays import FederatedData
 from ..core.config import ConfigError, HParams, RunConfig, appeal_on, appeal_reason
 from ..data import Dataset
+from ..evaluate.text_baselines import text_baselines
 from ..execute.distributed import fetch
 from ..execute.runtime import runtime_record
 from ..protocols.appeal.appeal import OPTIONS as APPEAL
@@ -102,6 +103,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         "data": {"clients": data.num_clients, "unseen_clients": data.num_unseen,
                  "train_samples": data.train.num_samples, "test_samples": data.test.num_samples,
                  "num_classes": data.num_classes, "input_shape": list(data.input_shape)},
+        **({"baselines": text_baselines(data)} if data.vocab_size else {}),  # token tasks
         "history": sim.history,
         "timing": {**sim.timing, "load_s": load_s},
         "round_metrics": {k: v.tolist() for k, v in sim.round_metrics.items()},

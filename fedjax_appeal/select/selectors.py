@@ -53,7 +53,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.arrays import ClientArrays, client_chunk
+from ..core.arrays import ClientArrays, client_chunk, client_norms
 from ..core.capabilities import Switch
 from ..core.config import ConfigError, Options, fields_in
 from ..core.fields import declared_for, register_option, register_switched
@@ -180,7 +180,7 @@ def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
 
     zero = jax.tree.map(jnp.zeros_like, params)
     tot, grad = jax.lax.fori_loop(0, n_chunks, body, (jnp.zeros(()), zero))
-    n = arrays.count[k].astype(jnp.float32)
+    n = client_norms(arrays)[0][k]  # rows; counted tokens for per-position targets
     return tot / n, jax.tree.map(lambda g: g / n, grad)
 
 
