@@ -222,7 +222,9 @@ def start_processes(args: argparse.Namespace) -> bool:
 def cpu_devices_for(args: argparse.Namespace) -> int:
     """The CPU split of this process (before JAX runs): `--cpu-devices` as given, else the
     automatic layout's (`layout.cpu_split`) unless the layout is manual (`--layout manual`,
-    or `--devices` / `--client-lanes` given) or the job has several processes."""
+    or `--devices` / `--client-lanes` given) or the job has several processes. A resumed
+    sweep takes the split it recorded when it started (`sweep.resumed_split`): another
+    split would run other programs, whose float results differ in the last bits."""
     from ..execute.distributed import detected_cluster
     from ..execute.layout import LAYOUT_FIELDS, cpu_split, host_cores
 
@@ -232,7 +234,14 @@ def cpu_devices_for(args: argparse.Namespace) -> int:
         return 0
     given = given_keys(args)
     values: dict[str, Any] = {}
-    if getattr(args, "resume", ""):
+    if getattr(args, "resume", "") and args.command == "sweep":
+        from .sweep import resumed_split
+
+        split, config = resumed_split(args.resume)
+        if split is not None and "layout" not in given and not given & set(LAYOUT_FIELDS):
+            return split  # the split the sweep ran with: the same programs, the same bits
+        values.update(config)
+    elif getattr(args, "resume", ""):
         from ..run.checkpoint import resume_base
 
         values.update(resume_base(args.resume))

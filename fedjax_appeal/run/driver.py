@@ -381,14 +381,33 @@ class Driver:
             metrics = {k: v for k, v in metrics.items() if self.keep_metric(k, v)}
         return new_state, metrics
 
-    def round_metrics(self) -> dict[str, np.ndarray]:
-        """The per-round metrics so far, concatenated over chunks along the rounds axis
-        (axis 0 for one run, 1 behind the runs axis)."""
+    def round_metrics(self, per_round: list[dict[str, np.ndarray]] | None = None
+                      ) -> dict[str, np.ndarray]:
+        """The per-round metrics so far (or of `per_round`, chunks as `self.per_round`
+        holds them), concatenated over chunks along the rounds axis (axis 0 for one run, 1
+        behind the runs axis)."""
         axis = 0 if self.runs is None else 1
-        if not self.per_round:
+        per_round = self.per_round if per_round is None else per_round
+        if not per_round:
             return {}
-        return {k: np.concatenate([np.asarray(m[k]) for m in self.per_round], axis=axis)
-                for k in self.per_round[0]}
+        return {k: np.concatenate([np.asarray(m[k]) for m in per_round], axis=axis)
+                for k in per_round[0]}
+
+    def at_round(self, r: int) -> tuple[list[list[dict]], list[dict[str, np.ndarray]]]:
+        """(histories, per-round metric chunks) as they stood after round `r`: what a
+        checkpoint of round r holds. A Ctrl-C can land after a chunk's bookkeeping and
+        before the loop moves on to its round (`loop.run_loop` then reports the round
+        before); the entries past r are left out, so that a resume from r adds them once."""
+        axis = 0 if self.runs is None else 1
+        histories = [[e for e in h if e["round"] <= r] for h in self.histories]
+        kept, covered = [], 0
+        for m in self.per_round:
+            length = next((int(np.shape(v)[axis]) for v in m.values()), 0)
+            if covered + length > r:
+                break
+            kept.append(m)
+            covered += length
+        return histories, kept
 
     def run(self, state, start: int, *, rounds: int, eval_every: int, saves=(),
             guard: Callable | None = None, after: Callable | None = None,

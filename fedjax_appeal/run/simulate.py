@@ -118,7 +118,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
     def interrupted(r, st):
         if checkpoint is None:
             return
-        checkpoint.save(st, r, history, drv.round_metrics())
+        histories, per_round = drv.at_round(r)
+        checkpoint.save(st, r, histories[0], drv.round_metrics(per_round))
         raise Interrupted(f"checkpoint of round {r} saved in {checkpoint.directory}; continue "
                           f"with --resume {checkpoint.directory}") from None
 

@@ -304,7 +304,7 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
 
     def interrupted(r, st):
         if save is not None and r > start:
-            save(st, r, drv.histories, drv.per_round)
+            save(st, r, *drv.at_round(r))
 
     drv.run(state, start, rounds=rounds, eval_every=eval_every, saves=saves, after=after,
             interrupted=interrupted)
