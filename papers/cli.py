@@ -94,7 +94,11 @@ def cmd(args: argparse.Namespace) -> int:
                   command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
                   reuse=not args.fresh, options=options, robustness=args.robustness,
                   clock=getattr(args, "clock", None))
-    fn(ctx)
+    from fedjax_appeal import Heartbeat
+
+    # a line while a step lasts long; steps the experiment does not name are "reproduce NAME"
+    with Heartbeat(ctx.line) as ctx.heartbeat, ctx.heartbeat.phase(f"reproduce {args.name}"):
+        fn(ctx)
     print(f"wrote {ctx.out}")
     return 0
 

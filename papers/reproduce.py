@@ -47,6 +47,9 @@ class Context:
     t0: float = dataclasses.field(default_factory=time.perf_counter)
     clock: Any = None  # the command's `CommandClock` (its start and compile log), if any
     spent: Spent = dataclasses.field(default_factory=Spent)  # what the computed runs took
+    # a `fedjax_appeal.Heartbeat` writing through `line` while the experiment runs (set by
+    # the command): told each step of the runs, it writes a line when one lasts long
+    heartbeat: Any = None
 
     def base(self, **kw) -> RunConfig:
         """A RunConfig with this context's data locations, then `kw`."""
@@ -68,9 +71,22 @@ class Context:
             return True
         raise ConfigError(f"--set {key}={v}: give 1/true/yes/on or 0/false/no/off")
 
+    def line(self, msg: str) -> None:
+        """Write one progress line: `[NAME  seconds] msg` on stderr."""
+        sys.stderr.write(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}\n")
+        sys.stderr.flush()
+
     def log(self, msg: str) -> None:
-        print(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}", file=sys.stderr,
-              flush=True)
+        self.line(msg)
+        if self.heartbeat is not None:
+            self.heartbeat.mark()
+
+    def phase(self, what: str):
+        """`with ctx.phase("loading ..."):` names a step for the heartbeat (if any)."""
+        import contextlib
+
+        return (contextlib.nullcontext() if self.heartbeat is None else
+                self.heartbeat.phase(what))
 
     def run(self, cfg: RunConfig, hp: HParams, label: str = "", **kw):
         """Run one configuration (see `experiment.run_config`); logs start and end.
@@ -94,6 +110,7 @@ class Context:
             return results, None
         self.log(f"{what}: {cfg.rounds} rounds ...")
         kw.setdefault("program_cache", program_cache_folder())
+        kw.setdefault("heartbeat", self.heartbeat)
         results, sim = run_config(cfg, hp, **kw)
         self.spent.add_run(results)
         last = results["history"][-1]

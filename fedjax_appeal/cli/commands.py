@@ -235,7 +235,7 @@ def cpu_devices_for(args: argparse.Namespace) -> int:
     given = given_keys(args)
     values: dict[str, Any] = {}
     if getattr(args, "resume", "") and args.command == "sweep":
-        from .sweep import resumed_split
+        from ..run.checkpoint import resumed_split
 
         split, config = resumed_split(args.resume)
         if split is not None and "layout" not in given and not given & set(LAYOUT_FIELDS):
@@ -387,6 +387,21 @@ def run_layout(cfg: RunConfig, given: set[str]):
 
 def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     """`cmd_run` once the configuration is checked and the output folder is ours."""
+    import contextlib
+
+    from ..execute.distributed import is_main
+    from ..run.progress import Heartbeat
+
+    main = is_main()
+    # a line every few seconds while a step lasts long (process 0 speaks for the job)
+    heartbeat = Heartbeat(lambda msg: print(f"fedjax-appeal: {msg}", file=sys.stderr,
+                                            flush=True)) if main else None
+    with heartbeat or contextlib.nullcontext():
+        return _run_with(args, cfg, hp, layout, heartbeat)
+
+
+def _run_with(args: argparse.Namespace, cfg, hp, layout, heartbeat) -> int:
+    """`_run_locked` with its heartbeat (None in the processes other than 0)."""
     import time
 
     from ..core.config import appeal_reason
@@ -394,15 +409,17 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     from ..data import load_federated
     from ..execute.distributed import is_main
     from ..execute.layout import conv_impl_for
-    from ..run.experiment import Prepared, run_config
+    from ..run.experiment import Prepared, loading_phase, run_config
     from ..run.export import model_writers
+    from ..run.progress import phase
     from ..run.report import run_writers, write_outputs
     from ..run.simulate import progress_printer
     from ..run.validate import RUN_FILES
 
     main = is_main()
     t0 = time.perf_counter()
-    data, dataset = load_federated(cfg)  # data problems surface before any output
+    with phase(heartbeat, loading_phase(cfg)):
+        data, dataset = load_federated(cfg)  # data problems surface before any output
     load_s = time.perf_counter() - t0
     # ... and a model that misfits; built as the run builds it (`assemble`)
     model = model_for(cfg.model, data, dataset, conv_impl_for(cfg), cfg.precision)
@@ -422,6 +439,8 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
             line = dp_header(cfg.view(ACCOUNTING, "the privacy accounting"), hp,
                              data.num_clients)
             print(f"fedjax-appeal: {line}", file=sys.stderr)
+        if heartbeat is not None:
+            heartbeat.mark()
     tracker = None
     if main and cfg.log:
         from ..run.records import recorded_config, recorded_hparams
@@ -431,6 +450,9 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
                           Path(cfg.out).name, recorded_config(cfg, model.name),
                           recorded_hparams(cfg, hp))
     printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
+    if printer is not None and heartbeat is not None:  # its lines count as progress
+        shown = printer
+        printer = lambda entry: (shown(entry), heartbeat.mark())  # noqa: E731
     if main:
         from ..run.report import prefetch_plotting
 
@@ -442,7 +464,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
                                   on_eval=(printer if tracker is None else
                                            lambda e: (printer(e), tracker.eval(e))),
                                   program_cache=program_cache_folder(),
-                                  prepared=Prepared(layout, model))
+                                  prepared=Prepared(layout, model), heartbeat=heartbeat)
     except BaseException:
         if tracker is not None:
             tracker.close()
@@ -460,9 +482,10 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
         results["timing"]["process"] = command_split(clock, t["train_total_s"],
                                                      t["eval_total_s"], load_s)
     try:
-        out = write_outputs(cfg.out, {**run_writers(results, title),
-                                      **model_writers(model, sim.final_state.params,
-                                                      sim.final_state.model_state)})
+        with phase(heartbeat, f"writing the results into {cfg.out}"):
+            out = write_outputs(cfg.out, {**run_writers(results, title),
+                                          **model_writers(model, sim.final_state.params,
+                                                          sim.final_state.model_state)})
     except OSError as e:
         from ..run.diskspace import WriteFailed, reason
         from ..run.experiment import keep_final_state
@@ -478,9 +501,11 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
               file=sys.stderr)
     acc = last.get("test_acc_seen", float("nan"))
     spr = t.get("sec_per_round")
+    from ..run.records import headline
+
     print(f"final round {last['round']}: test_acc_seen {acc:.4f}"
           + (f"  test_acc_unseen {last['test_acc_unseen']:.4f}" if "test_acc_unseen" in last
-             else "")
+             else "") + headline(cfg, last)
           + (f"  ({spr:.4f} s/round, " if spr is not None else "  (no round trained, ")
           + f"compile {t['compile_s']:.1f}s); wrote {out}/results.json, history.csv, "
           "accuracy.png, model.msgpack (load_model)")

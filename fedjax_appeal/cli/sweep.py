@@ -160,18 +160,6 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
                               "the flag or start a new sweep")
 
 
-def resumed_split(folder: str) -> tuple[int | None, dict[str, Any]]:
-    """(CPU split recorded by the sweep checkpoint in `folder`, or None; its configuration)
-    for `commands.cpu_devices_for`, before JAX starts; ({} and None when there is no
-    readable checkpoint: `cmd_sweep` then refuses the folder in one line)."""
-    try:
-        spec = _resume_spec(argparse.Namespace(resume=folder))
-    except ConfigError:
-        return None, {}
-    split = spec.get("cpu_devices")
-    return (None if split is None else int(split)), spec.get("config", {})
-
-
 def cpu_split_now() -> int:
     """The CPU split this process runs with (0: none), recorded for a resume."""
     import jax

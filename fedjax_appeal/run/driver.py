@@ -37,6 +37,7 @@ from ..core.memo import shared
 from ..evaluate.metrics import summarize
 from ..execute.distributed import fetch
 from .loop import Hooks, run_loop, stop_points
+from .progress import phase, training
 
 
 def init_key(root: jax.Array) -> jax.Array:
@@ -154,6 +155,11 @@ def _vmap_of(fn, in_axes):
     return jax.vmap(fn, in_axes=in_axes)
 
 
+# what the heartbeat calls each program while it compiles (`progress`)
+PROGRAMS = {"pre_init": "the solo models' program", "initial": "the initial model's program",
+            "init": "the initial state's program", "eval": "the evaluation program"}
+
+
 def _block(tree):
     return jax.tree.map(lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a,
                         tree)
@@ -180,6 +186,9 @@ class Driver:
         before it runs (the free-space check of checkpointed runs).
       programs: an `execute.programs.ProgramCache` for the functions of `alg` (its context
         names what built them): programs found there are neither traced nor compiled.
+      heartbeat: a `progress.Heartbeat` told what the driver is doing (compiling which
+        program, training the solo models, evaluating, training which rounds, with the
+        pace and the time left), so that it writes a line while a step lasts long.
     """
 
     def __init__(self, alg: FederatedAlgorithm, data: FederatedData, hp: HParams,
@@ -188,8 +197,10 @@ class Driver:
                  keep_metric: Callable[[str, np.ndarray], bool] | None = None,
                  account: Callable | None = None,
                  before_training: Callable[[Any, int], None] | None = None,
-                 programs=None):
+                 programs=None, heartbeat=None):
         self.alg, self.runs, self.mesh = alg, runs, mesh
+        self.heartbeat = heartbeat
+        self._total, self._evals = 0, set()  # the rounds and evaluations of `run`
         self.programs = programs
         self.layout = repr((runs, lanes, None if mesh is None else
                             (tuple(mesh.shape.items()), mesh.devices.tolist())))
@@ -243,9 +254,12 @@ class Driver:
             with self._scope():
                 return jax.jit(fn, **self._out).lower(*args)
 
-        if self.programs is None:
-            return lower().compile()
-        return self.programs.compiled(f"{role} {self.layout}", args, lower)
+        with phase(self.heartbeat, f"compiling {PROGRAMS.get(role, f'the {role} program')}"
+                   if not role.startswith("chunk") else
+                   f"compiling the round program ({role.split()[1]} rounds a chunk)"):
+            if self.programs is None:
+                return lower().compile()
+            return self.programs.compiled(f"{role} {self.layout}", args, lower)
 
     def _vmapped(self, fn, in_axes):
         return fn if self.runs is None else _vmap_of(fn, in_axes)
@@ -308,15 +322,19 @@ class Driver:
         else:
             init = self._init_program("init", from_root(self.alg.init), (0, None, 0), args)
             t = time.perf_counter()
-            state = _block(init(*args))
+            with phase(self.heartbeat, "computing the initial state"):
+                state = _block(init(*args))
             self.init_s += time.perf_counter() - t  # what init trains (features)
             return state
         t = time.perf_counter()
-        args = (*args, _block(pre(*pre_args)))
+        with phase(self.heartbeat, "training the solo models (appeal protocol)"
+                   if self.alg.pre_init is not None else "building the initial model"):
+            args = (*args, _block(pre(*pre_args)))
         self.init_s += time.perf_counter() - t
         init = self._init_program("init", from_root(self.alg.init), (0, None, 0, 0), args)
         t = time.perf_counter()
-        state = _block(init(*args))
+        with phase(self.heartbeat, "computing the initial state"):
+            state = _block(init(*args))
         self.init_s += time.perf_counter() - t  # what init trains (solo models, features)
         return state
 
@@ -338,7 +356,8 @@ class Driver:
                 (state, self.data, self.hp))
             self.timing["eval_compile_s"] += time.perf_counter() - t
         t0 = time.perf_counter()
-        ev = fetch(self.compiled["eval"](state, self.data, self.hp))
+        with phase(self.heartbeat, "evaluating every client"):
+            ev = fetch(self.compiled["eval"](state, self.data, self.hp))
         self.eval_times.append(time.perf_counter() - t0)
         if self.runs is None:
             return [ev]
@@ -371,8 +390,9 @@ class Driver:
                 self.before_training(state, values)
                 self.before_training = None
         t0 = time.perf_counter()
-        new_state, metrics = self.compiled[ck](state, self.data, self.keys, self.hp, rarr)
-        _block(new_state)
+        with phase(self.heartbeat, self._training(r, stop)):
+            new_state, metrics = self.compiled[ck](state, self.data, self.keys, self.hp, rarr)
+            _block(new_state)
         took = time.perf_counter() - t0
         self.train_s += took
         self.round_times.append(took / length)
@@ -380,6 +400,14 @@ class Driver:
         if self.keep_metric is not None:
             metrics = {k: v for k, v in metrics.items() if self.keep_metric(k, v)}
         return new_state, metrics
+
+    def _training(self, r: int, stop: int) -> Callable[[float], str]:
+        """The heartbeat's text for the chunk of rounds r+1 .. stop (see `progress`)."""
+        total = max(self._total, stop)
+        pace = float(np.median(self.round_times)) if self.round_times else None
+        evals = self.eval_times[1:] or self.eval_times
+        eval_s = float(np.median(evals)) if evals else 0.0
+        return training(r, stop, total, pace, eval_s, sum(1 for e in self._evals if e > r))
 
     def round_metrics(self, per_round: list[dict[str, np.ndarray]] | None = None
                       ) -> dict[str, np.ndarray]:
@@ -421,6 +449,7 @@ class Driver:
         """
         self.start = start
         evals = set(eval_rounds(rounds, eval_every))
+        self._total, self._evals = rounds, evals
         latest: list[Any] = []
         fresh: list[dict] = []
 
