@@ -331,3 +331,17 @@ def test_the_last_line_names_what_the_run_was_for(tmp_path, capsys, extra, named
             assert f"  {k} {final[k]:.{digits}f}  " in last
         else:
             assert k not in last
+
+
+def test_a_flag_of_the_wrong_type_names_the_type_and_an_example(capsys):
+    for argv, msg in ((["run", "--rounds", "ten"], "argument --rounds: invalid int value: "
+                                                   "'ten'; give an integer, e.g. --rounds 200"),
+                      (["run", "--client-lr", "abc"], "argument --client-lr: invalid float "
+                       "value: 'abc'; give a number, e.g. --client-lr 0.05"),
+                      (["sweep", "--max-parallel", "x"], "argument --max-parallel: invalid "
+                       "int value: 'x'; give an integer, e.g. --max-parallel")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and msg in err, err

@@ -86,10 +86,13 @@ def test_baseline_pairs_every_group_seed_by_seed(runs, tmp_path, capsys):
     half = T975_2 * math.sqrt(0.03) / math.sqrt(3)
     assert rep["t_interval"] == pytest.approx([0.1 - half, 0.1 + half])
     assert rep["perm_interval"] == [None, None]  # 3 seeds: the whole line (JSON null)
-    assert p["verdict"] == "inconclusive" and rep["toward"] == 2
+    # 3 seeds: the sign-flip interval cannot exclude 0 (it needs 6), so no verdict
+    assert p["verdict"] == "n/a" and p["why"] == "3 paired seed(s); a verdict needs 6"
+    assert rep["toward"] == 2
     screen = capsys.readouterr().out
-    assert "| algorithm=maxfl − algorithm=fedavg | 3 | mean +0.1000, 95% t [-0.3303, +0.5303]" \
-        in screen and "inconclusive |" in screen
+    assert ("| algorithm=maxfl − algorithm=fedavg | 3 | mean +0.1000, 95% t [-0.3303, +0.5303]"
+            ", sign-flip n/a |" in screen)
+    assert "| n/a (3 paired seed(s); a verdict needs 6) |" in screen and "inf" not in screen
     assert "Paired with algorithm=fedavg" in (out / "compare.md").read_text()
     # a loss: lower is better, so maxfl (lower train loss at the end) is better in 2 of 3
     assert main(["compare", str(root), "--metric", "train_loss", "--baseline",
@@ -162,3 +165,44 @@ def test_paths_without_runs_are_refused(tmp_path, capsys):
         assert main(["compare", str(p), "--out", str(tmp_path / "cmp")]) == 2
         assert msg in capsys.readouterr().err
     assert not (tmp_path / "cmp").exists()
+
+
+def test_a_verdict_needs_six_seeds_and_a_baseline_matches_numerically(tmp_path, capsys):
+    """Groups by a float hyperparameter: `--baseline client_lr=1` is the group
+    `client_lr=1.0`. With 6 seeds the sign-flip interval can exclude 0: a verdict; with 5
+    (the smallest two-sided p-value 2 / 2^5 = 0.0625 > 0.05) none."""
+    from fedjax_appeal.run.paired import seeds_needed
+
+    assert seeds_needed() == 6 and seeds_needed(0.9) == 5  # 2/2^5 <= 0.1
+    for s in range(6):  # client_lr 0.5 beats 1.0 by 0.1 + 0.01 s on every seed
+        write_run(tmp_path / "r" / f"a{s}", "fedavg", s, [0.1, 0.2, 0.5 + 0.01 * s], lr=1.0)
+        write_run(tmp_path / "r" / f"b{s}", "fedavg", s, [0.1, 0.2, 0.6 + 0.02 * s], lr=0.5)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "r"), "--baseline", "client_lr=1", "--out",
+                 str(out)]) == 0
+    (p,) = json.loads((out / "compare.json").read_text())["paired"]
+    assert p["baseline"] == "client_lr=1.0" and p["label"] == "client_lr=0.5"
+    assert p["verdict"] == "better" and "why" not in p
+    # every difference +0.1 + 0.01 s > 0: the sign-flip interval is finite and above 0
+    lo, hi = p["report"]["perm_interval"]
+    assert 0 < lo < 0.125 < hi
+    # five seeds: no verdict
+    for s in (5,):
+        (tmp_path / "r" / f"a{s}" / "results.json").unlink()
+    assert main(["compare", str(tmp_path / "r"), "--baseline", "client_lr=1e0", "--out",
+                 str(tmp_path / "cmp5")]) == 0
+    (p,) = json.loads((tmp_path / "cmp5" / "compare.json").read_text())["paired"]
+    assert p["verdict"] == "n/a" and p["why"] == "5 paired seed(s); a verdict needs 6"
+    capsys.readouterr()
+    # a value of the wrong type, a key that is not the group key: one line with an example
+    for bad, msg in (("client_lr=fast", "client_lr is a number in these runs, not 'fast'; "
+                                        "e.g. --baseline 'client_lr="),
+                     ("lr=1", "name a group by its key client_lr as KEY=VALUE, e.g. "
+                              "--baseline 'client_lr="),
+                     ("client_lr=2", "--baseline 'client_lr=2' is not a group")):
+        assert main(["compare", str(tmp_path / "r"), "--baseline", bad, "--out",
+                     str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and msg in err, err
+    assert not (tmp_path / "bad").exists()
+

@@ -50,6 +50,40 @@ class _Parser(argparse.ArgumentParser):
                 + (f"did you mean '{guess}'? " if guess else "")
                 + f"choose from {', '.join(choices)}")
 
+    def _get_value(self, action, arg_string):
+        """A value that is not of the flag's type is refused naming the type and an
+        example (the flag's default where it has one): `--rounds ten` says "invalid int
+        value: 'ten'; give an integer, e.g. --rounds 200"."""
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError:
+            kind = {int: ("int", "an integer"), float: ("float", "a number"),
+                    _hp_float: ("float", "a number")}.get(action.type)
+            if kind is None or not action.option_strings:
+                raise
+            flag = action.option_strings[-1]
+            raise argparse.ArgumentError(
+                action, f"invalid {kind[0]} value: {arg_string!r}; give {kind[1]}, e.g. "
+                f"{flag} {_example(action, 10 if action.type is int else 0.05)}") from None
+
+
+def _example(action: argparse.Action, fallback: float) -> str:
+    """An example value of a numeric flag: its default (the declared one of a configuration
+    field or tunable), else `fallback`."""
+    from ..core.config import declarations
+    from ..core.tunables import TUNABLES
+
+    default = action.default
+    for cls in (RunConfig, HParams):
+        for f in declarations(cls):
+            if f.name == action.dest:
+                default = f.default
+    if action.dest in TUNABLES:
+        default = TUNABLES[action.dest].default
+    if isinstance(default, bool) or not isinstance(default, int | float) or default == 0:
+        default = fallback
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")

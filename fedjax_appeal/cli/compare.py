@@ -40,7 +40,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, metavar="GROUP",
                    help="compare every other group with this one seed by seed on the final "
                         "metric: mean difference, 95%% paired t and sign-flip intervals, and "
-                        "better / worse / inconclusive (the t interval above, below or around 0)")
+                        "better / worse / inconclusive (the t interval above, below or around "
+                        "0; n/a below 6 paired seeds, which the sign-flip interval needs); "
+                        "a group as its label, e.g. client_lr=0.1 (numbers match as numbers: "
+                        "client_lr=1 is client_lr=1.0)")
     p.add_argument("--out", required=True, help="folder for compare.* (written all-or-nothing)")
 
 
@@ -71,8 +74,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     writers = {f"compare.{fmt}": figure(fmt) for fmt in formats}
     writers["compare.md"] = lambda p: p.write_text(
         f"# {title}\n\n" + markdown_table(rows, args.metric)
-        + (f"\nPaired with {args.baseline} (seed by seed; better = the 95% paired t "
-           "interval on the better side of 0):\n\n" + paired_table(pairs, args.metric)
+        + (f"\nPaired with {pairs[0]['baseline']} (seed by seed; better = the 95% paired t "
+           "interval on the better side of 0; a verdict needs as many seeds as the "
+           "sign-flip interval needs to exclude 0):\n\n" + paired_table(pairs, args.metric)
            if pairs else ""))
     writers["compare.csv"] = lambda p: p.write_text(csv_text(rows, args.x))
     writers["compare.json"] = lambda p: p.write_text(json.dumps(to_jsonable(result), indent=1,

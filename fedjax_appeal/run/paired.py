@@ -57,6 +57,15 @@ class PairedReport(NamedTuple):
         return len(self.diffs)
 
 
+def seeds_needed(level: float = LEVEL) -> int:
+    """The fewest seeds with which both intervals can exclude 0: the t interval needs two,
+    the sign-flip interval n with 2 / 2^n <= 1 - level (6 at 95%)."""
+    n = 2
+    while 2 / 2 ** n > 1 - level:
+        n += 1
+    return n
+
+
 def t_quantile(df: int, level: float = LEVEL) -> float:
     """The two-sided Student-t quantile t(df, (1 + level) / 2)."""
     from scipy.stats import t
