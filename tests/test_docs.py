@@ -90,3 +90,43 @@ def test_the_readme_starts_with_the_two_setup_commands():
     assert "python -m pytest" in blocks[1] and "ruff check" in blocks[1]
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci.strip() in blocks[1]  # CI runs the README's test command verbatim
+
+
+def _history_keys(**kw) -> set[str]:
+    """The keys of a history entry of the configuration `kw` on a tiny synthetic
+    federation, from the shapes its evaluation returns (`sweep.metric_check`'s way: traced,
+    nothing compiled)."""
+    import jax
+    import numpy as np
+
+    from fedjax_appeal.core.config import HParams, RunConfig
+    from fedjax_appeal.core.models import abstract_key
+    from fedjax_appeal.data import load_federated
+    from fedjax_appeal.evaluate.metrics import summarize
+    from fedjax_appeal.run.assemble import assemble
+
+    cfg = RunConfig(**{"dataset": "synthetic", "partition": "natural", "clients": 8,
+                       "unseen_clients": 2, "cohort": 4, "local_steps": 2, "batch_size": 4,
+                       "min_samples": 4, **kw})
+    data, ds = load_federated(cfg)
+    alg = assemble(cfg, data=data, dataset=ds, mesh=None)[0]
+    hp = HParams().as_arrays()
+    shapes = jax.eval_shape(alg.evaluate, jax.eval_shape(alg.init, abstract_key(), data, hp),
+                            data, hp)
+    with np.errstate(all="ignore"):
+        return set(summarize(jax.tree.map(lambda a: np.ones(a.shape, a.dtype), shapes)))
+
+
+def test_every_history_metric_is_documented():
+    """docs/metrics.md names every metric a history holds: the always-there ones, the
+    unseen clients', the appeal protocol's, label flipping's groups and DP's epsilons."""
+    from fedjax_appeal.aggregate.accounting import epsilons, epsilons_fixed
+
+    page = (ROOT / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"`([a-z][a-z0-9_]*)`", page))
+    keys = (_history_keys(appeal="off") | _history_keys(algorithm="maxfl", rho_steps=2)
+            | _history_keys(label_flip_fraction=0.5, appeal="off")
+            | set(epsilons(0.1, 1.0, 3, 1e-5)) | set(epsilons_fixed(10, 2, 1.0, 3, 1e-5)))
+    assert {"test_acc_unseen", "gm_appeal_seen", "test_acc_flipped", "dp_epsilon_pld"} <= keys
+    assert not keys - documented, f"docs/metrics.md lacks {sorted(keys - documented)}"
+    assert "`mse`" in page and "`xent`" in page

@@ -69,7 +69,9 @@ def test_the_training_line_counts_rounds_and_the_time_left_by_hand():
     assert text == ("training rounds 11-20 of 50: 5 s so far, about 2 s a round; round "
                     "~12/50, about 80 s left")
     assert training(0, 5, 5, None, 0.0, 1)(12.0) == (
-        "training rounds 1-5 of 5: 12 s so far (the first chunk: no pace yet)")
+        "training rounds 1-5 of 5: 12 s so far (no pace before the first chunk ends; "
+        "--eval-every 1 reports each round)")
+    assert training(0, 1, 5, None, 0.0, 5)(12.0) == "training rounds 1-1 of 5: 12 s so far"
     assert training(0, 5, 5, 1.0, 0.0, 0)(99.0).endswith("round ~5/5, about 0 s left")
     assert [duration(s) for s in (9.4, 150, 7200)] == ["9 s", "2.5 min", "2.0 h"]
 

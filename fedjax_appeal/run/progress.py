@@ -151,7 +151,8 @@ def training(start: int, stop: int, total: int, pace: float | None, eval_s: floa
     def text(elapsed: float) -> str:
         head = f"training rounds {start + 1}-{stop} of {total}: {duration(elapsed)} so far"
         if not pace:
-            return head + " (the first chunk: no pace yet)"
+            return head + (" (no pace before the first chunk ends; --eval-every 1 reports "
+                           "each round)" if stop - start > 1 else "")
         at = min(stop, start + int(elapsed / pace))
         left = max(0.0, (total - start) * pace - elapsed) + evals_left * eval_s
         return (head + f", about {duration(pace)} a round; round ~{at}/{total}, about "
