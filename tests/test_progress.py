@@ -151,3 +151,29 @@ def test_a_feasible_dirichlet_partition_draws_what_it_drew_before():
             break
     assert tries > 1  # the case with failed draws first
     assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+TINY = ["--dataset", "synthetic", "--clients", "6", "--unseen-clients", "2", "--cohort", "3",
+        "--rounds", "4", "--local-steps", "2", "--batch-size", "4", "--eval-every", "2",
+        "--min-samples", "4", "--partition", "natural"]
+
+
+@pytest.mark.slow
+def test_run_and_sweep_say_each_step_when_it_lasts(tmp_path, capsys, monkeypatch):
+    """The commands' heartbeat names every step that lasts `progress.EVERY` seconds (0
+    here, polled every millisecond: every step): compiling each program, per sweep batch."""
+    from fedjax_appeal.cli.commands import main
+    from fedjax_appeal.run import progress
+
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    monkeypatch.setattr(progress, "POLL", 0.001)
+    assert main(["run", *TINY, "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    for step in ("fedjax-appeal: compiling the round program (2 rounds a chunk): ",
+                 "fedjax-appeal: compiling the evaluation program: "):
+        assert step in err, err
+    assert main(["sweep", *TINY, "--grid", "client_lr=0.1,0.05", "--out",
+                 str(tmp_path / "s")]) == 0
+    err = capsys.readouterr().err
+    assert "fedjax-appeal: [group 1/1 (all) batch 1/1, 2 runs] compiling the round program" \
+        in err, err

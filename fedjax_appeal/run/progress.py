@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 
 # seconds of work after which a phase gets a line (a "silent stretch" is at most this long)
 EVERY = 10.0
+POLL = 0.25  # seconds between the heartbeat thread's looks at the clock
 
 
 def duration(seconds: float) -> str:
@@ -51,9 +52,12 @@ class Heartbeat:
     names `idle` (what a command does between the steps it names; None: no line).
     """
 
-    def __init__(self, say: Callable[[str], None], every: float = EVERY, poll: float = 0.25,
-                 clock: Callable[[], float] = time.monotonic, idle: str | None = "working"):
-        self._say, self.every, self._poll, self._clock = say, every, poll, clock
+    def __init__(self, say: Callable[[str], None], every: float | None = None,
+                 poll: float | None = None, clock: Callable[[], float] = time.monotonic,
+                 idle: str | None = "working"):
+        self._say, self._clock = say, clock
+        self.every = EVERY if every is None else every  # None: the module's EVERY, POLL
+        self._poll = POLL if poll is None else poll
         self._lock = threading.Lock()
         self._phases: list[tuple[str | Callable[[float], str], float]] = []
         self._prefix: list[str] = []
