@@ -9,8 +9,8 @@ whenever a phase has gone on for `every` seconds (10 by default) without a line,
 heartbeat writes one, naming the phase, how long it has run and, for training, the round
 and the time left:
 
-    fedjax-appeal: training rounds 1-5 of 5: 40 s so far, about 31 s a round; round ~2/5,
-    about 1.5 min left      (one line)
+    fedjax-appeal: training rounds 4-6 of 6: 10 s so far, about 8 s a round; round ~4/6,
+    about 14 s left      (one line)
 
 Compiles release Python's lock while XLA works, and a running program does too, so the
 thread is free to write; the work runs exactly as without it (same programs, same
