@@ -13,7 +13,11 @@ every program:
 
 It reports the wall seconds of the whole `simulate` (training and evaluation) and the
 steady seconds per round (the driver's median over chunks), min / median over repeats,
-and checks that every side's history is the same, bit for bit.
+and checks that every side's history is the same, bit for bit. On a shared machine the
+wall times move with the load more than with the heartbeat; so it also measures what the
+heartbeat itself takes, independent of the load: the CPU seconds of the process while a
+heartbeat runs over `--idle-s` seconds with nothing else to do (a phase open, no line
+due), per second of wall time, for the commands' poll and for the stress poll.
 
     python benchmarks/progress_overhead.py --rounds 20 --repeats 5
 """
@@ -41,6 +45,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--eval-every", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--idle-s", type=float, default=20.0)
     ap.add_argument("--no-append", action="store_true",
                     help="do not append a section to benchmarks/RESULTS.md")
     a = ap.parse_args()
@@ -84,6 +89,13 @@ def main() -> None:
             wall[name].append(took)
             spr[name].append(s)
             written[name] += n
+    cpu = {}
+    for name, (every, poll) in (("commands' heartbeat (poll 0.25 s)", (1e9, 0.25)),
+                                ("stress (poll 0.001 s, a line each poll)", (0.0, 0.001))):
+        with Heartbeat(sink, every=every, poll=poll) as hb, hb.phase("idle"):
+            c, t = time.process_time(), time.perf_counter()
+            time.sleep(a.idle_s)
+            cpu[name] = (time.process_time() - c) / (time.perf_counter() - t)
     base = history["no heartbeat"]
     same = all(h == base for h in history.values())
     ref = statistics.median(wall["no heartbeat"])
@@ -94,6 +106,8 @@ def main() -> None:
         rows.append(f"| {name} | {min(w):.3f} / {statistics.median(w):.3f} | "
                     f"{statistics.median(w) / ref:.3f} | {min(s):.4f} / "
                     f"{statistics.median(s):.4f} | {written[name] / a.repeats:.0f} |")
+    rows += ["", "| heartbeat alone | CPU seconds per wall second |", "|---|---|"]
+    rows += [f"| {name} | {v:.2e} |" for name, v in cpu.items()]
     table = "\n".join(rows)
     notes = (f"Workload: FedAvg FMNIST Dirichlet(0.5), MLP[64,30], tau=50, b=64, 100 clients, "
              f"cohort 10, {a.rounds} rounds, evaluation every {a.eval_every}; one CPU device; "

@@ -257,7 +257,7 @@ def cpu_devices_for(args: argparse.Namespace) -> int:
     """The CPU split of this process (before JAX runs): `--cpu-devices` as given, else the
     automatic layout's (`layout.cpu_split`) unless the layout is manual (`--layout manual`,
     or `--devices` / `--client-lanes` given) or the job has several processes. A resumed
-    sweep takes the split it recorded when it started (`sweep.resumed_split`): another
+    sweep takes the split it recorded when it started (`checkpoint.resumed_split`): another
     split would run other programs, whose float results differ in the last bits."""
     from ..execute.distributed import detected_cluster
     from ..execute.layout import LAYOUT_FIELDS, cpu_split, host_cores
