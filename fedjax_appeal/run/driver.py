@@ -254,9 +254,10 @@ class Driver:
             with self._scope():
                 return jax.jit(fn, **self._out).lower(*args)
 
+        length = role.split()[1] if role.startswith("chunk") else ""
         with phase(self.heartbeat, f"compiling {PROGRAMS.get(role, f'the {role} program')}"
-                   if not role.startswith("chunk") else
-                   f"compiling the round program ({role.split()[1]} rounds a chunk)"):
+                   if not length else f"compiling the round program ({length} round"
+                   f"{'' if length == '1' else 's'} a chunk)"):
             if self.programs is None:
                 return lower().compile()
             return self.programs.compiled(f"{role} {self.layout}", args, lower)
