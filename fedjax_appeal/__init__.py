@@ -10,7 +10,8 @@ experiment scripts share, and `split_cpu` / `make_mesh` (the host CPU as several
 and a mesh over them, over which `sweep(..., mesh=...)` shards its grid),
 `enable_compilation_cache` / `enable_determinism` (what the commands set up before JAX
 starts; importing the package changes no setting of JAX), `CompileLog` and
-`command_split` (where a command's wall time went). Components
+`command_split` (where a command's wall time went), `Heartbeat` (progress lines while long
+work runs: `simulate`, `run_config` and `sweep` take one). Components
 (registries, algorithm builders, models, data types) are in `fedjax_appeal.extend`.
 
 The library, which needs no registered name (docs/library.md): the algorithm factories
@@ -52,6 +53,8 @@ _EXPORTS: dict[str, str] = {
     "CompileLog": ".execute.runtime", "CommandClock": ".run.wallclock",
     "command_split": ".run.wallclock", "split_text": ".run.wallclock",
     "time_split": ".run.wallclock",
+    # a line every few seconds while long work runs (phases named by the code)
+    "Heartbeat": ".run.progress",
     # paired comparisons of two arms on the same seeds, and their verdict
     "paired_report": ".run.paired", "PairedReport": ".run.paired",
     "interval_text": ".run.paired", "verdict_text": ".run.paired",

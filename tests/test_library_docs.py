@@ -16,7 +16,7 @@ def block(title: str) -> str:
     """The first python block of the section `## title`."""
     text = PAGE.read_text()
     section = text.split(f"\n## {title}\n", 1)[1]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return re.search(r"```python(?: long| fragment)?\n(.*?)```", section, re.S).group(1)
 
 
 def shrink(code: str, subs: dict[str, str]) -> str:

@@ -55,7 +55,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
              on_eval: Callable[[dict[str, float]], None] | None = None,
              state: ServerState | None = None, start_round: int = 0,
              checkpoint: Checkpointer | None = None, resume: bool = False,
-             nan_guard: bool = True, mesh=None, programs=None) -> SimulationResult:
+             nan_guard: bool = True, mesh=None, programs=None,
+             heartbeat=None) -> SimulationResult:
     """Train for `rounds` rounds, evaluating every client every `eval_every` rounds.
 
     One run of the shared `driver.Driver` (no runs axis).
@@ -91,13 +92,16 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
       mesh: a `distributed` mesh; data and server state are replicated over it.
       programs: an `execute.programs.ProgramCache` whose context names what built `alg`
         (`run.assemble.program_context`): programs found there are not traced again.
+      heartbeat: a `progress.Heartbeat`, told each step (compiling, solo models,
+        evaluation, training rounds with the pace and the time left), so that a long one
+        gets a line every few seconds; the work is the same with or without it.
     """
     hp = hp.as_arrays()
     drv = Driver(alg, data, hp, key, mesh=mesh,
                  account=(None if alg.account is None else
                           lambda r: alg.account(r, hp, data.num_clients)),
                  before_training=None if checkpoint is None else checkpoint.check_space_for(
-                     rounds), programs=programs)
+                     rounds), programs=programs, heartbeat=heartbeat)
     t = time.perf_counter()
     if state is None:
         state = drv.init()
@@ -139,7 +143,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
     def interrupted(r, st):
         if checkpoint is None:
             return
-        checkpoint.save(st, r, history, drv.round_metrics())
+        histories, per_round = drv.at_round(r)
+        checkpoint.save(st, r, histories[0], drv.round_metrics(per_round))
         raise Interrupted(f"checkpoint of round {r} saved in {checkpoint.directory}; continue "
                           f"with --resume {checkpoint.directory}") from None
 

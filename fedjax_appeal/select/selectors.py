@@ -85,6 +85,11 @@ UNION_BASE = register_option("union_base", "divfl", "UnionFL base objective f_t"
                              ("divfl", "subtrunc"), kind="selector", names=("unionfl",),
                              group="selection")
 _GREEDY_SELECTORS = ("divfl", "subtrunc", "unionfl")
+# selector -> the history metrics its paper reports, named on a run's last line beside the
+# test accuracy (`run.records.headline`): submodular selection is judged by the client
+# dissimilarity it leaves (the SubTrunc / UnionFL paper, Castillo et al.)
+HEADLINES: dict[str, tuple[str, ...]] = {n: ("client_dissimilarity",)
+                                         for n in _GREEDY_SELECTORS}
 register_option("greedy_candidates", 0, "stochastic greedy: random candidates r scored per "
                 "pick (0 = exact greedy over all clients)", kind="selector",
                 names=_GREEDY_SELECTORS, group="selection", ge=0)
