@@ -104,7 +104,7 @@ def test_a_marker_typo_is_refused(tmp_path, monkeypatch):
     page.write_text("text\n\n```python fragmnet\nx = 1\n```\n")
     monkeypatch.setattr(sys.modules[__name__], "PAGES", [page])
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    with pytest.raises(AssertionError, match="is `python` \\(it runs\\) or"):
+    with pytest.raises(AssertionError, match="is `python` \\(it runs\\), `python fragment`"):
         python_blocks()
 
 
