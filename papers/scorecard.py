@@ -144,6 +144,35 @@ def main_row(ctx: Any, data: dict) -> dict[str, Any]:
             "size": size_verdict(iv, paper, claim.want)}
 
 
+def committed_rows(root: Path = RESULTS) -> list[dict[str, Any]]:
+    """The scorecard rows of the committed reports, without running anything: for each
+    table with a main claim, the report in `root/NAME` or `root/NAME-10` (a rerun on more
+    seeds) that holds the claim on the most seeds; its cost from the report."""
+    from papers.reproduce import CLAIMS
+
+    rows = []
+    for name, claim in CLAIMS.items():
+        best: tuple[int, dict[str, Any]] | None = None
+        for folder in sorted(root.glob(f"{name}*")):
+            if folder.name not in (name, f"{name}-10") or not (folder / "results.json"
+                                                               ).is_file():
+                continue
+            data = json.loads((folder / "results.json").read_text())
+            seeds = data.get("seeds") or sorted(seeds_in(data))
+            ctx = argparse.Namespace(name=name, claim=claim, seeds=seeds)
+            if claim.values(data, list(seeds)) is None:
+                continue
+            row = main_row(ctx, data)
+            row["folder"] = folder.name
+            wall = ((data.get("cost") or {}).get("time") or {}).get("wall")
+            row["wall_s"] = wall if isinstance(wall, int | float) else None
+            if best is None or row["seeds"] > best[0]:
+                best = (row["seeds"], row)
+        rows.append(best[1] if best else {"table": name, "claim": claim.label,
+                                          "failed": "no committed report"})
+    return rows
+
+
 def scorecard_markdown(rows: list[dict[str, Any]], title: str) -> str:
     """scorecard.md: the counts of both verdicts, then one row per table."""
     from fedjax_appeal import size_text
@@ -162,11 +191,38 @@ def scorecard_markdown(rows: list[dict[str, Any]], title: str) -> str:
               else f"{r['mean']:+.3g} [n/a]")
         size = ("no paper number" if r["paper_effect"] is None
                 else size_text(r["size"], r["paper_effect"], 1.0, 3))
-        lines.append(f"| {r['table']} | {r['claim']} ({r['want']}) | {r['seeds']} | {iv} | "
+        table = r["table"] if r.get("folder", r["table"]) == r["table"] else r["folder"]
+        lines.append(f"| {table} | {r['claim']} ({r['want']}) | {r['seeds']} | {iv} | "
                      f"{r['verdict']} | {size} | {duration(r.get('wall_s'))} |")
     body = "\n".join(lines) + "\n"
     head = scorecard_line(count_scorecard(body), "this table", count_sizes(body))
     return f"# {title}\n\n{head}.\n\n{body}"
+
+
+def committed_scorecard(args: argparse.Namespace) -> int:
+    """`reproduce all --from-results`: the scorecard of the committed reports (nothing
+    runs), written to `--out` (default results/) as scorecard.md and scorecard.json."""
+    from fedjax_appeal import ConfigError, write_outputs
+
+    if args.seeds or args.quick or args.plan or args.fresh:
+        raise ConfigError("reproduce all --from-results reads the committed reports and runs "
+                          "nothing: drop --seeds / --quick / --plan / --fresh")
+    root = Path(args.out) if args.out else RESULTS
+    rows = committed_rows(RESULTS)
+    md = scorecard_markdown(rows, "Scorecard of the main claims, from the committed reports")
+    md += ("\nEach row reads its table's committed `results.json` (the folder named; a "
+           "`-10` folder is a rerun of the table on 10 seeds); intervals are 95% paired t "
+           "intervals of the per-seed differences (a sign-flip interval where they have no "
+           "spread), or the repeated interval of a `--seeds auto` report. Cost: the "
+           "report's wall time where it records one. Rebuild: `fedjax-appeal reproduce all "
+           "--from-results`.\n")
+    write_outputs(root, {"scorecard.md": lambda p: p.write_text(md),
+                         "scorecard.json": lambda p: p.write_text(json.dumps(
+                             {"command": "fedjax-appeal reproduce all --from-results",
+                              "rows": rows}, indent=1, default=str))})
+    print(md)
+    print(f"wrote {root}/scorecard.md, scorecard.json")
+    return 0
 
 
 def run_all(args: argparse.Namespace) -> int:
@@ -180,6 +236,8 @@ def run_all(args: argparse.Namespace) -> int:
     if args.robustness:
         raise ConfigError("reproduce all runs the tables; --robustness reruns one table at "
                           "other lrs: run reproduce NAME --robustness")
+    if getattr(args, "from_results", False):
+        return committed_scorecard(args)
     root = Path(args.out or Path("runs") / "reproduce")
     names = [n for n in CLAIMS if n in EXPERIMENTS]
     cmd = "fedjax-appeal reproduce all " + " ".join(
