@@ -176,12 +176,39 @@ def test_the_committed_scorecard_reads_the_reports_with_the_most_seeds(toys, tmp
     assert row["folder"] == "toy-a" and row["interval"] == pytest.approx(
         [1.1 - 0.24841, 1.1 + 0.24841], abs=1e-4)
     assert row["verdict"] == "held" and row["size"] == "larger"  # paper +0.5
+    assert row["robust"] is None  # no robustness rerun
+    # a rerun at two shared lrs: [1.0, 1.1, 1.2] held; [1, -1, 1] (t interval wide) not
+    (res / "toy-a" / "robustness.json").write_text(json.dumps({"verdicts": [
+        {"path": "other/d", "per_lr": {"0.5": {"diffs": [1.0, 1.1, 1.2]}}},
+        {"path": "paired/d", "per_lr": {"0.1": {"diffs": [1.0, 1.1, 1.2]},
+                                        "0.01": {"diffs": [1.0, -1.0, 1.0]}}}]}))
+    row = scorecard.committed_rows(res)[0]
+    assert row["robust"] == "held at 1 of 2 shared lrs (3 seeds)" and row["verdict"] == "held"
+    (res / "toy-a" / "robustness.json").write_text(json.dumps({"verdicts": [
+        {"path": "paired/d", "per_lr": {"0.1": {"diffs": [1.0, -1.0, 1.0]}}}]}))
+    row = scorecard.committed_rows(res)[0]  # held at the table's lrs, at no shared lr
+    assert row["robust"] == "held at 0 of 1 shared lrs (3 seeds)"
+    assert row["verdict"] == "held at tuned lrs only"
+    (res / "toy-a" / "robustness.json").unlink()
     assert main(["reproduce", "all", "--from-results"]) == 0
     card = (res / "scorecard.md").read_text()
     assert "| toy-a | a − b (+) | 3 | +1.1 [+0.852, +1.35] (95% t) | held | larger" in card
-    assert "| toy-b | c − d | — | — | not run (no committed report) |" in card
+    assert "| toy-b | c − d | — | — | not run (no committed report) | — | — | — |" in card
     assert toys == []  # nothing ran
     capsys.readouterr()
     assert main(["reproduce", "all", "--from-results", "--seeds", "0,1"]) == 2
     assert "runs nothing" in capsys.readouterr().err
     assert main(["reproduce", "toy-a", "--from-results"]) == 2
+
+
+def test_the_readme_block_of_the_main_claims_is_the_committed_reports_scorecard():
+    """results/README.md's table of the main claims is what `reproduce all --from-results`
+    writes from the committed reports (rebuild it after committing a report)."""
+    from papers import scorecard
+
+    readme = (scorecard.RESULTS / "README.md").read_text()
+    md = scorecard.committed_markdown(scorecard.committed_rows(scorecard.RESULTS))
+    assert scorecard.with_main_claims(readme, md) == readme, \
+        "stale: run fedjax-appeal reproduce all --from-results"
+    assert logic.count_scorecard(readme)["rows"] == len(reproduce.CLAIMS)
+    assert logic.count_sizes(readme)["rows"] == len(reproduce.CLAIMS)

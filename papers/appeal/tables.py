@@ -69,8 +69,14 @@ def main_claim(table: Table) -> MainClaim:
                 if isinstance(rec, dict) and rec.get("status", "ok") == "ok"]
         return paper_effect(numbers, column, metric, target, arms)[0]
 
+    def shared_lrs(rob: dict) -> dict[float, list[float]] | None:
+        for v in rob.get("verdicts") or []:
+            if v.get("column") == column and v.get("metric") == metric:
+                return {float(p["client_lr"]): p["diff"] for p in v["per_lr"]}
+        return None
+
     return MainClaim(f"{column}: {METRICS[metric][0]}, {target} − the best other arm", "+",
-                     values, paper_of=paper, digits=3)
+                     values, paper_of=paper, digits=3, shared_lrs=shared_lrs)
 
 
 def run_and_report(ctx: Context, table: Table) -> None:

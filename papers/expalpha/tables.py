@@ -122,11 +122,20 @@ def rounds_to_top(run: dict, data: dict) -> float:
     return float(data["schedule"]["rounds"] + 1 if got is None else got)
 
 
+def fedavg_final_at_shared_lrs(rob: dict) -> dict[float, list[float]] | None:
+    """FedAvg's per-seed final-accuracy differences per shared lr in robustness.json
+    (`papers.expalpha.robust`: the random-majors rerun of the imbalance table)."""
+    v = (rob.get("verdicts") or {}).get("FedAvg") if str(rob.get("metric", "")).startswith(
+        "test_acc") else None
+    return None if v is None else {float(lr): d["diff"] for lr, d in v["per_lr"].items()}
+
+
 # The main claims `--seeds auto` decides (`papers.decide`). Sizes: the final-accuracy
 # gains are compared with the paper's in pp (its CIFAR-10 ResNet20 / Digits numbers, a
 # different model and data: a size verdict says how far ours is from it, not a failure);
 # its round counts are to acc40, a target of another scale, so the flip claim has none,
 # and the α sweep gives no FedAvg number.
+
 FLIP_CLAIM = runs_claim(("runs", "FedAvg/exp-alpha"), ("runs", "FedAvg/proportional"),
                         rounds_to_top,
                         "-", "FedAvg: rounds to the highest target, Exp-α − proportional",
@@ -135,7 +144,7 @@ IMBALANCE_CLAIM = runs_claim(("runs", "random", "FedAvg/exp-alpha"),
                              ("runs", "random", "FedAvg/proportional"), final_acc, "+",
                              "random majors, FedAvg: final accuracy (pp), Exp-α − "
                              "proportional", paper=PAPER_IMBALANCE_FEDAVG_GAIN,
-                             digits=2)
+                             digits=2, shared_lrs=fedavg_final_at_shared_lrs)
 DOMAIN_CLAIM = runs_claim(("runs", "FedAvg/exp-alpha"), ("runs", "FedAvg/proportional"),
                           final_acc, "+", "FedAvg: final accuracy (pp), Exp-α − proportional",
                           paper=PAPER_DOMAIN_FEDAVG_GAIN, digits=2)
