@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..core.arrays import ClientArrays, FederatedData
+from ..core.arrays import ROW_CHUNK, ClientArrays, FederatedData
 from ..core.jaxpr import jaxpr_eqns
 from ..core.models import Model
 from ..execute.distributed import collect, spread
@@ -34,7 +34,7 @@ class ClientEval(NamedTuple):
     count: jax.Array  # [M] rows of each client in the split
 
 
-MAX_CHUNK = 2048  # rows per chunk at most
+MAX_CHUNK = 2048  # rows per chunk at most (`core.padding.MIN_ROWS`)
 CHUNK_BYTES = 32 * 2**20  # the largest intermediate of one chunk, at most (auto_chunk)
 
 
@@ -75,7 +75,7 @@ def evaluate_split(model: Model, params, state, arrays: ClientArrays,
     valid = (jnp.arange(n_chunks * chunk) < s).astype(jnp.float32)
     owner = jnp.concatenate([arrays.owner,
                              jnp.zeros(n_chunks * chunk - s, arrays.owner.dtype)])
-    m = arrays.num_clients
+    m = arrays.num_clients  # (rows of owner M, `core.padding`, are dropped by segment_sum)
     loss_sum = jax.ops.segment_sum(loss.reshape(-1) * valid, owner, m)
     corr_sum = jax.ops.segment_sum(correct.reshape(-1) * valid, owner, m)
     n = arrays.count.astype(jnp.float32)
@@ -93,7 +93,7 @@ def evaluate_global(model: Model, params, state, data: FederatedData,
 
 
 def evaluate_personal(model: Model, params, state, arrays: ClientArrays,
-                      chunk: int = 256) -> ClientEval:
+                      chunk: int = ROW_CHUNK) -> ClientEval:
     """Per-client models (leading axis M on params/state) each on its own client's rows."""
     ks = jnp.arange(arrays.num_clients)
     loss, acc = jax.vmap(lambda p, s, k: client_loss(model, p, s, arrays, k, chunk))(
