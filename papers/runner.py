@@ -117,8 +117,8 @@ def data_shapes(ctx: Context, label: str, runs: list[tuple]) -> dict[tuple, Any]
             continue
     keys = list(found)
     targets = common_shapes([found[k] for k in keys])
-    groups = len({repr(sorted(t.items())) for t in targets})
     if len(keys) > 1:
-        ctx.log(f"{label}: the data of {len(keys)} seeds take {groups} shape(s) "
-                f"({len({repr(sorted(found[k].items())) for k in keys})} unpadded)")
+        own = len({repr(sorted(found[k].items())) for k in keys})
+        ctx.log(f"{label}: {len(keys)} federations, {own} shape(s), padded to "
+                f"{len({repr(sorted(t.items())) for t in targets})}")
     return dict(zip(keys, targets, strict=True))
