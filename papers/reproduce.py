@@ -51,6 +51,9 @@ class Context:
     design: Any = None  # a `fedjax_appeal.SeedDesign`
     claim: Any = None  # a `papers.decide.MainClaim`
     decision: Any = None  # a `fedjax_appeal.SequentialReport`
+    # a `fedjax_appeal.Heartbeat` writing through `line` while the experiment runs (set by
+    # the command): told each step of the runs, it writes a line when one lasts long
+    heartbeat: Any = None
 
     def base(self, **kw) -> RunConfig:
         """A RunConfig with this context's data locations, then `kw`."""
@@ -72,9 +75,22 @@ class Context:
             return True
         raise ConfigError(f"--set {key}={v}: give 1/true/yes/on or 0/false/no/off")
 
+    def line(self, msg: str) -> None:
+        """Write one progress line: `[NAME  seconds] msg` on stderr."""
+        sys.stderr.write(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}\n")
+        sys.stderr.flush()
+
     def log(self, msg: str) -> None:
-        print(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}", file=sys.stderr,
-              flush=True)
+        self.line(msg)
+        if self.heartbeat is not None:
+            self.heartbeat.mark()
+
+    def phase(self, what: str):
+        """`with ctx.phase("loading ..."):` names a step for the heartbeat (if any)."""
+        import contextlib
+
+        return (contextlib.nullcontext() if self.heartbeat is None else
+                self.heartbeat.phase(what))
 
     def _cache_path(self, cfg: RunConfig, hp: HParams) -> Path | None:
         """Where the run cache keeps this run (None without `reuse`)."""
@@ -109,6 +125,7 @@ class Context:
             return results, None
         self.log(f"{what}: {cfg.rounds} rounds ...")
         kw.setdefault("program_cache", program_cache_folder())
+        kw.setdefault("heartbeat", self.heartbeat)
         results, sim = run_config(cfg, hp, **kw)
         self.spent.add_run(results)
         last = results["history"][-1]
@@ -327,14 +344,17 @@ def make_context(args: Any, name: str, out: Path | None = None,
 def run_context(ctx, fn) -> None:
     """Run experiment `fn` in `ctx`: once, or with `--seeds auto` look by look
     (`papers.decide.run_until_decided`); prints where the report went."""
-    if ctx.design is None:
-        fn(ctx)
-        print(f"wrote {ctx.out}")
-        return
-    from fedjax_appeal import sequential_text
-    from papers.decide import run_until_decided
+    from fedjax_appeal import Heartbeat, sequential_text
 
-    rep = run_until_decided(ctx, fn)
+    # a line while a step lasts long; steps the experiment does not name are "reproduce NAME"
+    with Heartbeat(ctx.line) as ctx.heartbeat, ctx.heartbeat.phase(f"reproduce {ctx.name}"):
+        if ctx.design is None:
+            fn(ctx)
+            print(f"wrote {ctx.out}")
+            return
+        from papers.decide import run_until_decided
+
+        rep = run_until_decided(ctx, fn)
     print(f"{ctx.claim.label}: {sequential_text(rep, 1.0, ctx.claim.digits)}")
     print(f"wrote {ctx.out}")
 

@@ -7,6 +7,7 @@ marks its arm failed without losing the others.
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -80,9 +81,14 @@ def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict], *
             try:
                 if dkey not in cache:
                     cache.clear()
-                    data, ds = load_federated(cfg)
-                    if dkey in shapes:
-                        data = pad_federation(data, shapes[dkey])
+                    t = time.perf_counter()
+                    with ctx.phase(f"loading the data ({cfg.dataset}, {cfg.partition} "
+                                   f"partition over {cfg.clients + cfg.unseen_clients} "
+                                   "clients)"):
+                        data, ds = load_federated(cfg)
+                        if dkey in shapes:
+                            data = pad_federation(data, shapes[dkey])
+                    ctx.spent.add_data(time.perf_counter() - t)
                     cache[dkey] = data, ds
                 data, ds = cache[dkey]
                 res, _ = ctx.run(cfg, hp, label=f"{col.label}/{v.label}", data=data,
@@ -108,13 +114,18 @@ def data_shapes(ctx: Context, label: str, runs: list[tuple]) -> dict[tuple, Any]
     from fedjax_appeal import common_shapes, load_federated, shape_of
 
     found: dict[tuple, Any] = {}
-    for cfg, hp, dkey in runs:
-        if dkey in found or ctx.cached(cfg, hp):
-            continue
-        try:
-            found[dkey] = shape_of(load_federated(cfg)[0])
-        except Exception:  # noqa: BLE001 - the run reports it
-            continue
+    t = time.perf_counter()
+    with ctx.phase(f"reading the shapes of the federations of {label}"):
+        for cfg, hp, dkey in runs:
+            if dkey in found or ctx.cached(cfg, hp):
+                continue
+            try:
+                data = load_federated(cfg)[0]
+            except Exception:  # noqa: BLE001 - the run reports it
+                continue
+            if not data.vocab_size:  # (token data run unpadded: `pad_federation`)
+                found[dkey] = shape_of(data)
+    ctx.spent.add_data(time.perf_counter() - t)  # (loading, counted as data)
     keys = list(found)
     targets = common_shapes([found[k] for k in keys])
     if len(keys) > 1:

@@ -253,3 +253,44 @@ def test_sweep_seeds_auto_adds_batches_and_resumes(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and msg in err[0]
     assert not (tmp_path / "bad").exists()  # refused before any run
+
+
+def test_a_verdict_needs_six_seeds_and_a_baseline_matches_numerically(tmp_path, capsys):
+    """Groups by a float hyperparameter: `--baseline client_lr=1` is the group
+    `client_lr=1.0`. With 6 seeds the sign-flip interval can exclude 0: a verdict; with 5
+    (the smallest two-sided p-value 2 / 2^5 = 0.0625 > 0.05) none."""
+    from fedjax_appeal.run.paired import min_seeds
+
+    assert min_seeds() == 6 and min_seeds(0.9) == 5  # 2/2^5 <= 0.1
+    for s in range(6):  # client_lr 0.5 beats 1.0 by 0.1 + 0.01 s on every seed
+        write_run(tmp_path / "r" / f"a{s}", "fedavg", s, [0.1, 0.2, 0.5 + 0.01 * s], lr=1.0)
+        write_run(tmp_path / "r" / f"b{s}", "fedavg", s, [0.1, 0.2, 0.6 + 0.02 * s], lr=0.5)
+    out = tmp_path / "cmp"
+    assert main(["compare", str(tmp_path / "r"), "--baseline", "client_lr=1", "--out",
+                 str(out)]) == 0
+    (p,) = json.loads((out / "compare.json").read_text())["paired"]
+    assert p["baseline"] == "client_lr=1.0" and p["label"] == "client_lr=0.5"
+    assert p["verdict"] == "better"
+    # every difference +0.1 + 0.01 s > 0: the sign-flip interval is finite and above 0
+    lo, hi = p["report"]["perm_interval"]
+    assert 0 < lo < 0.125 < hi
+    # five seeds: no verdict
+    for s in (5,):
+        (tmp_path / "r" / f"a{s}" / "results.json").unlink()
+    assert main(["compare", str(tmp_path / "r"), "--baseline", "client_lr=1e0", "--out",
+                 str(tmp_path / "cmp5")]) == 0
+    (p,) = json.loads((tmp_path / "cmp5" / "compare.json").read_text())["paired"]
+    assert p["verdict"] == "no verdict (needs at least 6 seeds, has 5)"
+    capsys.readouterr()
+    # a value of the wrong type, a key that is not the group key: one line with an example
+    for bad, msg in (("client_lr=fast", "client_lr is a number in these runs, not 'fast'; "
+                                        "e.g. --baseline 'client_lr="),
+                     ("lr=1", "name a group by its key client_lr as KEY=VALUE, e.g. "
+                              "--baseline 'client_lr="),
+                     ("client_lr=2", "--baseline 'client_lr=2' is not a group")):
+        assert main(["compare", str(tmp_path / "r"), "--baseline", bad, "--out",
+                     str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and msg in err, err
+    assert not (tmp_path / "bad").exists()
+

@@ -89,6 +89,8 @@ def test_pad_rows_adds_rows_no_client_owns():
     assert pad_rows(t, t.num_samples, t.max_count + 9).max_count == t.max_count + 9
     with pytest.raises(ValueError, match="splits"):
         pad_federation(data, {"train": shape_of(data)["train"]})
+    with pytest.raises(ValueError, match="token data"):  # host-side baselines count rows
+        pad_federation(data.replace(vocab_size=10), shape_of(data))
 
 
 def test_evaluation_and_client_loss_are_unchanged_to_the_bit():

@@ -40,7 +40,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, metavar="GROUP",
                    help="compare every other group with this one seed by seed on the final "
                         "metric: mean difference, 95%% paired t and sign-flip intervals, and "
-                        "better / worse / inconclusive (the t interval above, below or around 0)")
+                        "better / worse / inconclusive (the t interval above, below or around "
+                        "0; no verdict below 6 paired seeds, which the sign-flip interval "
+                        "needs); a group as its label, e.g. client_lr=0.1 (numbers match as "
+                        "numbers: client_lr=1 is client_lr=1.0)")
     p.add_argument("--seeds", default=None, metavar="auto[:MAX]",
                    help="with --baseline: judge each comparison as seeds added until decided "
                         "would (`sweep --seeds auto`): the seeds in increasing order, looked "
@@ -80,7 +83,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     writers = {f"compare.{fmt}": figure(fmt) for fmt in formats}
     writers["compare.md"] = lambda p: p.write_text(
         f"# {title}\n\n" + markdown_table(rows, args.metric)
-        + (f"\nPaired with {args.baseline} (seed by seed; better = the 95% "
+        + (f"\nPaired with {pairs[0]['baseline']} (seed by seed; better = the 95% "
            + (f"repeated interval of the group-sequential design ({design.text()})"
               if design is not None else "paired t interval")
            + " on the better side of 0; no verdict below 6 seeds, where the sign-flip "

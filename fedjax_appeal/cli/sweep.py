@@ -168,6 +168,14 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
                               "the flag or start a new sweep")
 
 
+def cpu_split_now() -> int:
+    """The CPU split this process runs with (0: none), recorded for a resume."""
+    import jax
+
+    n = jax.local_device_count()
+    return n if jax.default_backend() == "cpu" and n > 1 else 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
 
     from ..execute.distributed import check_processes
@@ -225,18 +233,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for cfg_g in groups_of(cfg, checked):
         check_ignored(cfg_g, given | set(checked))
         check_source_size(cfg_g)
+    from ..execute.layout import LAYOUT_FIELDS
+
+    # the layout is resolved before it is recorded, so that a resumed sweep (whose flags
+    # come from the record) runs the same layout, hence the same programs
+    if "layout" not in given and given & set(LAYOUT_FIELDS):
+        cfg = cfg.replace(layout="manual")  # a layout flag given: taken as given
+    elif cfg.layout == "auto":  # the grid sharded over every device (execute/layout.py)
+        cfg = cfg.replace(devices=0)
+    if args.lanes is None and spec.get("lanes") is not None:
+        args.lanes = spec["lanes"]
     now = {"config": cfg.as_dict(),
            "hparams": hp.to_dict(),
            "grid": {k: [to_jsonable(v) for v in vs] for k, vs in checked.items()},
            "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}
     if spec:
         _check_same_sweep(spec, now, cfg.resume)
-    from ..execute.layout import LAYOUT_FIELDS
-
-    if "layout" not in given and given & set(LAYOUT_FIELDS):
-        cfg = cfg.replace(layout="manual")  # a layout flag given: taken as given
-    elif cfg.layout == "auto":  # the grid sharded over every device (execute/layout.py)
-        cfg = cfg.replace(devices=0)
     check_processes(cfg.devices)
     prepare_out(cfg.out, SWEEP_FILES, args, cfg.resume)
     with out_lock(cfg.out):  # one sweep per folder
@@ -267,7 +279,8 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
         clear_old_run(cfg.out, SWEEP_FILES)
     ck_dir = Path(cfg.out) / SWEEP_DIR
     ckpt = SweepCheckpoint(ck_dir, cfg.checkpoint_every,
-                           {**now, "parallel": spec.get("parallel", {})})
+                           {**now, "parallel": spec.get("parallel", {}),
+                            "cpu_devices": cpu_split_now(), "lanes": args.lanes})
     _peer_advice(cfg.out, 1)
     main = is_main()
 

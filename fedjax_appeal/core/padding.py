@@ -122,7 +122,11 @@ def pad_rows(arrays: ClientArrays, rows: int, max_count: int) -> ClientArrays:
 
 def pad_federation(data: FederatedData, shape: dict[str, SplitShape]) -> FederatedData:
     """`data` with each split of `shape` padded to it (`pad_rows`); the per-client tags,
-    the global test set and every other field unchanged."""
+    the global test set and every other field unchanged. Token data (`vocab_size` > 0)
+    are refused: their baselines (`evaluate.text_baselines`) count every row host-side."""
+    if data.vocab_size:
+        raise ValueError("token data (vocab_size > 0) cannot be padded: their baselines "
+                         "count every row; run them unpadded")
     if set(shape) != set(data.splits()):
         raise ValueError(f"the shape names the splits {sorted(shape)}, the federation has "
                          f"{sorted(data.splits())}")

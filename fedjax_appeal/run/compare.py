@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,60 @@ def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
     return out
 
 
+# "k=v, k2=v2": a group label (`group_runs`), split before each "key=" (a value may hold
+# ", ", as a list does)
+_LABEL_PARTS = re.compile(r",\s*(?=[A-Za-z_][\w.-]*=)")
+
+
+def label_items(label: str) -> list[tuple[str, str]]:
+    """[(key, value text)] of a group label or of a `--baseline` given as one."""
+    return [(k.strip(), v.strip()) for k, _, v in
+            (part.partition("=") for part in _LABEL_PARTS.split(label.strip()))]
+
+
+def _number(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def find_group(rows: list[dict[str, Any]], baseline: str) -> str:
+    """The label of the group `baseline` names: the label itself, or the same keys with
+    equal values, numbers compared as numbers (`temper_t=1` is the group `temper_t=1.0`).
+    Refused in one line otherwise: a key that is not a group key, a value of the wrong
+    type (naming the type the groups hold and an example), or no such group (the closest
+    label and the groups)."""
+    labels = [r["label"] for r in rows]
+    if baseline in labels:
+        return baseline
+    want = label_items(baseline)
+    keys = [k for k, _ in label_items(labels[0])] if labels else []
+    example = labels[0] if labels else ""
+    if any(not v for _, v in want) or sorted(k for k, _ in want) != sorted(keys):
+        raise ConfigError(f"--baseline {baseline!r}: name a group by its "
+                          f"{'keys' if len(keys) > 1 else 'key'} {', '.join(keys)} as "
+                          f"KEY=VALUE, e.g. --baseline {example!r}; the groups: "
+                          + ", ".join(labels))
+    given = dict(want)
+    for key in keys:
+        values = [dict(label_items(lab))[key] for lab in labels]
+        if all(_number(v) is not None for v in values) and _number(given[key]) is None:
+            raise ConfigError(f"--baseline {baseline!r}: {key} is a number in these runs, "
+                              f"not {given[key]!r}; e.g. --baseline {example!r}")
+    for lab in labels:
+        have = dict(label_items(lab))
+        if all(have[k] == given[k] or (_number(have[k]) is not None
+                                       and _number(have[k]) == _number(given[k]))
+               for k in keys):
+            return lab
+    guess = did_you_mean(baseline, labels)
+    raise ConfigError(f"--baseline {baseline!r} is not a group"
+                      + (f" (did you mean {guess!r}?)" if guess else "")
+                      + f"; the groups: {', '.join(labels)}")
+
+
 def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str,
                 design: Any = None) -> list[dict[str, Any]]:
     """Every other group against `baseline`, seed by seed on the final value
@@ -192,14 +247,8 @@ def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str,
     from .paired import compare_verdict, paired_report
     from .sequential import sequential_report
 
+    baseline = find_group(rows, baseline)
     by = {r["label"]: r for r in rows}
-    if baseline not in by:
-        from ..core.registry import did_you_mean
-
-        guess = did_you_mean(baseline, list(by))
-        raise ConfigError(f"--baseline {baseline!r} is not a group"
-                          + (f" (did you mean {guess!r}?)" if guess else "")
-                          + f"; the groups: {', '.join(by)}")
     base = dict(zip(by[baseline]["seeds"], by[baseline]["final"], strict=True))
     want = "-" if lower_is_better(metric) else "+"
     out = []
@@ -229,7 +278,8 @@ def sequential_record(seq: Any) -> dict[str, Any]:
 
 
 def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
-    """compare.md's paired table (`paired_rows`)."""
+    """compare.md's paired table (`paired_rows`); an interval that too few seeds leave
+    unbounded is 'n/a (needs at least 6 seeds)', never infinite bounds."""
     from .paired import PairedReport, interval_text
 
     lines = [f"| group − baseline | seeds | final {metric}: mean and 95% intervals | "

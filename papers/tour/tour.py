@@ -90,7 +90,7 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
     lr = fam.hp["client_lr"]
     res = sweep(cfg, _grid(fam), seeds, hp=HParams(**fam.hp), metric=fam.metric,
                 mode="min" if fam.want == "-" else "max", mesh=mesh,
-                program_cache=program_cache_folder())
+                program_cache=program_cache_folder(), heartbeat=ctx.heartbeat)
     ctx.spent.add_sweep(res.timing, len(res.rows))
     label = {v: lab for lab, v in fam.arms}
     runs: dict[float, dict[str, dict[int, dict]]] = {}
