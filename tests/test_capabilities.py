@@ -119,7 +119,7 @@ def test_switched_options_are_refused_by_their_declarations():
     """Every option a switched-on part declares (`run.validate.switched_options`: the appeal
     protocol, solo models, the imbalanced pool, label flipping, Byzantine clients, SubTrunc
     under UnionFL, the local-steps distributions, the availability models, the simulated
-    step times of the deadline) is refused with
+    step times of the deadline, the client optimizer's hyperparameters) is refused with
     that part's reason in a configuration where the part is off, and not by it where the
     part is on; each part is found both ways in a small grid."""
     import itertools
@@ -131,7 +131,8 @@ def test_switched_options_are_refused_by_their_declarations():
                 imbalance_ratios=["", "1.0"], label_flip_fraction=[0.0, 0.3],
                 byzantine_fraction=[0.0, 0.1],
                 local_steps_dist=["fixed", "lognormal", "epochs"],
-                availability=["always", "bernoulli", "markov"], deadline=[0.0, 2.0])
+                availability=["always", "bernoulli", "markov"], deadline=[0.0, 2.0],
+                client_opt=["sgd", "adam"])
     cfgs = [RunConfig(**dict(zip(grid, v, strict=True)))
             for v in itertools.product(*grid.values())]
     declared = switched_options()

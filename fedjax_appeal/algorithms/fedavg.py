@@ -13,12 +13,14 @@ from __future__ import annotations
 from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
 from ..core.capabilities import Supports
-from ..core.config import Options
+from ..core.config import ConfigError, Options
+from ..core.errors import UndeclaredOption
 from ..core.fields import register_option
 from ..core.models import Model
 from ..core.tunables import register_tunable
 from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
+from ..local.optimizers import CLIENT_OPTS, client_optimizer
 from .base import compose, register
 
 PROX_MU = register_tunable("prox_mu", 0.01, "FedProx proximal coefficient mu", ge=0)
@@ -26,7 +28,7 @@ PROX_MU = register_tunable("prox_mu", 0.01, "FedProx proximal coefficient mu", g
 # What `sgd_local` reads beside the shared options (how it runs, not what it computes): an
 # algorithm built on it (a plugin's too) lists these in its `Supports.tuning`, so that
 # `--local-unroll` is refused for the others.
-SGD_LOCAL_OPTIONS = ("local_unroll",)
+SGD_LOCAL_OPTIONS = ("local_unroll", "client_opt")
 # the built-in algorithms built on `sgd_local` (their `Supports.tuning` lists
 # SGD_LOCAL_OPTIONS)
 SGD_LOCAL_ALGORITHMS = ("afl", "fedavg", "fednova", "fedprox", "incfl", "maxfl", "mwfed", "qffl")
@@ -34,10 +36,25 @@ LOCAL_UNROLL = register_option(
     "local_unroll", 1, "unroll factor of the local-steps scan of the algorithms built on "
     "FedAvg's local SGD (0 = every step)", kind="algorithm", names=SGD_LOCAL_ALGORITHMS,
     group="federation", ge=0)
+CLIENT_OPT = register_option(
+    "client_opt", "sgd", "client optimizer of the local steps of the algorithms built on "
+    "FedAvg's local SGD (local/optimizers.py: sgd, momentum, nesterov, adam; at "
+    "--client-lr); the solo models of the appeal protocol keep plain SGD", CLIENT_OPTS,
+    kind="algorithm", names=SGD_LOCAL_ALGORITHMS, group="algorithm")
+
+
+def _client_opt(opts) -> str:
+    """`opts.client_opt`; "sgd" for the options of a plugin built on `sgd_local` that do
+    not list SGD_LOCAL_OPTIONS."""
+    try:
+        return opts.client_opt
+    except (AttributeError, UndeclaredOption):
+        return "sgd"
 
 
 def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):
-    """The local objective of FedAvg/FedProx: tau SGD steps from the global model.
+    """The local objective of FedAvg/FedProx: tau SGD steps from the global model (or steps
+    of the `--client-opt` optimizer, `local.optimizers`).
 
     With `--local-steps-dist` other than fixed, client k takes tau_k steps
     (`local.hetero.client_steps`); with FedNova aggregation it reports its normaliser a_k
@@ -46,6 +63,10 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
     """
     varied = opts.local_steps_dist != "fixed"
     nova = opts.aggregation == "fednova" if nova is None else nova
+    tx = client_optimizer(_client_opt(opts))
+    if nova and tx is not None:
+        raise ConfigError("--aggregation fednova's normaliser a_k assumes plain SGD clients: "
+                          "use --client-opt sgd")
 
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
@@ -53,7 +74,8 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
                                    data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=opts.local_steps, batch_size=opts.batch_size, regularizer=reg,
-                        num_steps=tau, unroll=opts.local_unroll or True)
+                        tx=None if tx is None else tx(hp), num_steps=tau,
+                        unroll=opts.local_unroll or True)
         extra = {}
         if nova:
             steps = opts.local_steps if tau is None else tau

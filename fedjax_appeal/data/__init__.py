@@ -7,13 +7,13 @@ import numpy as np
 
 from ..core.arrays import FederatedData
 from ..core.config import ConfigError, Options, RunConfig, data_options, data_seed
-from . import heterogeneity, partition, sources  # noqa: F401  (public submodules)
+from . import heterogeneity, partition, sources, text  # noqa: F401  (public submodules)
 from .generated import load_generated
 from .pool import apply_heterogeneity, build_federated, load_dataset, partition_clients
 from .sources import Dataset
 
 __all__ = ["Dataset", "load_dataset", "partition_clients", "build_federated", "load_federated",
-           "partition", "sources"]
+           "partition", "sources", "text"]
 
 
 def load_federated(opts: RunConfig | Options) -> tuple[FederatedData, Dataset]:
@@ -39,4 +39,6 @@ def load_federated(opts: RunConfig | Options) -> tuple[FederatedData, Dataset]:
     if opts.partition == "clusters":  # cluster id per client (original labels): diagnostics
         ids = partition.client_clusters(ds.y, list(seen) + list(unseen))
         info["cluster"], uinfo["cluster"] = ids[:len(seen)], ids[len(seen):]
+    if text.is_text(ds):  # token tasks: the tokenizer from the seen clients' train rows
+        return text.build_text_federated(ds, seen, unseen, opts, rng, labels, info, uinfo)
     return build_federated(ds, seen, unseen, opts.train_fraction, rng, labels, info, uinfo), ds

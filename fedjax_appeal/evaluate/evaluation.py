@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..core.arrays import ClientArrays, FederatedData
+from ..core.arrays import ROW_CHUNK, ClientArrays, FederatedData, client_norms, eval_counts
 from ..core.jaxpr import jaxpr_eqns
 from ..core.models import Model
 from ..execute.distributed import collect, spread
@@ -31,10 +31,11 @@ from ..local.client import client_loss
 class ClientEval(NamedTuple):
     loss: jax.Array  # [M] mean loss of each client over the split
     acc: jax.Array  # [M] accuracy of each client over the split
-    count: jax.Array  # [M] rows of each client in the split
+    count: jax.Array  # [M] rows of each client in the split (per-position targets: the
+    # targets its accuracy counts, `core.arrays.eval_counts`)
 
 
-MAX_CHUNK = 2048  # rows per chunk at most
+MAX_CHUNK = 2048  # rows per chunk at most (`core.padding.MIN_ROWS`)
 CHUNK_BYTES = 32 * 2**20  # the largest intermediate of one chunk, at most (auto_chunk)
 
 
@@ -75,11 +76,11 @@ def evaluate_split(model: Model, params, state, arrays: ClientArrays,
     valid = (jnp.arange(n_chunks * chunk) < s).astype(jnp.float32)
     owner = jnp.concatenate([arrays.owner,
                              jnp.zeros(n_chunks * chunk - s, arrays.owner.dtype)])
-    m = arrays.num_clients
+    m = arrays.num_clients  # (rows of owner M, `core.padding`, are dropped by segment_sum)
     loss_sum = jax.ops.segment_sum(loss.reshape(-1) * valid, owner, m)
     corr_sum = jax.ops.segment_sum(correct.reshape(-1) * valid, owner, m)
-    n = arrays.count.astype(jnp.float32)
-    return ClientEval(loss_sum / n, corr_sum / n, arrays.count)
+    n_loss, n_acc = client_norms(arrays)  # rows; counted tokens for per-position targets
+    return ClientEval(loss_sum / n_loss, corr_sum / n_acc, eval_counts(arrays))
 
 
 def evaluate_global(model: Model, params, state, data: FederatedData,
@@ -93,9 +94,9 @@ def evaluate_global(model: Model, params, state, data: FederatedData,
 
 
 def evaluate_personal(model: Model, params, state, arrays: ClientArrays,
-                      chunk: int = 256) -> ClientEval:
+                      chunk: int = ROW_CHUNK) -> ClientEval:
     """Per-client models (leading axis M on params/state) each on its own client's rows."""
     ks = jnp.arange(arrays.num_clients)
     loss, acc = jax.vmap(lambda p, s, k: client_loss(model, p, s, arrays, k, chunk))(
         params, state, ks)
-    return ClientEval(loss, acc, arrays.count)
+    return ClientEval(loss, acc, eval_counts(arrays))

@@ -217,7 +217,9 @@ _NPZ_ROWS = {"mnist": ("mnist.npz", ("y_train", "y_test")),
              "mnistm": ("mnistm_subset.npz", ("y_train", "y_test")),
              "cifar10": ("cifar10_jpeg.npz", ("y_train", "y_test")),
              "femnist": ("femnist_partial.npz", ("y",)),
-             "sent140": ("sent140_subset.npz", ("label",))}
+             "sent140": ("sent140_subset.npz", ("label",)),
+             "sent140_words": ("sent140_subset.npz", ("label",)),
+             "sent140_chars": ("sent140_subset.npz", ("label",))}
 _IDX_ROWS = {"fmnist": ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte")}
 
 
@@ -325,7 +327,7 @@ def check_source_size(opts: RunConfig | Options) -> None:
 
 # Files by which a folder is recognised as holding a run (`run`) or a sweep (`sweep`).
 RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz", "model.msgpack",
-             "model.json", "tensorboard", "wandb")
+             "model.json", "tokenizer.json", "tensorboard", "wandb")
 SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint",
                "tensorboard", "wandb")
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.arrays import ClientArrays, client_chunk
+from ..core.arrays import ClientArrays, client_chunk, client_norms
 from ..core.capabilities import Switch
 from ..core.config import ConfigError, Options, fields_in
 from ..core.fields import declared_for, register_option, register_switched
@@ -85,6 +85,11 @@ UNION_BASE = register_option("union_base", "divfl", "UnionFL base objective f_t"
                              ("divfl", "subtrunc"), kind="selector", names=("unionfl",),
                              group="selection")
 _GREEDY_SELECTORS = ("divfl", "subtrunc", "unionfl")
+# selector -> the history metrics its paper reports, named on a run's last line beside the
+# test accuracy (`run.records.headline`): submodular selection is judged by the client
+# dissimilarity it leaves (the SubTrunc / UnionFL paper, Castillo et al.)
+HEADLINES: dict[str, tuple[str, ...]] = {n: ("client_dissimilarity",)
+                                         for n in _GREEDY_SELECTORS}
 register_option("greedy_candidates", 0, "stochastic greedy: random candidates r scored per "
                 "pick (0 = exact greedy over all clients)", kind="selector",
                 names=_GREEDY_SELECTORS, group="selection", ge=0)
@@ -180,7 +185,7 @@ def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
 
     zero = jax.tree.map(jnp.zeros_like, params)
     tot, grad = jax.lax.fori_loop(0, n_chunks, body, (jnp.zeros(()), zero))
-    n = arrays.count[k].astype(jnp.float32)
+    n = client_norms(arrays)[0][k]  # rows; counted tokens for per-position targets
     return tot / n, jax.tree.map(lambda g: g / n, grad)
 
 
