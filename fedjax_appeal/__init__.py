@@ -21,10 +21,10 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# the modules that declare the built-in components' own options (`core.fields`), imported
-# when options are listed or a configuration key is not a RunConfig field
+# the modules that declare the built-in components' options (`core.fields.option`), imported
+# before a configuration is made or its options are listed
 OPTION_MODULES = ("fedjax_appeal.algorithms", "fedjax_appeal.data",
-                  "fedjax_appeal.protocols.appeal.appeal")
+                  "fedjax_appeal.protocols.appeal.appeal", "fedjax_appeal.execute.layout")
 
 # public name -> module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {

@@ -9,7 +9,8 @@ import pytest
 
 import fedjax_appeal.algorithms  # noqa: F401  (registers the algorithms whose flags appeal_on reads)
 from fedjax_appeal.cli import main
-from fedjax_appeal.core.config import RunConfig, appeal_on, check_types
+from fedjax_appeal.core.config import RunConfig, check_types
+from fedjax_appeal.protocols.appeal.requirement import appeal_on
 
 
 @pytest.mark.parametrize("kw, on", [

@@ -4,7 +4,6 @@ and an FMNIST DP run that learns."""
 
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
 from math import comb
 
@@ -422,4 +421,4 @@ def test_fmnist_dp_run_learns():
     assert last["test_acc_seen"] > 0.45  # chance is 0.1
     eps = results["privacy"]["dp_epsilon_pld"]
     assert 0 < eps < 20 and eps == pytest.approx(last["dp_epsilon_pld"])
-    assert dataclasses.asdict(cfg)["dp"] == "fixed"
+    assert cfg.as_dict()["dp"] == "fixed"

@@ -8,9 +8,10 @@ from fedjax_appeal.aggregate.aggregation import AGGREGATIONS
 from fedjax_appeal.aggregate.server import SERVER_OPTS
 from fedjax_appeal.algorithms import ALGORITHMS
 from fedjax_appeal.cli.commands import main
-from fedjax_appeal.core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
+from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
 from fedjax_appeal.core.models import MODELS
 from fedjax_appeal.core.registry import Registry
+from fedjax_appeal.extend import DATASETS, PARTITIONS
 from fedjax_appeal.run.validate import validate
 from fedjax_appeal.select.selectors import SELECTORS
 

@@ -4,6 +4,7 @@ optimizer, cohort selector, Byzantine hook, loss reports, executor)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -18,7 +19,7 @@ from ..aggregate.uplink import make_uplink
 from ..core.arrays import FederatedData
 from ..core.capabilities import SUPPORTS, Supports, supports
 from ..core.config import HParams, Options, RunConfig
-from ..core.fields import declared_for
+from ..core.fields import Applies, mentioning, option
 from ..core.memo import shared
 from ..core.models import Model
 from ..core.registry import Registry
@@ -112,13 +113,21 @@ SHARED_OPTIONS = tuple(dict.fromkeys((
     *privacy.SELECTOR_OPTIONS, *uplink.OPTIONS, *accounting.OPTIONS, *hetero.OPTIONS)))
 
 
+def own_options(name: str) -> tuple[str, ...]:
+    """The static options whose `applies` names algorithm `name`, a part it is built on
+    (`Supports.parts`) or a capability it declares: what its builder reads besides
+    `SHARED_OPTIONS`."""
+    sup = supports(name)
+    flags = [f.name for f in dataclasses.fields(Supports) if getattr(sup, f.name) is True]
+    return (*mentioning("algorithm", name), *(o for p in sup.parts for o in mentioning("part", p)),
+            *(o for f in flags for o in mentioning("capability", f)))
+
+
 def options_for(name: str, cfg: RunConfig | Options) -> Options:
     """The options algorithm `name`'s builder receives: a read-only view of `cfg` with
-    `SHARED_OPTIONS`, the fields its `Supports` declares (`options`, `reads`, `tuning`)
-    and the options declared for it or for a selector (`core.fields.register_option`)."""
-    sup = supports(name)
-    return cfg.view((*SHARED_OPTIONS, *declared_for("selector"), *sup.options, *sup.reads,
-                     *sup.tuning, *declared_for("algorithm", name)), f"algorithm {name!r}")
+    `SHARED_OPTIONS`, its own options (`own_options`) and the selectors' options."""
+    return cfg.view((*SHARED_OPTIONS, *mentioning("selector"), *own_options(name)),
+                    f"algorithm {name!r}")
 
 
 @shared
@@ -131,7 +140,7 @@ def initial_model(model: Model) -> InitialFn:
     return initial
 
 
-def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
+def compose(name: str | Applies, model: Model, opts: Options, *, local: LocalObjective,
             weights: WeightRule, post: PostFn | None = None, init_extra: ExtraInit | None = None,
             evaluate: EvalFn | None = None, average_state: bool = True,
             executor: CohortExecutor | None = None,
@@ -147,7 +156,7 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
     (default: `Executor(opts.client_chunk, None, opts.client_lanes)`, one device).
 
     Args:
-      name: the algorithm's registered name.
+      name: the algorithm's registered name (or its `algorithm(name)` predicate).
       model, opts: the model and the builder's options (a `RunConfig` view).
       local: one client's local objective, returning `client.Trained`.
       weights: the aggregation `WeightRule`.
@@ -161,11 +170,12 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
       pre_init: the algorithm-independent part of its init (`FederatedAlgorithm.pre_init`),
         from the initial model `initial_model(model)`.
     """
+    name = algorithm_name(name)
     hetero_opts = opts.view(hetero.OPTIONS, "client heterogeneity")
     up = make_uplink(opts.view(uplink.OPTIONS, "the uplink"))  # None when both are off
     selector = (poisson_selector(opts.view(privacy.SELECTOR_OPTIONS, "the DP cohort"))
                 if opts.dp != "off" and opts.dp_sampling == "poisson" else
-                make_selector(model, opts.view((*selectors.OPTIONS, *declared_for("selector")),
+                make_selector(model, opts.view((*selectors.OPTIONS, *mentioning("selector")),
                                               f"selector {opts.selector!r}")))
     selector = with_availability(selector, hetero_opts)  # identity unless asked
     server_opt = opts.server_opt
@@ -204,16 +214,27 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
 # builder(model, opts, executor) -> FederatedAlgorithm; opts = `options_for(name, cfg)`
 Builder = Callable[[Model, Options, CohortExecutor | None], FederatedAlgorithm]
 ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
+option("algorithm", "fedavg", "federated algorithm (see `fedjax-appeal list`)",
+       registry="algorithm", group="algorithm")
 
 
-def register(name: str, supports: Supports | None = None):
+def register(name: str | Applies, supports: Supports | None = None):
     """Decorator adding an algorithm builder `(model, opts, executor) -> FederatedAlgorithm`
-    with its capability flags (`core.capabilities.Supports`; default: what `compose`
-    provides). `opts` is the read-only view `options_for(name, cfg)`: `SHARED_OPTIONS` and
-    the fields the flags declare (`options`, `reads`); reading any other field raises
-    `UndeclaredOption`."""
+    under `name` (or the one algorithm an `algorithm(name)` predicate names, the one a
+    plugin's options apply to), with what it is built from and supports
+    (`core.capabilities.Supports`; default: what `compose` provides). `opts` is the
+    read-only view `options_for(name, cfg)`: `SHARED_OPTIONS` and its own options
+    (`own_options`); reading any other option raises `UndeclaredOption`."""
+    name = algorithm_name(name)
     SUPPORTS[name] = supports if supports is not None else Supports()
     return ALGORITHMS.register(name)
+
+
+def algorithm_name(name: str | Applies) -> str:
+    """`name`, or the one algorithm an `algorithm(name)` predicate names."""
+    if isinstance(name, Applies):
+        (name,) = name.names("algorithm")
+    return name
 
 
 def build(name: str, model: Model, cfg: RunConfig, *,

@@ -12,28 +12,23 @@ from __future__ import annotations
 
 from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
-from ..core.capabilities import Supports
+from ..core.capabilities import Supports, part
 from ..core.config import Options
-from ..core.fields import register_option
+from ..core.fields import option
 from ..core.models import Model
-from ..core.tunables import register_tunable
 from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
 from .base import compose, register
 
-PROX_MU = register_tunable("prox_mu", 0.01, "FedProx proximal coefficient mu", ge=0)
-
-# What `sgd_local` reads beside the shared options (how it runs, not what it computes): an
-# algorithm built on it (a plugin's too) lists these in its `Supports.tuning`, so that
-# `--local-unroll` is refused for the others.
-SGD_LOCAL_OPTIONS = ("local_unroll",)
-# the built-in algorithms built on `sgd_local` (their `Supports.tuning` lists
-# SGD_LOCAL_OPTIONS)
-SGD_LOCAL_ALGORITHMS = ("afl", "fedavg", "fednova", "fedprox", "incfl", "maxfl", "mwfed", "qffl")
-LOCAL_UNROLL = register_option(
-    "local_unroll", 1, "unroll factor of the local-steps scan of the algorithms built on "
-    "FedAvg's local SGD (0 = every step)", kind="algorithm", names=SGD_LOCAL_ALGORITHMS,
-    group="federation", ge=0)
+# The shared parts of this file: FedAvg's local SGD (`sgd_local`) and FedProx's proximal
+# term. An algorithm built on one (a plugin's too) lists it in `Supports(parts=...)`, and the
+# part's options apply to it (and are refused for the others).
+SGD_LOCAL, PROXIMAL = part("sgd_local"), part("proximal")
+PROX_MU = option("prox_mu", 0.01, "FedProx proximal coefficient mu", applies=PROXIMAL,
+                 tunable=True, ge=0)
+LOCAL_UNROLL = option("local_unroll", 1, "unroll factor of the local-steps scan of the "
+                      "algorithms built on FedAvg's local SGD (0 = every step)",
+                      applies=SGD_LOCAL, group="federation", ge=0)
 
 
 def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):
@@ -46,6 +41,7 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
     """
     varied = opts.local_steps_dist != "fixed"
     nova = opts.aggregation == "fednova" if nova is None else nova
+    unroll = opts.local_unroll or True  # read here: an undeclared read fails when built
 
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
@@ -53,7 +49,7 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
                                    data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=opts.local_steps, batch_size=opts.batch_size, regularizer=reg,
-                        num_steps=tau, unroll=opts.local_unroll or True)
+                        num_steps=tau, unroll=unroll)
         extra = {}
         if nova:
             steps = opts.local_steps if tau is None else tau
@@ -64,8 +60,7 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
     return local
 
 
-FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True,
-                           tuning=SGD_LOCAL_OPTIONS)
+FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True, parts=("sgd_local",))
 
 
 @register("fedavg", FEDAVG_SUPPORTS)
@@ -75,7 +70,7 @@ def fedavg(model: Model, opts: Options, executor=None):
 
 
 FEDPROX_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True,
-                            options=("prox_mu",), tuning=SGD_LOCAL_OPTIONS)
+                            parts=("sgd_local", "proximal"))
 
 
 @register("fedprox", FEDPROX_SUPPORTS)

@@ -37,23 +37,21 @@ import jax.numpy as jnp
 import optax
 
 from ..aggregate.server import server_optimizer
-from ..core.capabilities import Supports
+from ..core.capabilities import Supports, algorithm
 from ..core.config import Options
-from ..core.fields import register_option
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import ServerState, init_state, server_step, weighted_sum
-from ..core.tunables import register_tunable
 from ..local.client import local_sgd, tree_sub
 from .base import FederatedAlgorithm, global_evaluator, register
 
-STALENESS_POWER = register_tunable("staleness_power", 0.5, "fedbuff: an update of staleness s "
-                                                          "weighs (1 + s)^-power (0.5 = "
-                                                          "1/sqrt(1 + s) of Nguyen et al. "
-                                                          "2022)", group="hetero", ge=0)
-
-CONCURRENCY = register_option("concurrency", 0, "fedbuff: clients training at once (0 = 2 x "
-                              "--cohort); the server applies every --cohort arrivals",
-                              kind="algorithm", names=("fedbuff",), group="hetero", ge=0)
+FEDBUFF = algorithm("fedbuff")
+STALENESS_POWER = option("staleness_power", 0.5, "fedbuff: an update of staleness s weighs "
+                         "(1 + s)^-power (0.5 = 1/sqrt(1 + s) of Nguyen et al. 2022)",
+                         applies=FEDBUFF, tunable=True, group="hetero", ge=0)
+CONCURRENCY = option("concurrency", 0, "fedbuff: clients training at once (0 = 2 x --cohort); "
+                     "the server applies every --cohort arrivals", applies=FEDBUFF,
+                     group="hetero", ge=0)
 
 # train(params, model_state, k, key, hp) -> (delta, model_state_k, loss)
 TrainFn = Callable[[Any, Any, jax.Array, jax.Array, Any], tuple[Any, Any, jax.Array]]
@@ -194,7 +192,7 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
 
 FEDBUFF_SUPPORTS = Supports(
     aggregation=False, selector=False, uplink=False, byzantine=False, availability=False,
-    layouts=False, options=("concurrency", "staleness_power"), reads=("step_time_sigma",),
+    layouts=False,
     notes=(("aggregation", "fedbuff weighs each update by its staleness"),
            ("selector", "fedbuff dispatches a uniform client whenever one finishes"),
            ("availability", "fedbuff runs in simulated time without rounds"),
@@ -203,7 +201,7 @@ FEDBUFF_SUPPORTS = Supports(
            ("layouts", "fedbuff runs its own event loop, not the shared executor")))
 
 
-@register("fedbuff", FEDBUFF_SUPPORTS)
+@register(FEDBUFF, FEDBUFF_SUPPORTS)
 def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
     """FedBuff with FedAvg's local SGD; `--cohort` = buffer size K (see the module doc)."""
     slots, base_time = concurrency(opts), float(opts.local_steps)

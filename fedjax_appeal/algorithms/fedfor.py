@@ -31,16 +31,17 @@ import jax
 import jax.numpy as jnp
 
 from ..aggregate.aggregation import weight_rule
-from ..core.capabilities import Supports
+from ..core.capabilities import algorithm
 from ..core.config import Options
+from ..core.fields import option
 from ..core.models import Model
-from ..core.tunables import register_tunable
 from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
 
-LAMBDA = register_tunable("fedfor_lambda", 0.1, "FedFor first-order regularisation weight "
-                                                "lambda of lambda <g, w - w_t>, g = the last "
-                                                "global update over (local steps x client lr)")
+FEDFOR = algorithm("fedfor")
+LAMBDA = option("fedfor_lambda", 0.1, "FedFor first-order regularisation weight lambda of "
+                "lambda <g, w - w_t>, g = the last global update over (local steps x client lr)",
+                applies=FEDFOR, tunable=True)
 
 
 def first_order(g, w_t, lam: jax.Array):
@@ -77,10 +78,7 @@ def fedfor_post(old, new, upd, idx, valid, w, hp):
                               "fedfor": FedForState(tree_sub(old.params, new.params))})
 
 
-FEDFOR_SUPPORTS = Supports(options=("fedfor_lambda",))
-
-
-@register("fedfor", FEDFOR_SUPPORTS)
+@register(FEDFOR)
 def fedfor(model: Model, opts: Options, executor=None):
     return compose("fedfor", model, opts, local=fedfor_local(model, opts),
                    weights=weight_rule(opts),

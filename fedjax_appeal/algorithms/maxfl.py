@@ -21,11 +21,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Supports
+from ..core.capabilities import Supports, algorithm
 from ..core.config import Options
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..core.tunables import register_tunable
 from ..protocols.appeal.requirement import (
     SOLO_OPTIONS,
     parse_requirement,
@@ -34,10 +34,11 @@ from ..protocols.appeal.requirement import (
     solo_models,
 )
 from .base import compose, initial_model, register
-from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
+from .fedavg import sgd_local
 
-EPS = register_tunable("maxfl_eps", 1e-3, "MaxFL epsilon in the adaptive server lr "
-                                          "eta_g/(sum q + eps)", ge=0)
+MAXFL, INCFL = algorithm("maxfl"), algorithm("incfl")
+EPS = option("maxfl_eps", 1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)",
+             applies=algorithm("incfl", "maxfl"), tunable=True, ge=0)
 
 
 def appeal_q(loss: jax.Array, rho: jax.Array) -> jax.Array:
@@ -50,11 +51,6 @@ def maxfl_weights(q: jax.Array, valid: jax.Array, eps: jax.Array) -> jax.Array:
     """Aggregation weights q_k / (sum_valid q + eps) (zero for invalid slots)."""
     q = jnp.where(valid, q, 0.0)
     return q / (jnp.sum(q) + eps)
-
-
-# The shared configuration fields `requirement_init` reads (`Supports.reads` of MaxFL,
-# IncFL and MW-Fed): the requirement and its solo models.
-REQUIREMENT_READS = ("requirement", *SOLO_OPTIONS)
 
 
 def requirement_init(model: Model, opts: Options):
@@ -89,24 +85,20 @@ MAXFL_RULE = WeightRule(
     needs=frozenset({"loss_before"}))
 
 
+# MaxFL, IncFL and MW-Fed read the requirements rho_k (`requirement_init`): the appeal
+# protocol is on by default, and the requirement's options apply to them
 MAXFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",), reads=REQUIREMENT_READS,
-                        tuning=SGD_LOCAL_OPTIONS)
+                          parts=("sgd_local",))
 
 
-@register("maxfl", MAXFL_SUPPORTS)
+@register(MAXFL, MAXFL_SUPPORTS)
 def maxfl(model: Model, opts: Options, executor=None):
     return compose("maxfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
                    init_extra=requirement_init(model, opts), executor=executor,
                    pre_init=requirement_pre_init(model, opts))
 
 
-INCFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",), reads=REQUIREMENT_READS,
-                        tuning=SGD_LOCAL_OPTIONS)
-
-
-@register("incfl", INCFL_SUPPORTS)
+@register(INCFL, MAXFL_SUPPORTS)
 def incfl(model: Model, opts: Options, executor=None):
     """IncFL: the same update rule as MaxFL (its earlier version)."""
     return compose("incfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,

@@ -28,17 +28,18 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Supports
+from ..core.capabilities import algorithm
 from ..core.config import Options
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..core.tunables import register_tunable
 from .base import compose, register
-from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
-from .maxfl import REQUIREMENT_READS, requirement_init, requirement_pre_init
+from .fedavg import sgd_local
+from .maxfl import MAXFL_SUPPORTS, requirement_init, requirement_pre_init
 
-ETA = register_tunable("mwfed_eta", 1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) "
-                                         "when the client's requirement is unmet", ge=0)
+MWFED = algorithm("mwfed")
+ETA = option("mwfed_eta", 1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) when the "
+             "client's requirement is unmet", applies=MWFED, tunable=True, ge=0)
 
 
 class MWFedState(NamedTuple):
@@ -76,12 +77,7 @@ def mw_post(old, new, upd, idx, valid, w, hp):
     return new.replace(extra={**new.extra, "mwfed": MWFedState(logv)})
 
 
-MWFED_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("mwfed_eta",), reads=REQUIREMENT_READS,
-                        tuning=SGD_LOCAL_OPTIONS)
-
-
-@register("mwfed", MWFED_SUPPORTS)
+@register(MWFED, MAXFL_SUPPORTS)
 def mwfed(model: Model, opts: Options, executor=None):
     req_init = requirement_init(model, opts)
 

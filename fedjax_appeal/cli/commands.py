@@ -380,11 +380,11 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     """`cmd_run` once the configuration is checked and the output folder is ours."""
     import time
 
-    from ..core.config import appeal_reason
     from ..core.models import model_for
     from ..data import load_federated
     from ..execute.distributed import is_main
     from ..execute.layout import conv_impl_for
+    from ..protocols.appeal.requirement import appeal_reason
     from ..run.experiment import Prepared, run_config
     from ..run.export import model_writers
     from ..run.report import run_writers, write_outputs

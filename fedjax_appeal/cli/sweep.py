@@ -225,8 +225,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, spec, now
                   ) -> int:
     """`cmd_sweep` once the configuration is checked and the output folder is ours."""
-    from ..core.config import appeal_on, appeal_reason
     from ..execute.distributed import is_main, make_mesh
+    from ..protocols.appeal.requirement import appeal_on, appeal_reason
     from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
     from ..run.records import (
         duplicate_seeds,

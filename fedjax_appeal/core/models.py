@@ -27,6 +27,7 @@ import optax
 
 from .config import ConfigError
 from .conv import TRAIN_FORMS, Conv, max_pool_2x2, resolve_conv_impl
+from .fields import option
 from .precision import apply_in, check_precision
 from .registry import Registry
 
@@ -188,6 +189,8 @@ MODELS = Registry("model", {
     "lenet5": lambda c, n: LeNet5(c, norm=n),
     "logistic": lambda c, n: Logistic(c, norm=n),
 }, extra=("auto",))
+option("model", "auto", "model name, or 'auto' for the dataset's default", registry="model",
+       group="algorithm")
 
 DEFAULT_MODEL = {"fmnist": "mlp", "mnist": "mlp", "femnist": "mlp", "usps": "mlp",
                  "mnistm": "cnn", "cifar10": "cnn", "sent140": "sent_mlp",

@@ -4,10 +4,14 @@ optimizers, models, datasets, partitions) is one of these, so validation, the CL
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .errors import ConfigError
+
+_REGISTRIES: list[weakref.ref] = []  # every registry, for `registrations`
 
 
 def did_you_mean(name: Any, choices) -> str:
@@ -37,6 +41,7 @@ class Registry(Mapping):
         self._items: dict[str, Any] = dict(entries or {})
         self.extra = tuple(extra)
         self.sort = sort
+        _REGISTRIES.append(weakref.ref(self))
 
     def __getitem__(self, name: str) -> Any:
         return self._items[name]
@@ -81,3 +86,20 @@ class Registry(Mapping):
         """The value of `name`, or `ConfigError` naming the choices."""
         self.check(name)
         return self._items[name]
+
+
+@contextlib.contextmanager
+def registrations() -> Iterator[None]:
+    """Undo, when the block ends, every registration made inside it: each registry (the
+    components, options, datasets, capabilities, ...) is left as it was before. For tests and
+    scripts that register components for a while; a plugin's registrations last otherwise."""
+    saved = [(r, dict(r._items)) for r in (ref() for ref in _REGISTRIES) if r is not None]
+    try:
+        yield
+    finally:
+        for reg, items in saved:
+            for name in [n for n in reg._items if n not in items]:
+                del reg[name]
+            for name, value in items.items():
+                if name not in reg._items or reg._items[name] is not value:
+                    reg[name] = value

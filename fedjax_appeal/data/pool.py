@@ -6,23 +6,53 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData, on_device
-from ..core.config import DATASETS, PARTITIONS, ConfigError, Options, data_seed
-from ..core.fields import declared_for, register_option
+from ..core.config import ConfigError, Options, data_seed
+from ..core.fields import component, option, when
+from ..core.registry import Registry
 from . import heterogeneity, partition, sources
+from .partition import PARTITIONS
 from .sources import Dataset
 
-# Options of one built-in dataset only (`--dataset NAME`): given with another, they are
-# refused (`run.validate.check_ignored`).
-register_option("synthetic_alpha", 1.0, "Synthetic(alpha, beta): model heterogeneity alpha",
-                kind="dataset", names=("synthetic",), group="data", data=True)
-register_option("synthetic_beta", 1.0, "Synthetic(alpha, beta): data heterogeneity beta",
-                kind="dataset", names=("synthetic",), group="data", data=True)
-register_option("domains", "mnist,usps,mnistm", "dataset 'digits': one domain per client, "
-                "assigned round-robin from this list", kind="dataset", names=("digits",),
-                group="data", data=True)
-register_option("domain_samples", 500, "dataset 'digits': rows per client (train + test)",
-                kind="dataset", names=("digits",), group="data", ge=1, data=True)
-DATASET_OPTIONS = {name: declared_for("dataset", name) for name in ("synthetic", "digits")}
+DATASETS = Registry("dataset", dict.fromkeys((
+    "fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
+    "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10",
+    "digits")))  # digits: the Digits domain shift (MNIST, USPS, MNIST-M)
+NPZ_FILE = when(lambda cfg: cfg.dataset.startswith("npz:"),
+                "it applies to --dataset npz:PATH only (registered datasets carry their own "
+                "scale)")
+option("dataset", "fmnist", "dataset name (or npz:PATH, your own arrays)", DATASETS,
+       group="data", prefixes=("npz:",), data=True)
+option("data_dir", "", "directory with the npz data files", group="data",
+       shown="$FEDJAX_APPEAL_DATA", data=True)
+option("fmnist_dir", "/usr/share/datasets/fashion-mnist", "directory with the Fashion-MNIST "
+       "IDX .gz files", group="data", data=True)
+option("cache_dir", "", "cache for decoded arrays", group="data",
+       shown="$FEDJAX_APPEAL_CACHE, else ~/.cache/fedjax_appeal", data=True)
+option("max_samples", 0, "use at most this many samples of the dataset (0 = all)", group="data",
+       ge=0, data=True)
+option("input_scale", 0.0, "dataset npz:PATH: the model multiplies its inputs by this first "
+       "(0 = 1/255 for uint8 inputs, 1 for float inputs)", applies=NPZ_FILE, group="data",
+       ge=0, hint="0 = 1/255 for uint8 inputs, 1 for float inputs", data=True, needs=when(
+           lambda cfg: not cfg.input_scale or cfg.dataset.startswith("npz:"),
+           "--input-scale applies to --dataset npz:PATH only (registered datasets carry their "
+           "own scale)"))
+option("num_classes", 0, "the number of classes, when the labels do not use every one (0 = the "
+       "largest label + 1)", group="data", ge=0, hint="0 = the largest label + 1", data=True)
+option("data_seed", -1, "seed of the data: partition, train/test split, label flips, generated "
+       "clients (-1 = --seed)", group="data", ge=-1, lt=2 ** 63, data=True)
+option("clients", 100, "number of seen (training) clients", group="federation", ge=1, data=True)
+option("unseen_clients", 100, "number of unseen clients (never trained on; 0 = none)",
+       group="federation", ge=0, data=True)
+# the options of the generated datasets
+SYNTHETIC, DIGITS = component("dataset", "synthetic"), component("dataset", "digits")
+option("synthetic_alpha", 1.0, "Synthetic(alpha, beta): model heterogeneity alpha",
+       applies=SYNTHETIC, group="data", data=True)
+option("synthetic_beta", 1.0, "Synthetic(alpha, beta): data heterogeneity beta",
+       applies=SYNTHETIC, group="data", data=True)
+option("domains", "mnist,usps,mnistm", "dataset 'digits': one domain per client, assigned "
+       "round-robin from this list", applies=DIGITS, group="data", data=True)
+option("domain_samples", 500, "dataset 'digits': rows per client (train + test)",
+       applies=DIGITS, group="data", ge=1, data=True)
 
 
 def register_dataset(name: str):

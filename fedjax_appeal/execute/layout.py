@@ -38,8 +38,25 @@ from typing import NamedTuple
 import jax
 
 from ..core.errors import ConfigError
+from ..core.fields import option
+from .executor import SHARED_EXECUTOR
 
 LAYOUTS = ("auto", "manual")
+option("devices", 1, "devices to shard the cohort over (0 = all; setting it makes the layout "
+       "manual)", group="scale", ge=0, hint="0 = all", needs=SHARED_EXECUTOR)
+option("layout", "auto", "execution layout: auto = the cohort sharded over the host's cores "
+       "(CPU) or devices when the cohort divides among them, one client at a time per CPU "
+       "device (execute/layout.py); manual = exactly --devices and --client-lanes", LAYOUTS,
+       group="scale")
+option("conv_impl", "auto", "how convolutional models convolve (core/conv.py): xla (lax.conv), "
+       "patches (im2col slices + matmul), patches_cf (the same, channels-first), winograd (3x3 "
+       "stride-1 layers by Winograd F(4x4,3x3), others as patches_cf) or patches_train / "
+       "patches_cf_train / winograd_train (that form in training, xla in evaluation: XLA on CPU "
+       "runs a convolution's gradient inside a loop tens of times slower, "
+       "benchmarks/RESULTS.md); auto = winograd_train on CPU (patches_cf_train where a device "
+       "trains several clients in one vmap), patches_train on GPU, xla elsewhere",
+       ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train", "winograd",
+        "winograd_train"), group="algorithm")
 # RunConfig fields a layout sets; giving any of them (or --cpu-devices) means "manual".
 LAYOUT_FIELDS = ("devices", "client_lanes")
 
@@ -176,7 +193,7 @@ def resolve_layout(cfg, *, algorithm_layouts: bool = True):
       algorithm_layouts: whether the algorithm runs its cohort through the shared executor
         (`Supports.layouts`); one that does not always gets one device.
     """
-    from ..core.config import run_fields
+    from ..core.config import RunConfig, declarations
 
     backend = jax.default_backend()
     count = jax.device_count()
@@ -194,7 +211,7 @@ def resolve_layout(cfg, *, algorithm_layouts: bool = True):
         return cfg, Layout("auto", 1, 0, count, backend,
                            f"{cfg.algorithm} runs its own cohort loop")
     devices, lanes, why = choose(cfg.cohort, backend=backend, device_count=count)
-    default = {f.name: f.default for f in run_fields()}
+    default = {f.name: f.default for f in declarations(RunConfig)}
     defaults = (default["devices"], default["client_lanes"])
     if given not in (defaults, (devices, lanes)):
         return manual("--devices/--client-lanes given")

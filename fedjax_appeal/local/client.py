@@ -16,10 +16,15 @@ import jax.numpy as jnp
 import optax
 
 from ..core.arrays import ClientArrays, client_chunk, sample_batch
+from ..core.fields import option
 from ..core.models import Model
 from ..core.parts import REPORTS, ClientUpdate
 
 Regularizer = Callable[[Any], jax.Array]  # params -> scalar added to the minibatch loss
+
+
+option("local_steps", 50, "local SGD steps per round (tau)", group="federation", ge=1)
+option("batch_size", 64, "local minibatch size", group="federation", ge=1)
 
 
 class LocalResult(NamedTuple):
@@ -42,7 +47,7 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
     `num_steps` (a traced int, <= `steps`) makes steps i >= num_steps no-ops (parameters,
     model state and optimizer state kept; see `local.hetero`), so clients with different
     step counts share one vmap; the loss is then the mean over the steps taken.
-    `unroll` is the scan's unroll factor (True: every step; see `RunConfig.local_unroll`).
+    `unroll` is the scan's unroll factor (True: every step).
     """
     tx = tx if tx is not None else optax.sgd(lr)
 

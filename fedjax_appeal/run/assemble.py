@@ -15,13 +15,14 @@ from typing import NamedTuple
 
 from ..algorithms import FederatedAlgorithm, build
 from ..core.arrays import FederatedData
-from ..core.config import RunConfig, appeal_on
+from ..core.config import RunConfig
 from ..core.models import Model, model_for
 from ..data import Dataset, load_federated
 from ..execute.executor import Executor
 from ..execute.layout import conv_impl_for
 from ..protocols.appeal import appeal
 from ..protocols.appeal.appeal import with_appeal
+from ..protocols.appeal.requirement import appeal_on
 
 
 class Assembled(NamedTuple):

@@ -15,12 +15,13 @@ from .. import __version__
 from ..aggregate.accounting import OPTIONS as ACCOUNTING
 from ..aggregate.accounting import summary as privacy_summary
 from ..core.arrays import FederatedData
-from ..core.config import ConfigError, HParams, RunConfig, appeal_on, appeal_reason
+from ..core.config import ConfigError, HParams, RunConfig
 from ..data import Dataset
 from ..execute.distributed import fetch
 from ..execute.runtime import runtime_record
 from ..protocols.appeal.appeal import OPTIONS as APPEAL
 from ..protocols.appeal.appeal import personalize
+from ..protocols.appeal.requirement import appeal_on, appeal_reason
 from .assemble import assemble, program_context
 from .publish import covered_entry, restrict
 from .records import recorded_config, recorded_hparams

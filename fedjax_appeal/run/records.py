@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..core.config import HParams, RunConfig, appeal_on, field_names
+from ..core.config import HParams, RunConfig, field_names
 from ..core.models import default_model
+from ..protocols.appeal.requirement import appeal_on
 from .validate import used_hparams
 
 # Keys that name where a run was written or how it was scheduled, not what it ran.

@@ -46,16 +46,16 @@ from ..core.config import (
     ConfigError,
     HParams,
     RunConfig,
-    appeal_on,
     data_fields,
-    declarations,
     field_names,
 )
+from ..core.fields import OPTIONS
 from ..core.memory import memory_budget
 from ..core.models import abstract_key
 from ..core.tunables import plugin_tunables
 from ..data import Dataset, load_federated
 from ..evaluate.metrics import summarize
+from ..protocols.appeal.requirement import appeal_on
 from .assemble import assemble, program_context
 from .compare import lower_is_better
 from .driver import Driver, eval_rounds, root_keys
@@ -82,10 +82,8 @@ class SweepResult:
 
 
 def _convert(key: str, raw: Any) -> Any:
-    """A grid value (string from the CLI, or a Python value) as the field's type."""
-    types = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__)
-             for f in declarations(RunConfig)}
-    t = "float" if key in field_names(HParams) else types[key]
+    """A grid value (string from the CLI, or a Python value) as the option's type."""
+    t = OPTIONS[key].type
     try:
         if t == "float":
             v = float(raw)
@@ -108,21 +106,17 @@ def _convert(key: str, raw: Any) -> Any:
 
 
 def declared(key: str, value: Any) -> str | None:
-    """The declaration's refusal of one value of a RunConfig or built-in HParams key."""
-    from ..core.config import _field_kind, declarations, declared_error
+    """The declaration's refusal of one value of an option."""
+    from ..core.config import declared_error
     from .validate import component_registries
 
-    for cls, kind in ((RunConfig, None), (HParams, "float")):
-        for f in declarations(cls):
-            if f.name != key:
-                continue
-            if f.metadata.get("registry"):
-                try:
-                    component_registries()[f.metadata["registry"]].check(value)
-                except ConfigError as e:
-                    return str(e)
-            return declared_error(key, value, f.metadata, kind or _field_kind(cls, key))
-    return None  # a plugin tunable
+    o = OPTIONS[key]
+    if o.registry:
+        try:
+            component_registries()[o.registry].check(value)
+        except ConfigError as e:
+            return str(e)
+    return declared_error(key, value, o.metadata, o.type)
 
 
 def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:

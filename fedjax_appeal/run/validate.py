@@ -4,25 +4,29 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
+
 from ..aggregate import accounting, privacy, uplink
 from ..aggregate.aggregation import AGGREGATIONS
-from ..aggregate.server import SERVER_OPTS, server_opt_reads
-from ..algorithms import ALGORITHMS
-from ..core.capabilities import Switched, owners, supports, with_capability
+from ..aggregate.server import SERVER_OPTS
+from ..algorithms import ALGORITHMS, build
+from ..core.capabilities import supports
 from ..core.config import (
     ConfigError,
     HParams,
     Options,
     RunConfig,
-    appeal_on,
     check_declared,
     data_options,
     declarations,
     field_names,
 )
-from ..core.fields import declared_switched, load_option_modules, owner_reason
-from ..core.models import MODELS
+from ..core.errors import UndeclaredOption
+from ..core.fields import OPTIONS, load_option_modules
+from ..core.models import MODELS, Logistic, Model
 from ..core.tunables import check_tunable
+from ..execute.executor import Executor
+from ..protocols.appeal.requirement import appeal_on
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
 from . import validate_hetero as hetero_checks
 from .validate_hetero import validate_hetero
@@ -53,13 +57,10 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         from .tracking import check_available, parse_kinds
 
         check_available(parse_kinds(cfg.log))
-    if cfg.input_scale and not npz:
-        raise ConfigError("--input-scale applies to --dataset npz:PATH only (registered "
-                          "datasets carry their own scale)")
     if cfg.cohort > cfg.clients:
         raise ConfigError(f"--cohort {cfg.cohort} is larger than --clients {cfg.clients}: lower "
                           "the cohort or raise the number of clients")
-    for name in hp.extra:  # user tunables: registered names only
+    for name in hp.to_dict(fill=False):  # given tunables: declared names only
         check_tunable(name)
     for name, v in hp.to_dict().items():
         if v != v or v in (float("inf"), float("-inf")):
@@ -71,7 +72,7 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     needs_rho = solo_rho and supports(cfg.algorithm).needs_requirements
     if cfg.rho_steps < 1 and (appeal_on(cfg) or needs_rho):
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
-    check_supported(cfg)  # what the algorithm declares it supports
+    check_needs(cfg)  # what the values ask of the algorithm (and of each other)
     # --- client selection ---
     _validate_selection(cfg.view(_SELECTION_CHECKS, "the selection checks"), hp)
     validate_hetero(cfg.view(hetero_checks.CHECK_OPTIONS, "the heterogeneity checks"),
@@ -81,41 +82,38 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     uplink.check(cfg.view(uplink.CHECK_OPTIONS, "the compression checks"))
     if cfg.dp != "off":
         accounting.require()
+    check_build(cfg)
 
 
-def check_supported(cfg: RunConfig) -> None:
-    """Refuse, in one line, an option the algorithm's declared `Supports` flags exclude."""
-    alg, sup = cfg.algorithm, supports(cfg.algorithm)
+def check_build(cfg: RunConfig) -> None:
+    """Build the run's algorithm with a stand-in model, before any data is loaded: a
+    builder (or a part it calls) that reads an option not declared for it is refused in one
+    line that names the declaration to add. Other failures are left to the real build."""
+    try:
+        build(cfg.algorithm, STAND_IN, cfg, executor=Executor(0, None, 0))
+    except UndeclaredOption as e:
+        name = e.option
+        parts = OPTIONS[name].applies.names("part") if name in OPTIONS else ()
+        fix = (f"declare the part it is built on: register({cfg.algorithm!r}, Supports(parts="
+               f"({parts[0]!r},)))" if parts else "declare an option of its own: option(NAME, "
+               f"DEFAULT, HELP, applies=algorithm({cfg.algorithm!r}))")
+        raise ConfigError(f"--algorithm {cfg.algorithm} reads the option {name!r}, which is "
+                          f"not declared for it: {fix}") from None
+    except Exception:  # noqa: BLE001 - the build with the run's own model reports it
+        return
 
-    def algs(flag: str) -> str:
-        return ", ".join(with_capability(flag))
 
-    if cfg.local_steps_dist != "fixed" and not sup.varied_steps:
-        raise ConfigError(f"--local-steps-dist {cfg.local_steps_dist} needs an algorithm with "
-                          f"FedAvg's local SGD ({algs('varied_steps')}); {alg} runs its own "
-                          "local steps: use --local-steps-dist fixed")
-    if cfg.aggregation == "fednova" and not sup.fednova:
-        raise ConfigError(f"--aggregation fednova needs --algorithm {algs('fednova')} (their "
-                          f"clients report FedNova's a_k); not {alg}")
-    if not sup.availability and (cfg.availability != "always" or cfg.deadline > 0):
-        raise ConfigError(f"{sup.why('availability', f'{alg} has no synchronous rounds')}: "
-                          "--availability and --deadline apply to synchronous algorithms; "
-                          "drop them")
-    if not sup.selector and (cfg.selector != "random" or cfg.flip_protocol != "static"):
-        raise ConfigError(f"{sup.why('selector', f'{alg} draws its own cohort')}: use "
-                          "--selector random and --flip-protocol static")
-    if not sup.byzantine and cfg.byzantine_fraction > 0:
-        raise ConfigError(f"{sup.why('byzantine', f'{alg} has no Byzantine hook')}: use "
-                          "--byzantine-fraction 0 or a synchronous algorithm")
-    if not sup.uplink and cfg.compress != "none":
-        raise ConfigError(f"{sup.why('uplink', f'{alg} does not compress its uploads')}: "
-                          "use --compress none")
-    if not sup.layouts and (cfg.client_lanes != 0 or cfg.client_chunk > 0 or cfg.devices != 1):
-        raise ConfigError(f"{sup.why('layouts', f'{alg} does not use the shared executor')}: "
-                          "drop --client-lanes, --client-chunk and --devices")
-    if cfg.dp != "off" and not sup.dp:
-        raise ConfigError(f"--dp {cfg.dp} supports --algorithm {' or '.join(with_capability('dp'))}"
-                          f": {alg}'s weights or uploads are not bounded by the clip norm C")
+# the model of `check_build` (its builders only keep it: nothing is initialised)
+STAND_IN = Model(Logistic(2), (1,), jnp.float32, "stand-in")
+
+
+def check_needs(cfg: RunConfig) -> None:
+    """Refuse, in one line, the first option whose value its declaration's `needs` refuses
+    in `cfg` (e.g. `--dp fixed` for an algorithm without DP support)."""
+    for o in declarations(RunConfig):
+        why = o.needs.why(cfg) if o.needs is not None else None
+        if why:
+            raise ConfigError(why)
 
 
 _SELECTION_CHECKS = ("poc_d", "cohort", "clients", "selector", "selector_features",
@@ -134,71 +132,19 @@ def _validate_selection(opts: Options, hp: HParams) -> None:
 
 
 
-# Options that a combination ignores: (option, default, why it is ignored or None).
-# Checked only for keys the user gave (flag, config file, grid), so library callers that
-# build a RunConfig keep the defaults of unrelated fields without error.
 def ignored_reason(key: str, cfg: RunConfig) -> str | None:
-    """Why option `key` has no effect in `cfg`, or None if it has one."""
-    sup = supports(cfg.algorithm)
-    for sw in switched_options():
-        if key in sw.options and not sw.active(cfg, sup):
-            return sw.reason
-    if key == "aggregation" and not sup.aggregation:
-        return sup.why("aggregation", f"{cfg.algorithm} computes its own aggregation weights")
-    if owners(key) and key not in (*sup.options, *sup.tuning):  # another algorithm's own
-        return f"it configures --algorithm {' or '.join(owners(key))}"
-    return owned_reason(key, cfg) or _hparam_ignored(key, cfg)
+    """Why option `key` has no effect in `cfg` (its declaration's `applies`), or None.
 
-
-def switched_options() -> list[Switched]:
-    """The options of every part of a run that a condition switches on, each declared in
-    its part's module (`core.capabilities.Switched`)."""
-    load_option_modules()
-    return declared_switched()
-
-
-def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:
-    """(the RunConfig field naming a component, {component: its own options}) of every
-    kind of component that declares options of its own, each in its own module."""
-    from ..aggregate import aggregation, privacy
-    from ..data import partition, pool
-    from ..local import compress
-    from ..select import selectors
-
-    return [("partition", partition.OWN_OPTIONS), ("dataset", pool.DATASET_OPTIONS),
-            ("selector", selectors.OWN_OPTIONS), ("compress", compress.OWN_OPTIONS),
-            ("dp", privacy.OWN_OPTIONS), ("aggregation", aggregation.OWN_OPTIONS)]
-
-
-def owned_reason(key: str, cfg: RunConfig) -> str | None:
-    """"it configures --FIELD NAME" when `key` is an own option of components that `cfg`
-    does not build (`component_options`), else None."""
-    for field, owned in component_options():
-        names = [n for n, keys in owned.items() if key in keys]
-        if names and getattr(cfg, field) not in names:
-            return f"it configures --{field.replace('_', '-')} {' or '.join(names)}"
-    return owner_reason(key, lambda kind: getattr(cfg, kind))  # `core.fields.register_option`
-
-
-def _hparam_ignored(key: str, cfg: RunConfig) -> str | None:
-    """Hyperparameters of a server optimizer that `cfg` does not use."""
-    reads = server_opt_reads()
-    if any(key in names for names in reads.values()) and key not in reads.get(
-            cfg.server_opt, frozenset((key,))):
-        users = [n for n, names in reads.items() if key in names]
-        return f"it configures --server-opt {' or '.join(users)}"
-    return None
+    Refused only for keys the user gave (flag, config file, grid), so library callers that
+    build a RunConfig keep the defaults of unrelated options without error."""
+    if key not in OPTIONS:
+        load_option_modules()
+    return OPTIONS[key].applies.why(cfg) if key in OPTIONS else None
 
 
 def used_hparams(cfg: RunConfig) -> list[str]:
-    """The hyperparameters that the combination `cfg` uses, in `HParams` order.
-
-    Derived from the same declarations that refuse an option given without effect
-    (`check_ignored`): an `HParams` field or registered tunable is used unless one of them
-    says `cfg` ignores it (an algorithm's `Supports.options`, the selector, weight rule,
-    server optimizer, DP, compression, heterogeneity and appeal settings). A plugin tunable
-    that no algorithm lists among its options counts as used.
-    """
+    """The hyperparameters that apply to `cfg` (their declarations' `applies`), in
+    `HParams` order: what results.json records."""
     return [k for k in field_names(HParams) if ignored_reason(k, cfg) is None]
 
 

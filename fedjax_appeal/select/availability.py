@@ -29,34 +29,33 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Switch
-from ..core.fields import register_option
+from ..core.capabilities import capable
+from ..core.fields import component, option
 from ..core.parts import Selector
-from ..core.tunables import register_tunable
 from ..local import hetero
 
-# the availability models (`--availability`) and the tunables each one reads
-BERNOULLI = Switch(lambda cfg, sup: cfg.availability == "bernoulli",
-                   "it configures --availability bernoulli")
-MARKOV = Switch(lambda cfg, sup: cfg.availability == "markov",
-                "it configures --availability markov")
-DEADLINE = register_option(
+# availability and the deadline: synchronous rounds only; the availability models' tunables
+SYNCHRONOUS = capable("availability", "{alg} has no synchronous rounds", "--availability and "
+                      "--deadline apply to synchronous algorithms; drop them",
+                      unless=lambda cfg: cfg.availability == "always" and cfg.deadline == 0)
+option("availability", "always", "client availability per round, applied before selection: "
+       "always, bernoulli (--avail-p, --avail-spread) or markov (on/off trace, --avail-on-off, "
+       "--avail-off-on)", ("always", "bernoulli", "markov"), group="hetero", needs=SYNCHRONOUS)
+DEADLINE = option(
     "deadline", 0.0, "round deadline in simulated seconds: a selected client whose tau_k x "
     "step time (--step-time-sigma) exceeds it is dropped from aggregation (round metric "
-    "'dropped'); 0 = no deadline", every_run=True, group="hetero", ge=0,
-    hint="0 = no deadline")
-P = register_tunable("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a "
-                                     "client is available in a round", group="hetero", ge=0,
-                     le=1, switch=BERNOULLI)
-SPREAD = register_tunable("avail_spread", 0.0, "--availability bernoulli: p_k = clip(avail_p "
-                                               "+ spread x U(-1, 1), 0, 1), drawn once per "
-                                               "client", group="hetero", ge=0, switch=BERNOULLI)
-ON_OFF = register_tunable("avail_on_off", 0.1, "--availability markov: P(available -> "
-                                               "unavailable) per round", group="hetero", ge=0,
-                          le=1, switch=MARKOV)
-OFF_ON = register_tunable("avail_off_on", 0.3, "--availability markov: P(unavailable -> "
-                                               "available) per round", group="hetero", ge=0,
-                          le=1, switch=MARKOV)
+    "'dropped'); 0 = no deadline", group="hetero", ge=0, hint="0 = no deadline",
+    needs=SYNCHRONOUS)
+BERNOULLI, MARKOV = component("availability", "bernoulli"), component("availability", "markov")
+P = option("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a client is "
+           "available in a round", applies=BERNOULLI, tunable=True, group="hetero", ge=0, le=1)
+SPREAD = option("avail_spread", 0.0, "--availability bernoulli: p_k = clip(avail_p + spread x "
+                "U(-1, 1), 0, 1), drawn once per client", applies=BERNOULLI, tunable=True,
+                group="hetero", ge=0)
+ON_OFF = option("avail_on_off", 0.1, "--availability markov: P(available -> unavailable) per "
+                "round", applies=MARKOV, tunable=True, group="hetero", ge=0, le=1)
+OFF_ON = option("avail_off_on", 0.3, "--availability markov: P(unavailable -> available) per "
+                "round", applies=MARKOV, tunable=True, group="hetero", ge=0, le=1)
 
 
 def avail_probs(root: jax.Array, num_clients: int, hp) -> jax.Array:

@@ -54,67 +54,69 @@ import jax
 import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays, client_chunk
-from ..core.capabilities import Switch
+from ..core.capabilities import capable
 from ..core.config import ConfigError, Options, fields_in
-from ..core.fields import declared_for, register_option, register_switched
+from ..core.fields import component, option, when
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
-from ..core.tunables import register_tunable
 from ..execute.distributed import map_spread
 from ..local.client import client_loss
 from . import submodular
 from .selection import flip_cohort, stratified, stratified_counts, uniform, weighted
 
-SUBTRUNC_LAMBDA = register_tunable("subtrunc_lambda", 0.5, "SubTrunc weight lambda of the "
-                                                           "truncated loss term",
-                                   group="selection", ge=0)
-SUBTRUNC_B = register_tunable("subtrunc_b", 1.10, "SubTrunc truncation b in lambda*min(b, sum "
-                                                  "phi(f_i))", group="selection")
-UNION_MU = register_tunable("union_mu", 1.0, "UnionFL penalty mu per selected client of the "
-                                             "recent window", group="selection", ge=0)
+# the cohort and its selector (an algorithm that draws its own cohort refuses another one,
+# and the per-round flips of --flip-protocol)
+OWN_COHORT = capable("selector", "{alg} draws its own cohort", "use --selector random and "
+                     "--flip-protocol static",
+                     unless=lambda cfg: cfg.selector == "random" and cfg.flip_protocol == "static")
+option("cohort", 10, "clients sampled per round", group="federation", ge=1)
+option("selector", "random", "cohort selector (random = uniform from the available pool)",
+       registry="selector", group="selection", needs=OWN_COHORT)
 
-# The options of one selector each, declared here (`core.fields.register_option`)
-POC_D = register_option("poc_d", 0, "Power-of-Choice candidates d drawn per round (0 = 2 x "
-                        "cohort, at most the number of clients)", kind="selector",
-                        names=("poc",), group="selection", ge=0)
-UNION_WINDOW = register_option("union_window", 5, "UnionFL window u: number of past rounds "
-                               "whose cohorts are penalised", kind="selector",
-                               names=("unionfl",), group="selection", ge=1)
-UNION_BASE = register_option("union_base", "divfl", "UnionFL base objective f_t",
-                             ("divfl", "subtrunc"), kind="selector", names=("unionfl",),
-                             group="selection")
-_GREEDY_SELECTORS = ("divfl", "subtrunc", "unionfl")
-register_option("greedy_candidates", 0, "stochastic greedy: random candidates r scored per "
-                "pick (0 = exact greedy over all clients)", kind="selector",
-                names=_GREEDY_SELECTORS, group="selection", ge=0)
-register_option("greedy_epsilon", 0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
-                "candidates per pick, the (1-1/e-eps) guarantee; 0 = use --greedy-candidates",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0, lt=1,
-                hint="0 = use --greedy-candidates")
-register_option("selector_features", "grad", "DivFL client features: full local gradient at "
-                "the received model, or the last update Delta_k", ("grad", "delta"),
-                kind="selector", names=_GREEDY_SELECTORS, group="selection")
-register_option("feature_refresh", 0, "recompute every client's selector features every R "
-                "rounds (0 = only at round 0; selected clients refresh every round)",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0)
-register_option("feature_dim", 0, "random Gaussian projection of the selector features to "
-                "this many dimensions (0 = the flattened parameter-sized vector)",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0)
-register_option("distance_budget_mb", 256.0, "largest N x N distance matrix (MB) the exact "
-                "greedy materialises; above it columns are computed in blocks",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", gt=0)
-register_option("selector_objective", "raw", "DivFL/SubTrunc/UnionFL objective scale: raw = "
-                "the paper's sum of ||g_i - g_j|| over clients; normalized = distances / "
-                "(2 max ||g||), averaged over clients", ("raw", "normalized"), kind="selector",
-                names=_GREEDY_SELECTORS, group="selection")
-register_option("cohort_groups", "", "selector 'stratified': cohort slots per client group, "
-                "e.g. '4,2' (group = composition entry of --imbalance-ratios, else 0 clean / 1 "
-                "flipped); '' = derived from the pool's mix", kind="selector",
-                names=("stratified",), group="data")
-SUBTRUNC_PHI = register_option("subtrunc_phi", "log", "SubTrunc phi: log = ln(1+x), or "
-                               "identity", ("log", "identity"), kind="selector",
-                               names=("subtrunc", "unionfl"), group="selection")
+# The options of each selector, declared here
+POC, UNIONFL = component("selector", "poc"), component("selector", "unionfl")
+GREEDY = component("selector", "divfl", "subtrunc", "unionfl")
+# SubTrunc's options: of SubTrunc, and of UnionFL on a SubTrunc base (`--union-base`)
+SUBTRUNC = when(lambda cfg: cfg.selector != "unionfl" or cfg.union_base == "subtrunc",
+                "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
+                ) & component("selector", "subtrunc", "unionfl")
+SUBTRUNC_LAMBDA = option("subtrunc_lambda", 0.5, "SubTrunc weight lambda of the truncated loss "
+                         "term", applies=SUBTRUNC, tunable=True, group="selection", ge=0)
+SUBTRUNC_B = option("subtrunc_b", 1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))",
+                    applies=SUBTRUNC, tunable=True, group="selection")
+UNION_MU = option("union_mu", 1.0, "UnionFL penalty mu per selected client of the recent "
+                  "window", applies=UNIONFL, tunable=True, group="selection", ge=0)
+POC_D = option("poc_d", 0, "Power-of-Choice candidates d drawn per round (0 = 2 x cohort, at "
+               "most the number of clients)", applies=POC, group="selection", ge=0)
+UNION_WINDOW = option("union_window", 5, "UnionFL window u: number of past rounds whose cohorts "
+                      "are penalised", applies=UNIONFL, group="selection", ge=1)
+UNION_BASE = option("union_base", "divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"),
+                    applies=UNIONFL, group="selection")
+option("greedy_candidates", 0, "stochastic greedy: random candidates r scored per pick (0 = "
+       "exact greedy over all clients)", applies=GREEDY, group="selection", ge=0)
+option("greedy_epsilon", 0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) candidates "
+       "per pick, the (1-1/e-eps) guarantee; 0 = use --greedy-candidates", applies=GREEDY,
+       group="selection", ge=0, lt=1, hint="0 = use --greedy-candidates")
+option("selector_features", "grad", "DivFL client features: full local gradient at the received "
+       "model, or the last update Delta_k", ("grad", "delta"), applies=GREEDY, group="selection")
+option("feature_refresh", 0, "recompute every client's selector features every R rounds (0 = "
+       "only at round 0; selected clients refresh every round)", applies=GREEDY,
+       group="selection", ge=0)
+option("feature_dim", 0, "random Gaussian projection of the selector features to this many "
+       "dimensions (0 = the flattened parameter-sized vector)", applies=GREEDY,
+       group="selection", ge=0)
+option("distance_budget_mb", 256.0, "largest N x N distance matrix (MB) the exact greedy "
+       "materialises; above it columns are computed in blocks", applies=GREEDY,
+       group="selection", gt=0)
+option("selector_objective", "raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the paper's "
+       "sum of ||g_i - g_j|| over clients; normalized = distances / (2 max ||g||), averaged "
+       "over clients", ("raw", "normalized"), applies=GREEDY, group="selection")
+option("cohort_groups", "", "selector 'stratified': cohort slots per client group, e.g. '4,2' "
+       "(group = composition entry of --imbalance-ratios, else 0 clean / 1 flipped); '' = "
+       "derived from the pool's mix", applies=component("selector", "stratified"), group="data")
+SUBTRUNC_PHI = option("subtrunc_phi", "log", "SubTrunc phi: log = ln(1+x), or identity",
+                      ("log", "identity"), applies=SUBTRUNC, group="selection")
 
 DELTA_CHUNK_ERROR = ("--selector-features delta needs every cohort update, which a chunked "
                      "cohort (--client-chunk) does not keep: use --selector-features grad or "
@@ -334,20 +336,6 @@ def flip_selector(opts):
 
     return Selector(init=lambda key, state, data, hp: {}, select=select)
 
-
-# Options of one selector only: given with another `--selector` they are refused
-# (`run.validate.check_ignored`): the static ones declared above, and its hyperparameters.
-_SUBTRUNC = ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b")
-_OWN_HPARAMS = {"subtrunc": ("subtrunc_lambda", "subtrunc_b"),
-                "unionfl": ("union_mu", "subtrunc_lambda", "subtrunc_b")}
-# UnionFL reads SubTrunc's options only on its SubTrunc base
-register_switched(_SUBTRUNC, Switch(lambda cfg, sup: not (cfg.selector == "unionfl"
-                                                          and cfg.union_base != "subtrunc"),
-                                    "it configures --selector subtrunc (or unionfl with "
-                                    "--union-base subtrunc)"))
-# (SubTrunc's options apply to UnionFL on a SubTrunc base: `register_switched` above)
-OWN_OPTIONS = {name: (*declared_for("selector", name), *_OWN_HPARAMS.get(name, ()))
-               for name in ("stratified", "poc", *_GREEDY_SELECTORS)}
 
 # `--selector` name -> builder(model, opts) -> Selector
 SELECTORS = Registry("selector", {

@@ -55,7 +55,7 @@ import numpy as np
 from ...algorithms.base import FederatedAlgorithm
 from ...core.arrays import FederatedData
 from ...core.config import HParams, Options, fields_in
-from ...core.fields import register_option
+from ...core.fields import option
 from ...core.memo import shared
 from ...core.models import Model
 from ...core.round import ServerState
@@ -93,21 +93,20 @@ APPEAL_DEFS: dict[str, tuple[str, str]] = {
     "train-vs-solo-minibatch": ("train", "minibatch_loss"),
 }
 
-# The protocol's options (refused with --appeal off: `requirement.PROTOCOL`; with `requirement`
-# and `rho_steps`, declared in requirement.py, they are `core.config.APPEAL_OPTIONS` and the
-# solo models' options)
-APPEAL_DEF = register_option(
+# The protocol's options (`applies=PROTOCOL`: refused with --appeal off; given, they turn
+# `--appeal auto` on, `requirement.appeal_on`)
+APPEAL_DEF = option(
     "appeal_def", "test-vs-solo-test", "appeal definition (global-model loss vs requirement) "
     "used by GM-Appeal, preferred acc, the 'appealed' metric and opt-out: test-vs-solo-test, "
     "test-vs-solo-train, train-vs-solo-train, train-vs-solo-minibatch", tuple(APPEAL_DEFS),
-    switch=PROTOCOL, group="appeal")
-OPT_OUT_AFTER = register_option(
+    applies=PROTOCOL, group="appeal")
+OPT_OUT_AFTER = option(
     "opt_out_after", 0, "flexible participation (MaxFL's protocol uses 10): after this many "
     "rounds only clients the global model appeals to (on their train data) are available; "
-    "0 = off, everyone always available", switch=PROTOCOL, group="appeal", ge=0)
-FINETUNE_STEPS = register_option(
+    "0 = off, everyone always available", applies=PROTOCOL, group="appeal", ge=0)
+FINETUNE_STEPS = option(
     "finetune_steps", 5, "local SGD steps of the personalization evaluation from the final "
-    "global model (0 = skip)", switch=PROTOCOL, group="appeal", ge=0)
+    "global model (0 = skip)", applies=PROTOCOL, group="appeal", ge=0)
 # The configuration fields of the appeal protocol (`RunConfig.view`): its own group and the
 # local batch size of the solo models and the fine-tuning.
 OPTIONS = (*fields_in("appeal"), "batch_size")
