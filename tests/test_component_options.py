@@ -64,7 +64,7 @@ def test_builtin_options_are_declared_in_their_components():
     assert set(mentioning("dp", "fixed")) == {"dp_sampling", "dp_delta",
                                               "dp_publish_client_stats"}
     assert mentioning("compress", "topk") == ("compress_fraction", "compress_feedback")
-    from fedjax_appeal.core.config import data_fields
+    from fedjax_appeal.data import data_fields
     assert {"alpha", "num_clusters", "classes_per_client"} <= set(data_fields())
     assert "dp_delta" not in data_fields()
     cfg = RunConfig(pfedme_k=3)

@@ -9,10 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_appeal.core.config import HParams, RunConfig, check_declared, declarations
+from fedjax_appeal.core.config import HParams, RunConfig, declarations
 from fedjax_appeal.core.errors import ConfigError
 from fedjax_appeal.core.fields import OPTIONS, option
 from fedjax_appeal.core.tunables import TUNABLES
+from fedjax_appeal.run.schema import check_declared
 
 # tunable -> the module that declares it (the component that reads it)
 OWNERS = {

@@ -55,7 +55,8 @@ def test_data_fields_are_exactly_what_the_data_layer_reads():
     import ast
     from pathlib import Path
 
-    from fedjax_appeal.core.config import RunConfig, data_fields, field_names
+    from fedjax_appeal.core.config import RunConfig, field_names
+    from fedjax_appeal.data import data_fields
 
     read = set()
     for path in (Path(ROOT) / "fedjax_appeal" / "data").glob("*.py"):

@@ -18,17 +18,11 @@ from fedjax_appeal.aggregate.aggregation import weight_rule
 from fedjax_appeal.algorithms import ALGORITHMS, build, compose, register
 from fedjax_appeal.algorithms.base import SHARED_OPTIONS, options_for, own_options
 from fedjax_appeal.core.capabilities import Supports, algorithm
-from fedjax_appeal.core.config import (
-    HParams,
-    Options,
-    RunConfig,
-    data_fields,
-    fields_in,
-)
+from fedjax_appeal.core.config import HParams, Options, RunConfig, fields_in
 from fedjax_appeal.core.errors import UndeclaredOption
 from fedjax_appeal.core.fields import option
 from fedjax_appeal.core.registry import registrations
-from fedjax_appeal.data import Dataset, load_federated
+from fedjax_appeal.data import Dataset, data_fields, load_federated
 from fedjax_appeal.data.pool import DATASETS
 from fedjax_appeal.local import compress, hetero
 from fedjax_appeal.local.client import Trained, local_sgd

@@ -24,10 +24,9 @@ from ..core.config import (
     ConfigError,
     HParams,
     RunConfig,
-    check_types,
-    load_config_file,
     split_overrides,
 )
+from ..run.schema import check_types, load_config_file
 
 EXIT_USAGE = 2
 EXIT_OUT_OF_MEMORY = 1
@@ -87,7 +86,7 @@ def registries() -> dict[str, Any]:
 
 def _declared_help(f, named: dict[str, Any]) -> str:
     """A field's help line: its text, default, choices or range (all from its declaration)."""
-    from ..core.config import range_text
+    from ..run.schema import range_text
 
     meta = f.metadata
     allowed = (named[f.name].choices() if f.name in named else meta.get("choices") or ())
@@ -682,7 +681,7 @@ def plugin_names(argv: list[str]) -> list[str]:
         elif a.startswith("--config="):
             config = a.split("=", 1)[1]
     if config:
-        from ..core.config import read_config_raw
+        from ..run.schema import read_config_raw
 
         try:  # keys unchecked: the plugins register some of them (tunables)
             from_file = read_config_raw(config).get("plugin", [])

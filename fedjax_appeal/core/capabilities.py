@@ -1,12 +1,6 @@
-"""What an algorithm is built from and supports, declared once when it registers
-(`algorithms.register(name, Supports(...))`), and the predicates of option declarations
-that read it (`algorithm`, `part`, `capable`).
-
-The flags say what the algorithm's round does (`compose` provides the defaults); they decide
-nothing by themselves: an option whose value needs a flag says so in its own declaration
-(`option(..., needs=capable("dp", ...))`), and an option of a shared part (FedAvg's local
-SGD) applies to the algorithms that list the part (`Supports.parts`).
-"""
+"""What an algorithm is built from and supports (`register(name, Supports(...))`), and the
+predicates of option declarations that read it: `algorithm`, `part` (a shared part's options
+apply to the algorithms listing it) and `capable` (`needs=capable("dp", ...)`)."""
 
 from __future__ import annotations
 
@@ -20,25 +14,14 @@ from .registry import Registry
 
 @dataclasses.dataclass(frozen=True)
 class Supports:
-    """Capability flags of an algorithm (the defaults are what `compose` provides).
-
-    aggregation: `--aggregation` picks its weight rule (False: it computes its own).
-    selector: `--selector` / `--flip-protocol` pick its cohort (False: it draws its own).
-    varied_steps: its clients take tau_k local steps (`--local-steps-dist`).
-    fednova: its clients report FedNova's normaliser a_k (`--aggregation fednova`).
-    uplink: what its clients send can be compressed (`--compress`).
-    dp: user-level DP-FedAvg applies (`--dp`): its only upload is the model delta with a
-      uniform slot weight.
-    byzantine: it runs the Byzantine hook (`--byzantine-fraction`).
-    availability: synchronous rounds with availability and a deadline.
-    layouts: it runs its cohort through the shared executor (`--client-lanes`,
-      `--client-chunk`, `--devices`).
-    needs_requirements: its rule reads the clients' requirements rho_k, so the appeal
-      protocol is on by default.
-    parts: the shared parts it is built on (e.g. "sgd_local", FedAvg's local SGD): the
-      options of a part (declared with `applies=part(name)`) apply to it.
-    notes: (capability, why) pairs: the reason given when a capability is missing.
-    """
+    """What an algorithm's round does (defaults: what `compose` provides). aggregation,
+    selector: `--aggregation`, `--selector` / `--flip-protocol` pick them; varied_steps:
+    tau_k local steps; fednova: its clients report a_k; uplink: `--compress`; dp: DP-FedAvg
+    applies (it uploads only the delta, slots weighted uniformly); byzantine: the Byzantine
+    hook; availability: synchronous rounds (availability, deadline); layouts: the shared
+    executor; needs_requirements: its rule reads rho_k (the appeal protocol is on by
+    default); parts: the shared parts it is built on ("sgd_local", "proximal"), whose
+    options apply to it; notes: (capability, why) pairs, the reason of a refusal."""
 
     aggregation: bool = True
     selector: bool = True
@@ -72,9 +55,9 @@ def with_capability(flag: str) -> list[str]:
 
 
 def algorithm(*names: str) -> Applies:
-    """Applies to the algorithms `names` (`component("algorithm", ...)`); a plugin keeps it
-    and registers with it, naming its algorithm once: `MINE = algorithm("mine")`,
-    `option(..., applies=MINE)`, `@register(MINE)`."""
+    """Applies to the algorithms `names`. A plugin keeps it and registers with it, naming
+    its algorithm once: `MINE = algorithm("mine")`, `option(..., applies=MINE)`,
+    `@register(MINE)`."""
     return component("algorithm", *names)
 
 
@@ -91,9 +74,8 @@ def capable(flag: str, missing: str = "{alg} does not support it", advice: str =
             unless: Callable[[Any], bool] | None = None, reason: Reason | None = None
             ) -> Applies:
     """Holds for an algorithm that declares the capability `flag`, or where `unless` holds
-    (the values of an option that ask nothing of it). Its reason: the algorithm's note on
-    the flag (`Supports.notes`; else `missing`, `{alg}` standing for its name), then
-    `advice`; or `reason`."""
+    (the values that ask nothing of it). Its reason: the algorithm's note on the flag
+    (else `missing`, `{alg}` its name), then `advice`; or `reason`."""
     def why(cfg) -> str:
         text = supports(cfg.algorithm).why(flag, missing.format(alg=cfg.algorithm))
         return f"{text}: {advice}" if advice else text

@@ -1,44 +1,47 @@
-"""One declaration per option: `option(name, default, help, ...)`, beside the component that
-reads it, by the built-in components and by plugins alike.
+"""One declaration per option: `option(name, default, help, ..., applies=...)`, beside the
+component that reads it, by the built-in components and by plugins alike.
 
-The declaration gives the option's default, `--help` text and section (`GROUPS`), allowed
-values (`choices`, or the `registry` of component names) and range, and one `applies`
-predicate (`Applies`): where the option has an effect, with the reason given where it has
-none. The rule for static and tunable: an option declared with `tunable=True` is a
-vmappable hyperparameter (a float of `HParams`; a sweep over it is one compiled program);
-every other option is static (a key of `RunConfig`; each value is a program of its own).
-
-From the declaration alone the option is a `--flag` of run and sweep, a config-file key, a
-`--grid` axis, an attribute of `RunConfig` or `HParams` (`cfg.pfedme_k`, `hp.qffl_q`), a
-key of results.json; a run where `applies` fails refuses it in one line when given; a
-results.json lists the hyperparameters that apply; and a component's builder finds in its
-`Options` the static options whose `applies` names it (`Applies.mentions`).
+Static or tunable: an option declared `tunable=True` is a vmappable hyperparameter (a float
+of `HParams`; a sweep over it is one compiled program); every other option is static (a key
+of `RunConfig`; each value is a program of its own). Its one `applies` predicate says where
+it has an effect, with the reason given where it has none: refusals, `--help`, the
+hyperparameters results.json records and the components' `Options` all read it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 import importlib
 import math
 import operator
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import ConfigError
-from .groups import GROUPS
 from .registry import Registry
 
 Reason = str | Callable[[Any], str]
+# The `--help` sections, in order: every option declares one (`group=`).
+GROUPS = {
+    "data": "data: dataset, partition, generated clients, label noise",
+    "federation": "federation: clients, cohort, rounds, local training, Byzantine clients",
+    "algorithm": "algorithm: local objective, aggregation, server optimizer, model",
+    "selection": "client selection: Power-of-Choice, DivFL, SubTrunc, UnionFL",
+    "uplink": "uplink: update compression and differential privacy",
+    "hetero": "heterogeneous and unreliable clients",
+    "appeal": "appeal protocol: requirements, GM-Appeal, opt-out, fine-tuning",
+    "scale": "scale and layout: devices, chunks, lanes, checkpoints",
+    "output": "output: schedule, seeds, folder",
+    "tracking": "tracking",
+}
 
 
 class Applies:
-    """Where an option has an effect: `test(cfg)` of a run's configuration, the `reason`
-    (text, or a function of the configuration) a run where it fails is given, and the
-    components it names, `mentions` ((kind, name) pairs), whose builders read the option.
-
-    Combine with `a & b` (both; the reason of the first that fails) and `a | b` (either;
-    the reason of `a`); `p.because(reason)` gives another reason."""
+    """Where an option has an effect: `test(cfg)`, the `reason` (text, or a function of the
+    configuration) given where it fails, and the components it names (`mentions`, (kind,
+    name) pairs), whose builders read the option. `a & b`: both (the reason of the first
+    that fails); `a | b`: either (the reason of `a`); `p.because(reason)`: another reason."""
 
     __slots__ = ("test", "reason", "mentions")
 
@@ -71,88 +74,73 @@ class Applies:
 ALWAYS = Applies(lambda cfg: True)
 
 
-def when(test: Callable[[Any], bool], reason: Reason) -> Applies:
-    """A condition on the configuration (a part of the run switched on: label flipping,
-    the appeal protocol, ...), with the reason given where it is false."""
-    return Applies(test, reason)
+when = Applies  # when(test, reason): a condition on the configuration (a part switched on)
 
 
 def component(kind: str, *names: str) -> Applies:
-    """Applies where the configuration key `kind` ("selector", "dp", "partition", ...)
-    names one of `names`; their builders read the option."""
+    """Where the configuration key `kind` ("selector", "dp", ...) names one of `names`."""
     return Applies(lambda cfg: getattr(cfg, kind) in names,
                    f"it configures --{kind.replace('_', '-')} {' or '.join(names)}",
                    [(kind, n) for n in names])
 
 
 _KIND = {bool: "bool", int: "int", float: "float", str: "str"}
+_META = ("help", "group", "hint", "range", "data", "registry", "prefixes", "shown")
 
 
-@dataclasses.dataclass(frozen=True)
-class Option:
-    """A declared option (see `option`); `type` is "bool", "int", "float" or "str"."""
-
-    name: str
-    default: Any
-    help: str
-    choices: Any
-    group: str
-    range: Mapping[str, float]
-    hint: str
-    registry: str
-    data: bool
-    prefixes: tuple[str, ...]
-    shown: str
-    tunable: bool
-    applies: Applies
-    needs: Applies | None
-    origin: str
+class Option(collections.namedtuple("Option", "name default help choices group range hint "
+                                     "registry data prefixes shown tunable applies needs origin")):
+    """A declared option: `option`'s arguments, its bounds as `range` ({"ge": 0, ...}) and
+    the `origin` module that declared it."""
 
     @property
     def type(self) -> str:
+        """"bool", "int", "float" or "str"."""
         return "float" if self.tunable else _KIND[type(self.default)]
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The declaration's text, section and limits by name (as the CLI reads them)."""
-        out = {k: getattr(self, k) for k in ("help", "group", "hint", "range", "data",
-                                             "registry", "prefixes", "shown")}
+        """Text, section and limits by name (as the CLI reads them)."""
+        out = {k: getattr(self, k) for k in _META}
         return out if self.choices is None else {**out, "choices": self.choices}
 
 
 class _Attribute:
-    """A declared option read as an attribute of its record (`cfg.cohort`, `hp.qffl_q`;
-    `RunConfig.cohort` is its default)."""
+    """An option read as an attribute of its record (`cfg.cohort`; `RunConfig.cohort` is its
+    default)."""
 
     __slots__ = ("name",)
 
     def __init__(self, name: str):
         self.name = name
 
-    def __get__(self, obj, cls=None):  # on the class: the declared default
+    def __get__(self, obj, cls=None):
         return OPTIONS[self.name].default if obj is None else obj.get(self.name)
 
 
-# the records of the two kinds of option: {False: RunConfig, True: HParams} (core.config)
-RECORDS: dict[bool, type] = {}
+RECORDS: dict[bool, type] = {}  # {False: the static records, True: HParams} (core.config)
+TUNABLES: dict[str, Option] = {}  # the tunables components declare (not the learning rates)
+_CORE = __name__.rsplit(".", 1)[0] + ".config"
 
 
 class _Declared(Registry):
-    """The declared options by name; declaring one makes it an attribute of its record."""
+    """The declared options by name; each is an attribute of its record while declared."""
 
     def __setitem__(self, name: str, opt: Option) -> None:
-        if name in self:
+        if name in self:  # declared again (a re-imported plugin)
             del self[name]
         super().__setitem__(name, opt)
         setattr(RECORDS[opt.tunable], name, _Attribute(name))
+        if opt.tunable and opt.origin != _CORE:
+            TUNABLES[name] = opt
 
     def __delitem__(self, name: str) -> None:
         delattr(RECORDS[self[name].tunable], name)
+        TUNABLES.pop(name, None)
         super().__delitem__(name)
 
 
 OPTIONS = _Declared("option")
-
 # Names an option may not take: keys of the command line and attributes of the records.
 RESERVED = {"extra", "plugin", "config", "hp", "grid", "seeds", "metric", "metric_mode",
             "max_parallel", "overwrite", "coordinator_address", "num_processes", "process_id",
@@ -166,45 +154,36 @@ def option(name: str, default: bool | int | float | str, help: str,
            tunable: bool = False, needs: Applies | None = None, group: str = "algorithm",
            ge=None, gt=None, le=None, lt=None, hint: str = "", registry: str = "",
            data: bool = False, prefixes: tuple[str, ...] = (), shown: str = "") -> str:
-    """Declare an option, in the file of the component that reads it.
+    """Declare an option, in the file of the component that reads it; returns `name`.
 
     Args:
-      name: a Python identifier, no other configuration key.
-      default: the value of a run that gives none; its type (bool, int, float or str) is
-        the option's, checked strictly.
-      help: one line for `--help`.
-      choices: the allowed values, if they are few (a tuple, or a `Registry` of names).
-      applies: where the option has an effect (`ALWAYS`, `component`, `when`, combined with
-        `&` and `|`); a run where it fails refuses the option, given, with its reason.
-      tunable: a vmappable hyperparameter (a float in `HParams`); else a static option.
-      needs: a condition every value of the option must meet (refused, with its reason as
-        the message, whether given or not): e.g. what the run's algorithm supports.
-      group: the `--help` section (`GROUPS`).
-      ge, gt, le, lt: the allowed range of a number; `hint` is added to its refusal.
-      registry: the kind of component whose registered names the option takes.
-      data: the option changes a run's data (runs that differ in it do not share them).
-      prefixes: value prefixes accepted besides the choices (`npz:` of `--dataset`).
-      shown: what `--help` says the default is, when it stands for something else.
-
-    Returns:
-      `name`, so that a module can keep it: `WINDOW = option("union_window", 5, ...)`.
+      name, default, help: an identifier no other option has (a module may declare its own
+        again), the value of a run that gives none (its type is the option's), one line.
+      choices, registry, prefixes: the allowed values, or the kind of component whose
+        names it takes, and value prefixes accepted besides (`npz:` of `--dataset`).
+      applies: where it has an effect (`ALWAYS`, `component`, `when`, `algorithm`,
+        `part`, `capable`; `&`, `|`); given where it fails, it is refused with the reason.
+      tunable: a vmappable hyperparameter (a float of `HParams`); else static.
+      needs: a condition every value must meet, given or not (e.g. what the run's
+        algorithm supports); its reason is the refusal.
+      group, ge/gt/le/lt, hint, shown: the `--help` section, the range of a number and
+        the hint added to its refusal, what `--help` says the default stands for.
+      data: it changes a run's data (runs that differ in it do not share them).
 
     Raises:
-      ConfigError: the name is taken or no identifier, the default has the wrong type or
-        lies outside the range, or the group is unknown. A module may declare its own
-        option again (a re-imported plugin), not another module's built-in one.
+      ConfigError: a taken or malformed name, a default of the wrong type or outside the
+        range, an unknown group.
     """
-    origin = sys._getframe(1).f_globals.get("__name__", "")
-    old = OPTIONS[name] if name in OPTIONS else None
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(f"option {name!r}: the name must be a Python identifier (letters, "
                           "digits, _), e.g. 'my_window'")
+    origin = sys._getframe(1).f_globals.get("__name__", "")
+    old = OPTIONS[name] if name in OPTIONS else None
     if (old is None and name in RESERVED) or (
             old is not None and old.origin != origin and old.origin.startswith(_PACKAGE)):
         raise ConfigError(f"option: '{name}' is already a configuration key; choose another "
                           "name")
-    if tunable and (isinstance(default, bool) or not isinstance(default, int | float)
-                    or not math.isfinite(default)):
+    if tunable and (type(default) not in (int, float) or not math.isfinite(default)):
         raise ConfigError(f"option {name!r}: the default of a tunable must be a finite number "
                           f"(got {default!r})")
     if type(default) not in _KIND:
@@ -231,7 +210,7 @@ def in_range(value: float, bounds: Iterable[tuple[str, float]]) -> bool:
 
 def load_option_modules() -> None:
     """Import, once, the package's modules that declare the built-in options (its
-    `OPTION_MODULES`), so that every option is known before one is listed or refused."""
+    `OPTION_MODULES`), so that every option is known before one is used or listed."""
     pkg = sys.modules.get(__name__.split(".")[0])
     for module in getattr(pkg, "OPTION_MODULES", ()):
         if module not in sys.modules:

@@ -22,10 +22,10 @@ import dataclasses
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData, on_device
-from ..core.config import ConfigError, Options, data_seed
+from ..core.config import ConfigError, Options
 from ..core.fields import option
 from . import heterogeneity, partition, sources
-from .pool import apply_heterogeneity, load_dataset
+from .pool import apply_heterogeneity, data_seed, load_dataset
 from .sources import Dataset
 
 DIGIT_DOMAINS = ("mnist", "usps", "mnistm")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData, on_device
-from ..core.config import ConfigError, Options, data_seed
+from ..core.config import ConfigError, Options, RunConfig, declarations
 from ..core.fields import component, option, when
 from ..core.registry import Registry
 from . import heterogeneity, partition, sources
@@ -38,6 +38,8 @@ option("input_scale", 0.0, "dataset npz:PATH: the model multiplies its inputs by
            "own scale)"))
 option("num_classes", 0, "the number of classes, when the labels do not use every one (0 = the "
        "largest label + 1)", group="data", ge=0, hint="0 = the largest label + 1", data=True)
+option("seed", 0, "random seed (training; also the data unless --data-seed is given)",
+       group="output", ge=0, lt=2 ** 63, data=True)
 option("data_seed", -1, "seed of the data: partition, train/test split, label flips, generated "
        "clients (-1 = --seed)", group="data", ge=-1, lt=2 ** 63, data=True)
 option("clients", 100, "number of seen (training) clients", group="federation", ge=1, data=True)
@@ -53,6 +55,22 @@ option("domains", "mnist,usps,mnistm", "dataset 'digits': one domain per client,
        "round-robin from this list", applies=DIGITS, group="data", data=True)
 option("domain_samples", 500, "dataset 'digits': rows per client (train + test)",
        applies=DIGITS, group="data", ge=1, data=True)
+
+
+def data_seed(opts: RunConfig | Options) -> int:
+    """The seed of a run's data (`--data-seed`, or `--seed` when that is -1)."""
+    return opts.seed if opts.data_seed < 0 else opts.data_seed
+
+
+def data_fields() -> tuple[str, ...]:
+    """The static options that change a run's data (runs equal in them share the data)."""
+    return tuple(o.name for o in declarations(RunConfig) if o.data)
+
+
+def data_options(config: RunConfig | Options, component: str = "the data layer") -> Options:
+    """The read-only view of `config`'s data options that the data layer (and every
+    registered dataset and partition) receives."""
+    return config.view(data_fields(), component)
 
 
 def register_dataset(name: str):

@@ -20,6 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from ..core.fields import option
+
+option("out", "", "output directory (results.json, history.csv, accuracy.png)", group="output",
+       shown="runs/ALGORITHM_DATASET_sSEED; a sweep: runs/sweep_ALGORITHM_DATASET")
+
 
 def to_jsonable(obj: Any) -> Any:
     """numpy/jax scalars and arrays to plain Python; NaN/Inf to None (strict JSON)."""

@@ -46,14 +46,13 @@ from ..core.config import (
     ConfigError,
     HParams,
     RunConfig,
-    data_fields,
     field_names,
 )
 from ..core.fields import OPTIONS
 from ..core.memory import memory_budget
 from ..core.models import abstract_key
 from ..core.tunables import plugin_tunables
-from ..data import Dataset, load_federated
+from ..data import Dataset, data_fields, load_federated
 from ..evaluate.metrics import summarize
 from ..protocols.appeal.requirement import appeal_on
 from .assemble import assemble, program_context
@@ -107,7 +106,7 @@ def _convert(key: str, raw: Any) -> Any:
 
 def declared(key: str, value: Any) -> str | None:
     """The declaration's refusal of one value of an option."""
-    from ..core.config import declared_error
+    from .schema import declared_error
     from .validate import component_registries
 
     o = OPTIONS[key]

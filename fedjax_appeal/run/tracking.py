@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import ConfigError
+from ..core.fields import option
 
 KINDS = ("tensorboard", "wandb")
+option("log", "", "experiment trackers, comma-separated: tensorboard (event files in "
+       "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)", group="tracking")
 LOG_DIR = "tensorboard"
 
 

@@ -16,8 +16,6 @@ from ..core.config import (
     HParams,
     Options,
     RunConfig,
-    check_declared,
-    data_options,
     declarations,
     field_names,
 )
@@ -25,10 +23,12 @@ from ..core.errors import UndeclaredOption
 from ..core.fields import OPTIONS, load_option_modules
 from ..core.models import MODELS, Logistic, Model
 from ..core.tunables import check_tunable
+from ..data.pool import data_options
 from ..execute.executor import Executor
 from ..protocols.appeal.requirement import appeal_on
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
 from . import validate_hetero as hetero_checks
+from .schema import check_declared
 from .validate_hetero import validate_hetero
 
 
