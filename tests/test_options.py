@@ -23,7 +23,7 @@ from fedjax_appeal.core.errors import UndeclaredOption
 from fedjax_appeal.core.fields import option
 from fedjax_appeal.core.registry import registrations
 from fedjax_appeal.data import Dataset, data_fields, load_federated
-from fedjax_appeal.data.pool import DATASETS
+from fedjax_appeal.data.pool import register_dataset
 from fedjax_appeal.local import compress, hetero
 from fedjax_appeal.local.client import Trained, local_sgd
 from fedjax_appeal.protocols.appeal import appeal, requirement
@@ -143,7 +143,7 @@ def test_the_data_layer_and_datasets_see_only_data_fields(plugin_names):
         _ = opts.cohort  # a federation field that does not change the data
         return Dataset("probe", np.zeros((4, 2), np.float32), np.zeros(4, int), 2)
 
-    DATASETS["probe-data"] = probe
+    register_dataset("probe-data")(probe)
     with pytest.raises(UndeclaredOption, match="the data layer reads .*'cohort'"):
         load_federated(RunConfig(dataset="probe-data"))
 

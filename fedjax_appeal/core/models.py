@@ -192,21 +192,10 @@ MODELS = Registry("model", {
 option("model", "auto", "model name, or 'auto' for the dataset's default", registry="model",
        group="algorithm")
 
-DEFAULT_MODEL = {"fmnist": "mlp", "mnist": "mlp", "femnist": "mlp", "usps": "mlp",
-                 "mnistm": "cnn", "cifar10": "cnn", "sent140": "sent_mlp",
-                 "synthetic": "logistic", "tfds:fashion_mnist": "mlp", "tfds:mnist": "mlp",
-                 "tfds:emnist/byclass": "mlp", "tfds:cifar10": "cnn"}
-
-
-def default_model(dataset_name: str) -> str:
-    """The model `--model auto` builds for a dataset (`DEFAULT_MODEL`, else `mlp`)."""
-    return DEFAULT_MODEL.get(dataset_name, "mlp")
-
-
 def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...],
                input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0,
                conv_impl: str = "auto", precision: str = "default") -> Model:
-    """Build a registered model; `name='auto'` takes the dataset's default.
+    """Build the registered model `name` (`model_for` resolves `auto`).
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
     "auto" = "winograd_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere
@@ -216,8 +205,6 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     `precision` is the arithmetic of the forward and backward pass (`core/precision.py`:
     default, fp32, tf32 or bf16 with float32 master weights), for every model.
     """
-    if name == "auto":
-        name = default_model(dataset_name)
     if name not in MODELS:
         raise ConfigError(f"unknown model '{name}'; choose one of: {', '.join(MODELS)}")
     try:
@@ -234,9 +221,12 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
 
 def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto",
               precision: str = "default") -> Model:
-    """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants;
-    a model that cannot take the data's inputs, or a precision the backend lacks, is
-    refused in one line (`check_fits`, `precision.check_precision`)."""
+    """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants
+    (`auto`: the dataset's own model, `Dataset.model`); a model that cannot take the
+    data's inputs, or a precision the backend lacks, is refused in one line (`check_fits`,
+    `precision.check_precision`)."""
+    if cfg_model == "auto":
+        cfg_model = getattr(dataset, "model", "") or "mlp"
     model = make_model(cfg_model, data.name, data.num_classes, data.input_shape,
                        data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl,
                        precision)
@@ -342,7 +332,6 @@ class ResNet20(nn.Module):
 
 MODELS["cnn_bn"] = lambda c, n: CNNBN(c, norm=n)
 MODELS["resnet20"] = lambda c, n: ResNet20(c, norm=n)
-DEFAULT_MODEL["digits"] = "cnn_bn"
 
 
 class SimpleCNN(nn.Module):

@@ -25,7 +25,7 @@ from ..core.arrays import ClientArrays, FederatedData, on_device
 from ..core.config import ConfigError, Options
 from ..core.fields import option
 from . import heterogeneity, partition, sources
-from .pool import apply_heterogeneity, data_seed, load_dataset
+from .pool import DATASETS, apply_heterogeneity, data_seed, load_dataset
 from .sources import Dataset
 
 DIGIT_DOMAINS = ("mnist", "usps", "mnistm")
@@ -242,6 +242,7 @@ def load_generated(opts: Options) -> tuple[FederatedData, Dataset]:
         if opts.imbalance_ratios:
             raise ConfigError("--imbalance-ratios does not combine with --dataset digits")
         fed, ds = digits_federation(opts, rng)
+        ds = dataclasses.replace(ds, model=DATASETS["digits"].model)
         if sources.check_dataset(ds, opts.num_classes).num_classes != ds.num_classes:
             raise ConfigError(f"--num-classes {opts.num_classes} does not apply to --dataset "
                               f"digits ({ds.num_classes} classes): drop it")

@@ -3,6 +3,12 @@ heterogeneous clients, split every client into train and test `ClientArrays`."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData, on_device
@@ -13,10 +19,7 @@ from . import heterogeneity, partition, sources
 from .partition import PARTITIONS
 from .sources import Dataset
 
-DATASETS = Registry("dataset", dict.fromkeys((
-    "fmnist", "mnist", "cifar10", "femnist", "sent140", "synthetic", "usps", "mnistm",
-    "tfds:fashion_mnist", "tfds:mnist", "tfds:emnist/byclass", "tfds:cifar10",
-    "digits")))  # digits: the Digits domain shift (MNIST, USPS, MNIST-M)
+DATASETS = Registry("dataset")  # `--dataset` name -> DatasetEntry (`register_dataset`)
 NPZ_FILE = when(lambda cfg: cfg.dataset.startswith("npz:"),
                 "it applies to --dataset npz:PATH only (registered datasets carry their own "
                 "scale)")
@@ -73,17 +76,99 @@ def data_options(config: RunConfig | Options, component: str = "the data layer")
     return config.view(data_fields(), component)
 
 
-def register_dataset(name: str):
-    """Decorator: `fn(opts, rng) -> Dataset` becomes `--dataset NAME` (run, sweep, reproduce).
+class DatasetEntry(NamedTuple):
+    """A dataset, declared once (`register_dataset`): `load(opts, rng) -> Dataset`, its
+    number of `classes` (0: as its labels say), the `model` that `--model auto` builds for
+    it, and `rows(opts)`, its number of rows read from file headers (None: not known), for
+    the size check before anything is loaded. Its options are declared with
+    `option(..., applies=component("dataset", name))`."""
 
-    `rng` is the run's data generator (seeded by `--data-seed`); draw any randomness from
-    it, so the same data seed gives the same data.
+    load: Callable[[Options, np.random.Generator], Dataset]
+    classes: int = 0
+    model: str = "mlp"
+    rows: Callable[[Options], int | None] | None = None
+
+
+def register_dataset(name: str, *, classes: int = 0, model: str = "mlp",
+                     rows: Callable[[Options], int | None] | None = None):
+    """Decorator: `fn(opts, rng) -> Dataset` becomes `--dataset NAME` (run, sweep, reproduce),
+    with the fields of its `DatasetEntry`. `rng` is the run's data generator (seeded by
+    `--data-seed`); draw any randomness from it, so the same data seed gives the same data.
     """
     def deco(fn):
-        DATASETS[name] = fn
+        DATASETS[name] = DatasetEntry(fn, classes, model, rows)
         return fn
 
     return deco
+
+
+def _npz_file(name: str, members: tuple[str, ...]) -> Callable[[Options], int | None]:
+    """`rows` of a dataset stored as `name` in the data folder (`--data-dir`)."""
+    def rows(opts: Options) -> int | None:
+        folder = opts.data_dir or os.environ.get(sources.DATA_ENV, "")
+        return sources.npz_rows(Path(folder).expanduser() / name, members) if folder else None
+
+    return rows
+
+
+def _builtin(name: str, load: Callable[[Options], Dataset], classes: int, model: str = "mlp",
+             rows: Callable[[Options], int | None] | None = None) -> None:
+    register_dataset(name, classes=classes, model=model, rows=rows)(lambda opts, rng: load(opts))
+
+
+TRAIN_TEST = ("y_train", "y_test")
+_builtin("fmnist", lambda opts: sources.load_fmnist(opts.fmnist_dir, opts.cache_dir or None), 10,
+         rows=lambda opts: sources.idx_rows(opts.fmnist_dir, ("train-labels-idx1-ubyte",
+                                                              "t10k-labels-idx1-ubyte")))
+_builtin("mnist", lambda opts: sources.load_mnist(opts.data_dir or None), 10,
+         rows=_npz_file("mnist.npz", TRAIN_TEST))
+_builtin("cifar10", lambda opts: sources.load_cifar10(opts.data_dir or None,
+                                                    opts.cache_dir or None), 10,
+         "cnn", _npz_file("cifar10_jpeg.npz", TRAIN_TEST))
+_builtin("femnist", lambda opts: sources.load_femnist(opts.data_dir or None), 62,
+         rows=_npz_file("femnist_partial.npz", ("y",)))
+_builtin("sent140", lambda opts: sources.load_sent140(opts.data_dir or None), 2, "sent_mlp",
+         _npz_file("sent140_subset.npz", ("label",)))
+register_dataset("synthetic", classes=10, model="logistic")(
+    lambda opts, rng: sources.synthetic(opts.synthetic_alpha, opts.synthetic_beta,
+                                        opts.clients + opts.unseen_clients, rng))
+_builtin("usps", lambda opts: sources.load_usps(opts.data_dir or None), 10,
+         rows=_npz_file("usps.npz", TRAIN_TEST))
+_builtin("mnistm", lambda opts: sources.load_mnistm(opts.data_dir or None), 10, "cnn",
+         _npz_file("mnistm_subset.npz", TRAIN_TEST))
+for _name, _classes in sources.TFDS_NAMES.items():
+    _builtin(f"tfds:{_name}", lambda opts, n=_name: sources.load_tfds(
+        n, cache=opts.cache_dir or None), _classes, "cnn" if _name == "cifar10" else "mlp")
+
+
+def _per_client(opts: Options) -> Dataset:
+    raise ConfigError("dataset 'digits' is built per client: use load_federated")
+
+
+# the Digits domain shift (MNIST, USPS, MNIST-M), one domain per client: data/generated.py
+_builtin("digits", _per_client, 10, "cnn_bn")
+
+
+def default_model(dataset: str) -> str:
+    """The model `--model auto` builds for `dataset` (its entry's; `mlp` for npz:PATH)."""
+    return DATASETS[dataset].model if dataset in DATASETS else "mlp"
+
+
+def dataset_rows(opts: Options) -> int | None:
+    """The rows of the dataset of `opts` (its data options), read from file headers only
+    (nothing decoded); None when not known (generated data, tfds, a missing or unreadable
+    file: the loader then reports that problem itself)."""
+    import zipfile
+
+    if opts.imbalance_ratios:
+        return None
+    try:
+        if opts.dataset.startswith(sources.NPZ_PREFIX):
+            return sources.npz_rows(opts.dataset[len(sources.NPZ_PREFIX):])
+        entry = DATASETS[opts.dataset] if opts.dataset in DATASETS else None
+        return entry.rows(opts) if entry is not None and entry.rows is not None else None
+    except (OSError, KeyError, ValueError, ConfigError, zipfile.BadZipFile):
+        return None
 
 
 def register_partition(name: str):
@@ -104,39 +189,12 @@ def load_dataset(opts: Options, rng: np.random.Generator | None = None) -> Datas
 
 def _load_source(opts: Options, rng: np.random.Generator | None) -> Dataset:
     name = opts.dataset
-    d = opts.data_dir or None
-    if callable(DATASETS.get(name) if name in DATASETS else None):  # registered by user code
-        rng = rng if rng is not None else np.random.default_rng(data_seed(opts))
-        return DATASETS[name](opts, rng)
-    if name == "fmnist":
-        return sources.load_fmnist(opts.fmnist_dir, opts.cache_dir or None)
-    if name == "mnist":
-        return sources.load_mnist(d)
-    if name == "cifar10":
-        return sources.load_cifar10(d, opts.cache_dir or None)
-    if name == "femnist":
-        return sources.load_femnist(d)
-    if name == "sent140":
-        return sources.load_sent140(d)
-    if name == "usps":
-        return sources.load_usps(d)
-    if name == "mnistm":
-        return sources.load_mnistm(d)
-    if name == "synthetic":
-        rng = rng if rng is not None else np.random.default_rng(data_seed(opts))
-        return sources.synthetic(opts.synthetic_alpha, opts.synthetic_beta,
-                                 opts.clients + opts.unseen_clients, rng)
-    if name == "digits":
-        raise ConfigError("dataset 'digits' is built per client: use load_federated")
-    if name.startswith("tfds:"):
-        return sources.load_tfds(name[5:], cache=opts.cache_dir or None)
     if name.startswith(sources.NPZ_PREFIX):
         return sources.load_npz(name[len(sources.NPZ_PREFIX):], opts.input_scale,
                                 opts.num_classes)
-    raise ConfigError(f"unknown dataset '{name}'; choose one of: "
-                      "fmnist, mnist, cifar10, femnist, sent140, synthetic, usps, mnistm, "
-                      "tfds:fashion_mnist, tfds:mnist, tfds:emnist/byclass, tfds:cifar10, "
-                      "npz:PATH")
+    entry = DATASETS.get(name)
+    rng = rng if rng is not None else np.random.default_rng(data_seed(opts))
+    return dataclasses.replace(entry.load(opts, rng), model=entry.model)
 
 
 def partition_clients(ds: Dataset, opts: Options, rng: np.random.Generator

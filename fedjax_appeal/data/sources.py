@@ -46,6 +46,7 @@ class Dataset:
     scale: float = 1.0 / 255.0  # the model multiplies its input by this first
     mean: np.ndarray | float = 0.0  # ... then subtracts this (per channel or scalar)
     std: np.ndarray | float = 1.0  # ... and divides by this
+    model: str = ""  # the model `--model auto` builds (set from its registry entry)
 
     def __len__(self) -> int:
         return len(self.y)
@@ -200,6 +201,39 @@ def load_fmnist(directory: str | Path = FMNIST_DEFAULT_DIR, cache: str | Path | 
     except OSError:
         pass  # a read-only cache only costs a decode next time
     return _image_dataset("fmnist", x, y, 10)
+
+
+def idx_rows(directory: str | Path, names: tuple[str, ...]) -> int:
+    """The number of items of the IDX files `names` (each .gz or not) in `directory`, from
+    their headers only."""
+    total = 0
+    for name in names:
+        for p, opener in ((Path(directory, name + ".gz"), gzip.open),
+                          (Path(directory, name), open)):
+            if p.is_file():
+                with opener(p, "rb") as f:
+                    total += int.from_bytes(f.read(8)[4:8], "big")
+                break
+        else:
+            raise FileNotFoundError(name)
+    return total
+
+
+def npz_rows(path: str | Path, members: tuple[str, ...] | None = None) -> int:
+    """The number of rows of the arrays `members` (default: the label arrays,
+    `npz_members`) of an npz file, from their .npy headers only."""
+    import zipfile
+
+    members = npz_members(path)[1] if members is None else members
+    total = 0
+    with zipfile.ZipFile(Path(path).expanduser()) as zf:
+        for member in members:
+            with zf.open(member + ".npy") as f:
+                version = np.lib.format.read_magic(f)
+                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0)
+                total += int(read(f)[0][0])
+    return total
 
 
 def load_mnist(directory: str | Path | None = None) -> Dataset:

@@ -5,7 +5,7 @@ Reads the results of `fedjax-appeal run` (a folder with `results.json`) and of
 which such files lie. Every run's settings are its resolved values (`records.runs_of`: the
 model that was built, the appeal protocol on or off, the hyperparameters its configuration
 uses), also for older files that hold `model = auto` or `appeal = auto`, which are resolved
-here (the dataset's default model, `core/models.DEFAULT_MODEL`; `config.appeal_on`); so a
+here (the dataset's default model, `data.pool.default_model`; `appeal_on`); so a
 run and a sweep row of one configuration fall into one group. Runs are grouped by the
 values of `--group-by` keys (config or hparams names; by default every key whose value
 differs between the runs, the seed excepted), the seeds of a group are aligned round by

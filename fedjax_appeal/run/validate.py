@@ -23,7 +23,7 @@ from ..core.errors import UndeclaredOption
 from ..core.fields import OPTIONS, load_option_modules
 from ..core.models import MODELS, Logistic, Model
 from ..core.tunables import check_tunable
-from ..data.pool import data_options
+from ..data.pool import DATASETS, data_options, dataset_rows
 from ..execute.executor import Executor
 from ..protocols.appeal.requirement import appeal_on
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
@@ -53,6 +53,10 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     npz = cfg.dataset.startswith("npz:")  # your own arrays: checked by their file
     if npz:
         _check_npz(cfg.dataset[4:])
+    classes = 0 if npz else DATASETS[cfg.dataset].classes  # its entry's (0: from the labels)
+    if 0 < cfg.num_classes < classes:
+        raise ConfigError(f"{cfg.dataset} has {classes} classes; --num-classes "
+                          f"{cfg.num_classes} is fewer: drop it or give {classes}")
     if cfg.log:
         from .tracking import check_available, parse_kinds
 
@@ -157,40 +161,6 @@ def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") 
                               "drop it or change the combination")
 
 
-# Files and label arrays whose lengths give a source's number of rows (see data/sources.py).
-_NPZ_ROWS = {"mnist": ("mnist.npz", ("y_train", "y_test")),
-             "usps": ("usps.npz", ("y_train", "y_test")),
-             "mnistm": ("mnistm_subset.npz", ("y_train", "y_test")),
-             "cifar10": ("cifar10_jpeg.npz", ("y_train", "y_test")),
-             "femnist": ("femnist_partial.npz", ("y",)),
-             "sent140": ("sent140_subset.npz", ("label",))}
-_IDX_ROWS = {"fmnist": ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte")}
-
-
-def _npy_rows(zf, member: str) -> int:
-    """Leading dimension of `member`.npy inside an open zip, from its header only."""
-    import numpy as np
-
-    with zf.open(member + ".npy") as f:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _, _ = read(f)
-    return int(shape[0])
-
-
-def _idx_rows(directory, name: str) -> int:
-    import gzip
-    from pathlib import Path
-
-    for p, opener in ((Path(directory, name + ".gz"), gzip.open), (Path(directory, name), open)):
-        if p.is_file():
-            with opener(p, "rb") as f:
-                head = f.read(8)
-            return int.from_bytes(head[4:8], "big")
-    raise FileNotFoundError(name)
-
-
 def _check_npz(path: str) -> None:
     """The file of --dataset npz:PATH exists and names its arrays as expected (headers only)."""
     import zipfile
@@ -210,42 +180,6 @@ def _check_npz(path: str) -> None:
                           ) from None
 
 
-def source_rows(opts: Options) -> int | None:
-    """Rows of the dataset of `opts` (its data fields), read from file headers only
-    (nothing decoded).
-
-    None when unknown (generated data, tfds, a missing or unreadable file: the loader then
-    reports that problem itself).
-    """
-    import os
-    import zipfile
-    from pathlib import Path
-
-    from ..data.sources import DATA_ENV
-
-    if opts.imbalance_ratios or opts.dataset == "digits":
-        return None
-    try:
-        if opts.dataset in _IDX_ROWS:
-            return sum(_idx_rows(opts.fmnist_dir, n) for n in _IDX_ROWS[opts.dataset])
-        if opts.dataset.startswith("npz:"):
-            from ..data.sources import npz_members
-
-            path = Path(opts.dataset[4:]).expanduser()
-            with zipfile.ZipFile(path) as zf:
-                return sum(_npy_rows(zf, m) for m in npz_members(path)[1])
-        if opts.dataset in _NPZ_ROWS:
-            fname, members = _NPZ_ROWS[opts.dataset]
-            d = opts.data_dir or os.environ.get(DATA_ENV, "")
-            if not d:
-                return None
-            with zipfile.ZipFile(Path(d).expanduser() / fname) as zf:
-                return sum(_npy_rows(zf, m) for m in members)
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None
-    return None
-
-
 def check_source_size(opts: RunConfig | Options) -> None:
     """Refuse client counts the source cannot fill, before anything is decoded.
 
@@ -254,7 +188,7 @@ def check_source_size(opts: RunConfig | Options) -> None:
     holding its data fields (the only ones read).
     """
     opts = data_options(opts, "the source size check")
-    n = source_rows(opts)
+    n = dataset_rows(opts)
     if n is None:
         return
     rows = min(n, opts.max_samples) if opts.max_samples else n
