@@ -18,8 +18,8 @@ from ..core.round import ClientUpdate
 # Byzantine clients: their fraction switches them on (for an algorithm with the hook), and
 # their tunables apply only then
 BYZANTINE_FRACTION = option(
-    "byzantine_fraction", 0.0, "fraction of seen clients that are Byzantine (inflated "
-    "reported loss, noisy updates)", group="federation", ge=0, le=1, data=True,
+    "byzantine_fraction", 0.0, "fraction of seen clients that are Byzantine (inflated losses, "
+    "noisy updates)", group="federation", ge=0, le=1, data=True,
     needs=capable("byzantine", "{alg} has no Byzantine hook", "use --byzantine-fraction 0 or a "
                   "synchronous algorithm", unless=lambda cfg: cfg.byzantine_fraction == 0))
 BYZANTINE = when(lambda cfg: cfg.byzantine_fraction > 0 and supports(cfg.algorithm).byzantine,

@@ -20,7 +20,7 @@ EXP_ALPHA_RULES = ("exp-alpha", "exp-alpha-n")
 EXP_ALPHA = option("exp_alpha", 0.2, "Exp-alpha temperature alpha in rho_i ∝ "
                    "exp((F_i(w_i) - F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)",
                    applies=component("aggregation", *EXP_ALPHA_RULES), tunable=True, gt=0)
-option("aggregation", "proportional", "aggregation weight rule of FedAvg-style algorithms",
+option("aggregation", "proportional", "aggregation weight rule",
        registry="aggregation", group="algorithm",
        applies=capable("aggregation", "{alg} computes its own aggregation weights"),
        needs=capable("fednova", unless=lambda cfg: cfg.aggregation != "fednova",

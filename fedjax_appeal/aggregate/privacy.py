@@ -53,12 +53,11 @@ from ..core.parts import Selector
 
 # user-level DP-FedAvg: on with `--dp fixed|adaptive` (for the algorithms that support it),
 # and its options apply only then (the adaptive clipping's only with `--dp adaptive`)
-option("dp", "off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive (clip "
-       "tracks the --dp-quantile of the update norms)", ("off", "fixed", "adaptive"),
-       group="uplink", needs=capable("dp", unless=lambda cfg: cfg.dp == "off", reason=lambda cfg:
-                                     f"--dp {cfg.dp} supports --algorithm "
-                                     f"{' or '.join(with_capability('dp'))}: {cfg.algorithm}'s "
-                                     "weights or uploads are not bounded by the clip norm C"))
+option("dp", "off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive",
+       ("off", "fixed", "adaptive"), group="uplink", needs=capable(
+           "dp", unless=lambda cfg: cfg.dp == "off", reason=lambda cfg: f"--dp {cfg.dp} supports "
+           f"--algorithm {' or '.join(with_capability('dp'))}: {cfg.algorithm}'s weights or "
+           "uploads are not bounded by the clip norm C"))
 DP_ON, ADAPTIVE = component("dp", "fixed", "adaptive"), component("dp", "adaptive")
 CLIP = option("dp_clip", 1.0, "DP: L2 clip norm C of each client's update (the initial C "
               "with --dp adaptive)", applies=DP_ON, tunable=True, group="uplink", gt=0)

@@ -22,7 +22,7 @@ from ..core.config import HParams
 from ..core.fields import component, option
 from ..core.registry import Registry
 
-option("server_opt", "sgd", "server optimizer on the pseudo-gradient", registry="server_opt",
+option("server_opt", "sgd", "server optimizer", registry="server_opt",
        group="algorithm")
 # the server optimizers' hyperparameters (FedAvgM / FedAdam / FedYogi)
 ADAPTIVE = component("server_opt", "adam", "yogi")

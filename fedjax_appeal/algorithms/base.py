@@ -214,7 +214,7 @@ def compose(name: str | Applies, model: Model, opts: Options, *, local: LocalObj
 # builder(model, opts, executor) -> FederatedAlgorithm; opts = `options_for(name, cfg)`
 Builder = Callable[[Model, Options, CohortExecutor | None], FederatedAlgorithm]
 ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
-option("algorithm", "fedavg", "federated algorithm (see `fedjax-appeal list`)",
+option("algorithm", "fedavg", "federated algorithm",
        registry="algorithm", group="algorithm")
 
 

@@ -26,8 +26,7 @@ from .base import compose, register
 SGD_LOCAL, PROXIMAL = part("sgd_local"), part("proximal")
 PROX_MU = option("prox_mu", 0.01, "FedProx proximal coefficient mu", applies=PROXIMAL,
                  tunable=True, ge=0)
-LOCAL_UNROLL = option("local_unroll", 1, "unroll factor of the local-steps scan of the "
-                      "algorithms built on FedAvg's local SGD (0 = every step)",
+LOCAL_UNROLL = option("local_unroll", 1, "unroll factor of the local SGD scan (0 = every step)",
                       applies=SGD_LOCAL, group="federation", ge=0)
 
 

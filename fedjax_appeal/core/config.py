@@ -229,7 +229,7 @@ def _f32(v) -> jax.Array:
 RECORDS.update({False: Static, True: HParams})
 option("client_lr", 0.05, "client (local) SGD learning rate", tunable=True,
        group="federation", gt=0)
-option("server_lr", 1.0, "server learning rate applied to the pseudo-gradient", tunable=True,
+option("server_lr", 1.0, "server learning rate", tunable=True,
        group="federation", gt=0)
 
 

@@ -192,6 +192,16 @@ MODELS = Registry("model", {
 option("model", "auto", "model name, or 'auto' for the dataset's default", registry="model",
        group="algorithm")
 
+def convolutional(name: str) -> bool:
+    """Whether the registered model `name` convolves (its module has a `conv_impl`; an
+    unknown or unbuildable name counts as one)."""
+    try:
+        module = MODELS[name](2, Normalize())
+    except Exception:  # noqa: BLE001 - a plugin's model: nothing known about it
+        return True
+    return "conv_impl" in getattr(module, "__dataclass_fields__", {})
+
+
 def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...],
                input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0,
                conv_impl: str = "auto", precision: str = "default") -> Model:

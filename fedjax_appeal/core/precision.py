@@ -30,10 +30,8 @@ from .errors import ConfigError
 from .fields import option
 
 PRECISIONS = ("default", "fp32", "tf32", "bf16")
-option("precision", "default", "arithmetic of the model's forward and backward pass "
-       "(core/precision.py): default = JAX's (float32 on CPU, TF32 matmuls on an Ampere+ GPU), "
-       "fp32 (exact float32 matmuls everywhere), tf32 (GPU only), bf16 (bfloat16 compute, "
-       "float32 master weights and updates)", PRECISIONS, group="algorithm")
+option("precision", "default", "arithmetic of the model's passes (bf16: bfloat16 compute, "
+       "float32 weights)", PRECISIONS, group="algorithm")
 
 _MATMUL = {"fp32": "float32", "tf32": "tensorfloat32"}
 

@@ -104,10 +104,9 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
 # apply only then (`heterogeneity.IMBALANCED`).
 IMBALANCED = heterogeneity.IMBALANCED
 IMBALANCE_RATIOS = option(
-    "imbalance_ratios", "", "generated pool of class-imbalanced clients (LDAM recipe n_c = "
-    "n_max ratio^(c/(C-1))): 'random' draws each client's ratio from "
-    "{1,.5,.1,.05,.01,.005,.001}, or a composition like '1.0x4,0.01x3,0.1x3'; '' = off (use "
-    "--partition)", group="data", data=True)
+    "imbalance_ratios", "", "generated pool of class-imbalanced clients: 'random' ratios, or a "
+    "composition like '1.0x4,0.01x3' (n_c = n_max ratio^(c/(C-1))); '' = off", group="data",
+    data=True)
 IMBALANCE_SIZE = option(
     "imbalance_size", 0, "equal-size imbalanced clients: every generated client holds this "
     "many train rows, class shares ∝ ratio^(c/(C-1)) (0 = LDAM counts from "

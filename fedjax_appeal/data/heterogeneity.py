@@ -21,8 +21,8 @@ IMBALANCED = when(lambda cfg: bool(cfg.imbalance_ratios),
                   "it configures the generated imbalanced pool (--imbalance-ratios)")
 # label flipping: on with flipped clients; its own option applies only then
 LABEL_FLIP_FRACTION = option(
-    "label_flip_fraction", 0.0, "fraction of clients (seen and unseen alike) whose labels are "
-    "flipped by a fixed random derangement", group="data", ge=0, le=1, data=True)
+    "label_flip_fraction", 0.0, "fraction of clients flipped", group="data", ge=0,
+    le=1, data=True)
 FLIP_PROTOCOL = option(
     "flip_protocol", "static", "label flipping of the generated pool: static = a fixed "
     "fraction of clients always flipped; bernoulli = every sampled client flipped with "

@@ -20,7 +20,7 @@ PARTITIONS = Registry("partition", dict.fromkeys(("dirichlet", "clusters", "clas
                                                   "natural")))
 option("partition", "dirichlet", "how samples are split over clients", PARTITIONS,
        group="data", data=True)
-option("min_samples", 10, "minimum samples per client (all partitions)", group="data", ge=0,
+option("min_samples", 10, "minimum samples per client", group="data", ge=0,
        data=True)
 option("train_fraction", 0.6, "per-client train share; the rest is the client's test split",
        group="data", gt=0, lt=1, data=True)

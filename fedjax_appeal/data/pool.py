@@ -31,7 +31,7 @@ option("fmnist_dir", "/usr/share/datasets/fashion-mnist", "directory with the Fa
        "IDX .gz files", group="data", data=True)
 option("cache_dir", "", "cache for decoded arrays", group="data",
        shown="$FEDJAX_APPEAL_CACHE, else ~/.cache/fedjax_appeal", data=True)
-option("max_samples", 0, "use at most this many samples of the dataset (0 = all)", group="data",
+option("max_samples", 0, "at most this many samples (0 = all)", group="data",
        ge=0, data=True)
 option("input_scale", 0.0, "dataset npz:PATH: the model multiplies its inputs by this first "
        "(0 = 1/255 for uint8 inputs, 1 for float inputs)", applies=NPZ_FILE, group="data",
@@ -39,14 +39,14 @@ option("input_scale", 0.0, "dataset npz:PATH: the model multiplies its inputs by
            lambda cfg: not cfg.input_scale or cfg.dataset.startswith("npz:"),
            "--input-scale applies to --dataset npz:PATH only (registered datasets carry their "
            "own scale)"))
-option("num_classes", 0, "the number of classes, when the labels do not use every one (0 = the "
-       "largest label + 1)", group="data", ge=0, hint="0 = the largest label + 1", data=True)
-option("seed", 0, "random seed (training; also the data unless --data-seed is given)",
+option("num_classes", 0, "classes (0: from the labels)", group="data",
+       ge=0, hint="0 = the largest label + 1", data=True)
+option("seed", 0, "random seed (also of the data, unless --data-seed)",
        group="output", ge=0, lt=2 ** 63, data=True)
-option("data_seed", -1, "seed of the data: partition, train/test split, label flips, generated "
-       "clients (-1 = --seed)", group="data", ge=-1, lt=2 ** 63, data=True)
+option("data_seed", -1, "seed of the data: partition, splits, flips (-1 = --seed)",
+       group="data", ge=-1, lt=2 ** 63, data=True)
 option("clients", 100, "number of seen (training) clients", group="federation", ge=1, data=True)
-option("unseen_clients", 100, "number of unseen clients (never trained on; 0 = none)",
+option("unseen_clients", 100, "number of unseen clients (never trained on)",
        group="federation", ge=0, data=True)
 # the options of the generated datasets
 SYNTHETIC, DIGITS = component("dataset", "synthetic"), component("dataset", "digits")

@@ -42,12 +42,11 @@ SHARED_EXECUTOR = capable("layouts", "{alg} does not use the shared executor", "
                           "--client-lanes, --client-chunk and --devices", unless=lambda cfg: (
                               cfg.client_lanes == 0 and cfg.client_chunk <= 0
                               and cfg.devices == 1))
-option("client_chunk", 0, "run the cohort's local updates in chunks of this many clients (0 = "
-       "auto: only when cohort x params exceeds the memory budget; -1 = never)", group="scale",
+option("client_chunk", 0, "the cohort's local updates in chunks of this many clients (0 = auto, "
+       "by the memory budget; -1 = never)", group="scale",
        ge=-1, hint="0 = auto, -1 = never", needs=SHARED_EXECUTOR)
-option("client_lanes", 0, "clients of an unchunked cohort trained side by side in one vmap, the "
-       "rest following in a loop inside the same program (0 = the whole cohort in one vmap; "
-       "with --devices D, each device's share of the cohort)", group="scale", ge=0,
+option("client_lanes", 0, "clients trained side by side in one vmap, the rest in a loop of the "
+       "same program (per device)", group="scale", ge=0,
        hint="0 = the whole cohort in one vmap", needs=SHARED_EXECUTOR)
 
 

@@ -38,16 +38,24 @@ from typing import NamedTuple
 import jax
 
 from ..core.errors import ConfigError
-from ..core.fields import option
+from ..core.fields import option, when
+from ..core.models import convolutional
+from ..data.pool import default_model
 from .executor import SHARED_EXECUTOR
 
 LAYOUTS = ("auto", "manual")
 option("devices", 1, "devices to shard the cohort over (0 = all; setting it makes the layout "
        "manual)", group="scale", ge=0, hint="0 = all", needs=SHARED_EXECUTOR)
-option("layout", "auto", "execution layout: auto = the cohort sharded over the host's cores "
-       "(CPU) or devices when the cohort divides among them, one client at a time per CPU "
-       "device (execute/layout.py); manual = exactly --devices and --client-lanes", LAYOUTS,
+option("layout", "auto", "execution layout (execute/layout.py); manual = exactly --devices "
+       "and --client-lanes", LAYOUTS,
        group="scale")
+
+
+def model_of(cfg) -> str:
+    """The model a run of `cfg` builds (`auto`: its dataset's)."""
+    return default_model(cfg.dataset) if cfg.model == "auto" else cfg.model
+
+
 option("conv_impl", "auto", "how convolutional models convolve (core/conv.py): xla (lax.conv), "
        "patches (im2col slices + matmul), patches_cf (the same, channels-first), winograd (3x3 "
        "stride-1 layers by Winograd F(4x4,3x3), others as patches_cf) or patches_train / "
@@ -56,7 +64,10 @@ option("conv_impl", "auto", "how convolutional models convolve (core/conv.py): x
        "benchmarks/RESULTS.md); auto = winograd_train on CPU (patches_cf_train where a device "
        "trains several clients in one vmap), patches_train on GPU, xla elsewhere",
        ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train", "winograd",
-        "winograd_train"), group="algorithm")
+        "winograd_train"), group="algorithm", applies=when(
+           lambda cfg: convolutional(model_of(cfg)),
+           lambda cfg: f"it configures convolutional models, and --model {model_of(cfg)} has "
+           "no convolution"))
 # RunConfig fields a layout sets; giving any of them (or --cpu-devices) means "manual".
 LAYOUT_FIELDS = ("devices", "client_lanes")
 

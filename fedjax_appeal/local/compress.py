@@ -123,9 +123,8 @@ def error_feedback(inner: Compressor) -> Compressor:
 
 # The compressor (for algorithms whose uploads go through the uplink) and the options of
 # each one.
-option("compress", "none", "compression of what a client sends: none, qsgd (stochastic "
-       "quantisation to --compress-levels levels) or topk (the --compress-fraction largest "
-       "coordinates)", ("none", "qsgd", "topk"), group="uplink", needs=capable(
+option("compress", "none", "compression of the clients' updates", ("none", "qsgd", "topk"),
+       group="uplink", needs=capable(
            "uplink", "{alg} does not compress its uploads", "use --compress none",
            unless=lambda cfg: cfg.compress == "none"))
 QSGD, TOPK = component("compress", "qsgd"), component("compress", "topk")

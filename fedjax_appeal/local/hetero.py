@@ -33,10 +33,7 @@ from ..core.fields import component, option, when
 
 # the local-steps distributions (`--local-steps-dist`, for the algorithms whose clients take
 # tau_k steps) and the options each one reads
-option("local_steps_dist", "fixed", "per-client local steps tau_k, drawn per client and round: "
-       "fixed (= --local-steps), uniform on [--local-steps-min, --local-steps], or lognormal "
-       "(--steps-sigma) clipped to those bounds; epochs = floor(--local-epochs x n_k / batch "
-       "size) per client; the scan runs --local-steps, steps past tau_k are no-ops",
+option("local_steps_dist", "fixed", "per-client local steps tau_k (at most --local-steps)",
        ("fixed", "uniform", "lognormal", "epochs"), group="hetero", needs=capable(
            "varied_steps", unless=lambda cfg: cfg.local_steps_dist == "fixed", reason=lambda cfg:
            f"--local-steps-dist {cfg.local_steps_dist} needs an algorithm with FedAvg's local "

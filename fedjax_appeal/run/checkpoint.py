@@ -39,8 +39,8 @@ from ..core.config import ConfigError
 from ..core.fields import option
 from .diskspace import WriteFailed, check_free, estimate_bytes, reason
 
-option("checkpoint_every", 0, "save a checkpoint into --out every this many rounds (0 = only "
-       "when interrupted with Ctrl-C)", group="scale", ge=0)
+option("checkpoint_every", 0, "checkpoint every this many rounds (0 = on Ctrl-C only)",
+       group="scale", ge=0)
 option("resume", "", "continue the run whose checkpoint is in this folder", group="scale")
 
 FILE = "checkpoint.npz"

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.fields import option
 
-option("out", "", "output directory (results.json, history.csv, accuracy.png)", group="output",
+option("out", "", "output folder (results.json, history.csv, ...)", group="output",
        shown="runs/ALGORITHM_DATASET_sSEED; a sweep: runs/sweep_ALGORITHM_DATASET")
 
 

@@ -24,8 +24,8 @@ from ..core.config import ConfigError
 from ..core.fields import option
 
 KINDS = ("tensorboard", "wandb")
-option("log", "", "experiment trackers, comma-separated: tensorboard (event files in "
-       "OUT/tensorboard), wandb (WANDB_MODE=offline keeps it on disk)", group="tracking")
+option("log", "", "experiment trackers, comma-separated: tensorboard (in OUT/tensorboard), "
+       "wandb", group="tracking")
 LOG_DIR = "tensorboard"
 
 

@@ -38,13 +38,11 @@ from ..local import hetero
 SYNCHRONOUS = capable("availability", "{alg} has no synchronous rounds", "--availability and "
                       "--deadline apply to synchronous algorithms; drop them",
                       unless=lambda cfg: cfg.availability == "always" and cfg.deadline == 0)
-option("availability", "always", "client availability per round, applied before selection: "
-       "always, bernoulli (--avail-p, --avail-spread) or markov (on/off trace, --avail-on-off, "
-       "--avail-off-on)", ("always", "bernoulli", "markov"), group="hetero", needs=SYNCHRONOUS)
+option("availability", "always", "client availability per round (--avail-* options)",
+       ("always", "bernoulli", "markov"), group="hetero", needs=SYNCHRONOUS)
 DEADLINE = option(
-    "deadline", 0.0, "round deadline in simulated seconds: a selected client whose tau_k x "
-    "step time (--step-time-sigma) exceeds it is dropped from aggregation (round metric "
-    "'dropped'); 0 = no deadline", group="hetero", ge=0, hint="0 = no deadline",
+    "deadline", 0.0, "round deadline in simulated seconds (slower clients are dropped)",
+    group="hetero", ge=0, hint="0 = no deadline",
     needs=SYNCHRONOUS)
 BERNOULLI, MARKOV = component("availability", "bernoulli"), component("availability", "markov")
 P = option("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a client is "

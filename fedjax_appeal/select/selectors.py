@@ -71,7 +71,7 @@ OWN_COHORT = capable("selector", "{alg} draws its own cohort", "use --selector r
                      "--flip-protocol static",
                      unless=lambda cfg: cfg.selector == "random" and cfg.flip_protocol == "static")
 option("cohort", 10, "clients sampled per round", group="federation", ge=1)
-option("selector", "random", "cohort selector (random = uniform from the available pool)",
+option("selector", "random", "cohort selector (random: uniform from the available pool)",
        registry="selector", group="selection", needs=OWN_COHORT)
 
 # The options of each selector, declared here

@@ -36,10 +36,9 @@ SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
 SOLO_OPTIONS = ("rho_steps", "batch_size")
 # The appeal protocol: on with `--appeal on`, or with `auto` for an algorithm that reads
 # requirements or when an option of the protocol (one whose `applies` is `PROTOCOL`) is given.
-option("appeal", "auto", "the appeal protocol (solo models, GM-Appeal and preferred-model "
-       "metrics, opt-out participation, fine-tuning evaluation): on, off, or auto = on for "
-       "algorithms that need requirements (maxfl, incfl, mwfed) or when one of its options is "
-       "given, else off", ("auto", "on", "off"), group="appeal")
+option("appeal", "auto", "the appeal protocol (solo models, GM-Appeal, opt-out): auto = on "
+       "for algorithms that read requirements or when one of its options is given",
+       ("auto", "on", "off"), group="appeal")
 
 
 def appeal_on(cfg: RunConfig) -> bool:
