@@ -97,3 +97,32 @@ def test_a_plugin_tunable_of_a_weight_rule_is_refused_like_a_builtin_one():
         assert ignored_reason("exp_alpha", RunConfig()) == (
             "it configures --aggregation exp-alpha or exp-alpha-n")
         assert "test_loss_temp" not in used_hparams(RunConfig())
+
+
+def test_a_plugin_selector_reading_an_option_not_declared_for_it_is_refused_when_built():
+    """The build check (before any data load) names the selector and the declaration to
+    add; declared for the selector, the option is read."""
+    import jax.numpy as jnp
+
+    from fedjax_appeal.extend import SELECTORS, Selector
+    from fedjax_appeal.run.validate import validate
+
+    def probe(model, opts):
+        window = opts.test_probe_window  # read when built, as a builder should
+        return Selector(init=lambda key, state, data, hp: {},
+                        select=lambda key, state, data, hp: (
+                            jnp.arange(opts.cohort) + 0 * window, jnp.ones(opts.cohort, bool)))
+
+    with registrations():
+        SELECTORS["test-probe"] = probe
+        option("test_probe_window", 3, "a window", applies=algorithm("fedprox"))
+        cfg = RunConfig(selector="test-probe", dataset="synthetic", clients=6,
+                        unseen_clients=0, cohort=2)
+        with pytest.raises(ConfigError) as e:
+            validate(cfg, HParams())
+        assert str(e.value) == (
+            "--selector test-probe reads the option 'test_probe_window', which is not declared "
+            "for it: declare an option of its own: option(NAME, DEFAULT, HELP, "
+            "applies=component('selector', 'test-probe'))")
+        option("test_probe_window", 3, "a window", applies=component("selector", "test-probe"))
+        validate(cfg, HParams())

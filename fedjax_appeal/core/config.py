@@ -116,7 +116,8 @@ class Options(Static):
         if name not in self._values:
             raise UndeclaredOption(
                 f"{self._component} reads the configuration field {name!r}, which it does not "
-                f"declare (it declares: {', '.join(self._values) or 'none'})", name)
+                f"declare (it declares: {', '.join(self._values) or 'none'})", name,
+                self._component)
         return self._values[name]
 
     @property
@@ -141,7 +142,7 @@ class Options(Static):
         if missing:
             raise UndeclaredOption(
                 f"{component} reads {', '.join(map(repr, missing))}, which {self._component} "
-                f"(whose options it is given) does not declare", missing[0])
+                f"(whose options it is given) does not declare", missing[0], component)
         return Options(component, {n: self._values[n] for n in names})
 
     def replace(self, **kw: Any) -> Options:

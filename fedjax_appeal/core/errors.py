@@ -7,8 +7,8 @@ class ConfigError(ValueError):
 
 class UndeclaredOption(LookupError):
     """A component read a configuration option not declared for it (a programming error, not
-    a user's: declare the option where it applies); `option` names it."""
+    a user's: declare the option where it applies); `option` and `component` name them."""
 
-    def __init__(self, message: str, option: str = ""):
+    def __init__(self, message: str, option: str = "", component: str = ""):
         super().__init__(message)
-        self.option = option
+        self.option, self.component = option, component

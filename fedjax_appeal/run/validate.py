@@ -90,19 +90,23 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
 
 
 def check_build(cfg: RunConfig) -> None:
-    """Build the run's algorithm with a stand-in model, before any data is loaded: a
-    builder (or a part it calls) that reads an option not declared for it is refused in one
-    line that names the declaration to add. Other failures are left to the real build."""
+    """Build the run's algorithm (and the selector, weight rule, ... it composes) with a
+    stand-in model, before any data is loaded: a builder, or a part it calls, that reads an
+    option not declared for it is refused in one line that names the declaration to add.
+    Other failures are left to the build with the run's own model."""
     try:
         build(cfg.algorithm, STAND_IN, cfg, executor=Executor(0, None, 0))
     except UndeclaredOption as e:
-        name = e.option
+        kind, _, quoted = e.component.partition(" ")
+        if kind not in ("algorithm", "selector"):
+            raise ConfigError(str(e)) from None
+        who, name = quoted.strip("'"), e.option
         parts = OPTIONS[name].applies.names("part") if name in OPTIONS else ()
-        fix = (f"declare the part it is built on: register({cfg.algorithm!r}, Supports(parts="
-               f"({parts[0]!r},)))" if parts else "declare an option of its own: option(NAME, "
-               f"DEFAULT, HELP, applies=algorithm({cfg.algorithm!r}))")
-        raise ConfigError(f"--algorithm {cfg.algorithm} reads the option {name!r}, which is "
-                          f"not declared for it: {fix}") from None
+        fix = (f"declare the part it is built on: register({who!r}, Supports(parts="
+               f"({parts[0]!r},)))" if parts and kind == "algorithm" else "declare an option of "
+               f"its own: option(NAME, DEFAULT, HELP, applies=component({kind!r}, {who!r}))")
+        raise ConfigError(f"--{kind} {who} reads the option {name!r}, which is not declared "
+                          f"for it: {fix}") from None
     except Exception:  # noqa: BLE001 - the build with the run's own model reports it
         return
 
