@@ -1,26 +1,33 @@
 """The `reproduce` subcommand of `fedjax-appeal`, added through the entry-point group
 `fedjax_appeal.commands` (pyproject.toml: `reproduce = "papers.cli:register"`).
 
-`fedjax-appeal reproduce NAME [--quick] [--seeds 0,1,2] [--set KEY=VALUE] [--robustness]`
-runs a named experiment of `papers.reproduce.EXPERIMENTS`; `reproduce list` lists them
-(marking those with a `--robustness` mode), and `fedjax-appeal list` shows their names
-under "experiments".
+`fedjax-appeal reproduce NAME [--quick] [--seeds 0,1,2 | auto[:MAX]] [--set KEY=VALUE]
+[--robustness]` runs a named experiment of `papers.reproduce.EXPERIMENTS` (`--seeds auto`:
+seeds until its main claim is decided, `papers.decide`); `reproduce all` runs every table
+with a main claim and writes the scorecard (`papers.scorecard`); `reproduce list` lists
+them (marking those with a `--robustness` mode and those with a main claim), and
+`fedjax-appeal list` shows their names under "experiments".
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 from fedjax_appeal.cli import Subcommand
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`)")
+    p.add_argument("name", help="experiment name (see `fedjax-appeal reproduce list`), or all: "
+                   "every table with a main claim, then their scorecard")
     p.add_argument("--seeds", default=None,
                    help="comma-separated seeds (default: the experiment's, `reproduce list`; "
-                        "the tour 0..9, the paper tables 0,1,2)")
+                        "the tour 0..9, the paper tables 0,1,2), or auto[:MAX]: seeds 0, 1, "
+                        "... in batches (--seed-batch) until the experiment's main claim is "
+                        "decided by a 95%% group-sequential interval, at most MAX seeds "
+                        "(default 40; experiments with a main claim are marked [auto] in "
+                        "`reproduce list`)")
+    p.add_argument("--seed-batch", type=int, default=None, metavar="B",
+                   help="with --seeds auto: seeds added before each look (default 10)")
     p.add_argument("--out", default="", help="output folder (default runs/reproduce/NAME; "
                    "runs/reproduce/NAME-quick with --quick; --out results/NAME replaces the "
                    "committed report)")
@@ -40,22 +47,26 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "twice it), same seeds; writes robustness.md / robustness.json into "
                         "the table's folder (tables marked [--robustness] in `reproduce "
                         "list`)")
+    p.add_argument("--plan", action="store_true",
+                   help="with `all`: print the tables, in order, with their estimated time "
+                        "(from the committed reports' costs), and stop")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every configuration (default: reuse runs finished earlier with "
                         "the same code, kept in <cache>/runs)")
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from fedjax_appeal import ConfigError, check_out, did_you_mean
+    from fedjax_appeal import ConfigError
 
     from .reproduce import (
+        CLAIMS,
         EXPERIMENTS,
         OPTIONS,
         ROBUST,
         SEEDS,
-        Context,
         load_modules,
-        parse_options,
+        make_context,
+        run_context,
     )
 
     load_modules()
@@ -63,40 +74,21 @@ def cmd(args: argparse.Namespace) -> int:
         for n, (_, h) in sorted(EXPERIMENTS.items()):
             seeds = ",".join(map(str, SEEDS.get(n, ())))
             print(f"{n:24s} {h}" + (" [--robustness]" if n in ROBUST else "")
-                  + f" (seeds {seeds})")
+                  + (" [auto]" if n in CLAIMS else "") + f" (seeds {seeds})")
             for k, oh in OPTIONS.get(n, {}).items():
                 print(f"{'':24s}   --set {k}=...: {oh}")
         return 0
-    if args.name not in EXPERIMENTS:
-        names = sorted(EXPERIMENTS)
-        guess = did_you_mean(args.name, names)
-        raise ConfigError(f"unknown experiment '{args.name}'; "
-                          + (f"did you mean '{guess}'? " if guess else "")
-                          + f"choose one of: {', '.join(names) or '(none registered)'}")
-    try:
-        seeds = ([int(s) for s in args.seeds.split(",") if s.strip()]
-                 if args.seeds is not None else list(SEEDS[args.name]))
-    except ValueError:
-        raise ConfigError(f"--seeds must be comma-separated integers (got {args.seeds!r})"
-                          ) from None
-    if not seeds:
-        raise ConfigError("--seeds needs at least one seed")
-    fn, _ = EXPERIMENTS[args.name]
-    if args.robustness and args.name not in ROBUST:
-        raise ConfigError(f"reproduce {args.name} has no --robustness mode; tables with one: "
-                          f"{', '.join(sorted(ROBUST)) or '(none)'}")
-    options = parse_options(args.name, args.options)
-    out = Path(args.out or Path("runs") / "reproduce" / (args.name + ("-quick" if args.quick
-                                                                    else "")))
-    check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
-    ctx = Context(args.name, seeds, out, args.quick,
-                  args.data_dir, args.fmnist_dir, args.cache_dir,
-                  command="fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
-                  reuse=not args.fresh, options=options, robustness=args.robustness,
-                  clock=getattr(args, "clock", None))
-    fn(ctx)
-    print(f"wrote {ctx.out}")
+    if args.name == "all":
+        from .scorecard import run_all
+
+        return run_all(args)
+    if args.plan:
+        raise ConfigError("--plan goes with `reproduce all`: drop it, or run reproduce all "
+                          "--plan")
+    ctx = make_context(args, args.name)
+    run_context(ctx, EXPERIMENTS[args.name][0])
     return 0
+
 
 
 def experiment_names() -> list[str]:

@@ -58,6 +58,27 @@ def held(diffs: Sequence[float | None], want: str) -> bool:
     return verdict_of(diffs, want) == "held"
 
 
+def size_of(p: dict, paper: float | None, want: str) -> str | None:
+    """The size verdict of a `paired` result against the paper's effect `paper` (same
+    units): "consistent", "smaller", "larger" or None (`fedjax_appeal.size_verdict` on
+    the interval that decides the direction)."""
+    from fedjax_appeal import deciding_interval, paired_report, size_verdict
+
+    d = [float(x) for x in p["diffs"]]
+    if not d or any(not math.isfinite(x) for x in d):
+        return None
+    rep = paired_report(dict(enumerate(d)), dict.fromkeys(range(len(d)), 0.0), want)
+    return size_verdict(deciding_interval(rep), paper, want)
+
+
+def size_cell(p: dict, paper: float | None, want: str) -> str:
+    """'smaller than the paper's -0.93, excluded at 95%' and the like, '—' without a paper
+    number (`size_of`)."""
+    from fedjax_appeal import size_text
+
+    return "—" if paper is None else size_text(size_of(p, paper, want), paper)
+
+
 def pair_cell(p: dict) -> str:
     """'+0.54 [t +0.31, +0.78] (+++)': the mean difference, its 95% t interval, the signs."""
     lo, hi = p.get("t_interval", (float("nan"), float("nan")))

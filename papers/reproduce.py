@@ -47,6 +47,13 @@ class Context:
     t0: float = dataclasses.field(default_factory=time.perf_counter)
     clock: Any = None  # the command's `CommandClock` (its start and compile log), if any
     spent: Spent = dataclasses.field(default_factory=Spent)  # what the computed runs took
+    # `--seeds auto` (`papers.decide`): the looks, the main claim, the last look's decision
+    design: Any = None  # a `fedjax_appeal.SeedDesign`
+    claim: Any = None  # a `papers.decide.MainClaim`
+    decision: Any = None  # a `fedjax_appeal.SequentialReport`
+    # a `fedjax_appeal.Heartbeat` writing through `line` while the experiment runs (set by
+    # the command): told each step of the runs, it writes a line when one lasts long
+    heartbeat: Any = None
 
     def base(self, **kw) -> RunConfig:
         """A RunConfig with this context's data locations, then `kw`."""
@@ -68,9 +75,22 @@ class Context:
             return True
         raise ConfigError(f"--set {key}={v}: give 1/true/yes/on or 0/false/no/off")
 
+    def line(self, msg: str) -> None:
+        """Write one progress line: `[NAME  seconds] msg` on stderr."""
+        sys.stderr.write(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}\n")
+        sys.stderr.flush()
+
     def log(self, msg: str) -> None:
-        print(f"[{self.name} {time.perf_counter() - self.t0:7.0f}s] {msg}", file=sys.stderr,
-              flush=True)
+        self.line(msg)
+        if self.heartbeat is not None:
+            self.heartbeat.mark()
+
+    def phase(self, what: str):
+        """`with ctx.phase("loading ..."):` names a step for the heartbeat (if any)."""
+        import contextlib
+
+        return (contextlib.nullcontext() if self.heartbeat is None else
+                self.heartbeat.phase(what))
 
     def run(self, cfg: RunConfig, hp: HParams, label: str = "", **kw):
         """Run one configuration (see `experiment.run_config`); logs start and end.
@@ -94,6 +114,7 @@ class Context:
             return results, None
         self.log(f"{what}: {cfg.rounds} rounds ...")
         kw.setdefault("program_cache", program_cache_folder())
+        kw.setdefault("heartbeat", self.heartbeat)
         results, sim = run_config(cfg, hp, **kw)
         self.spent.add_run(results)
         last = results["history"][-1]
@@ -113,7 +134,12 @@ class Context:
         """Write files all-or-nothing; values are writer functions, text, or JSON data.
 
         A report records its cost (`papers.cost`): JSON data gets a `cost` entry and a
-        markdown text ends with a "Cost" section."""
+        markdown text ends with a "Cost" section. With `--seeds auto` the look's decision
+        is added first (`papers.decide.annotate`)."""
+        if self.design is not None:
+            from papers.decide import annotate
+
+            files = annotate(self, files)
         rec = self.cost()
         files = {name: ({**v, "cost": rec} if isinstance(v, dict) and name.endswith(".json")
                         else v.rstrip("\n") + "\n" + "\n".join(cost_lines(rec))
@@ -172,6 +198,7 @@ def run_cache(explicit: str = "") -> Path:
 EXPERIMENTS: dict[str, tuple[Callable[[Context], None], str]] = {}
 OPTIONS: dict[str, dict[str, str]] = {}  # experiment -> its `--set` options (key -> help)
 ROBUST: set[str] = set()  # experiments with a `--robustness` mode (`papers.robustness`)
+CLAIMS: dict[str, Any] = {}  # experiment -> its main claim (`papers.decide.MainClaim`)
 # Modules whose import registers experiments.
 MODULES: list[str] = [
     "papers.tour.tour",  # the tour: one paired comparison per paper family
@@ -191,12 +218,13 @@ SEEDS: dict[str, tuple[int, ...]] = {}  # experiment -> its default seeds
 
 def experiment(name: str, help: str, options: dict[str, str] | None = None,
                robustness: bool = False, shared_lr: Any = None,
-               seeds: Sequence[int] = DEFAULT_SEEDS):
+               seeds: Sequence[int] = DEFAULT_SEEDS, claim: Any = None):
     """Register experiment `name`; `options` declares what `--set KEY=VALUE` may set for it
     (key -> help), read with `ctx.option(KEY)` / `ctx.flag(KEY)`; `robustness`: it reads
     `ctx.robustness` (`reproduce NAME --robustness`); `shared_lr` (a
     `papers.shared_lr.SharedLr`): `--robustness` reruns the whole experiment at each of its
-    lrs (its `check`); `seeds`: the seeds it runs without `--seeds`."""
+    lrs (its `check`); `seeds`: the seeds it runs without `--seeds`; `claim` (a
+    `papers.decide.MainClaim`): its main claim, which `--seeds auto` decides."""
     def deco(fn: Callable[[Context], None]):
         def run(ctx: Context) -> None:
             if ctx.robustness and shared_lr is not None:
@@ -207,6 +235,8 @@ def experiment(name: str, help: str, options: dict[str, str] | None = None,
         EXPERIMENTS[name] = (run if shared_lr is not None else fn, help)
         OPTIONS[name] = dict(options or {})
         SEEDS[name] = tuple(int(s) for s in seeds)
+        if claim is not None:
+            CLAIMS[name] = claim
         if robustness or shared_lr is not None:
             ROBUST.add(name)
         return fn
@@ -255,3 +285,93 @@ def load_modules() -> None:
     for mod in MODULES:
         importlib.import_module(mod)
 
+
+def make_context(args: Any, name: str, out: Path | None = None,
+                 command: str | None = None):
+    """The `papers.reproduce.Context` of `reproduce NAME` with these arguments (seeds or
+    the `--seeds auto` design and main claim, options, output folder), every argument
+    checked before any slow work; `out` replaces the default folder."""
+    from fedjax_appeal import check_out, did_you_mean
+
+    if name not in EXPERIMENTS:
+        names = sorted(EXPERIMENTS)
+        guess = did_you_mean(name, names)
+        raise ConfigError(f"unknown experiment '{name}'; "
+                          + (f"did you mean '{guess}'? " if guess else "")
+                          + f"choose one of: all, {', '.join(names) or '(none registered)'}")
+    design = auto_design(args, name in CLAIMS, name)
+    try:
+        seeds = (list(range(design.batch)) if design is not None
+                 else [int(s) for s in args.seeds.split(",") if s.strip()]
+                 if args.seeds is not None else list(SEEDS.get(name, DEFAULT_SEEDS)))
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers or auto[:MAX] (got "
+                          f"{args.seeds!r})") from None
+    if not seeds:
+        raise ConfigError("--seeds needs at least one seed")
+    if args.robustness and name not in ROBUST:
+        raise ConfigError(f"reproduce {name} has no --robustness mode; tables with one: "
+                          f"{', '.join(sorted(ROBUST)) or '(none)'}")
+    if args.robustness and design is not None:
+        raise ConfigError("--seeds auto decides a table's main claim, --robustness reruns "
+                          "it at other lrs: give the seeds the table was decided on, e.g. "
+                          "--seeds 0,1,...,19, with --robustness")
+    options = parse_options(name, args.options)
+    out = out or Path(args.out or Path("runs") / "reproduce" / (name + ("-quick" if args.quick
+                                                                      else "")))
+    check_out(str(out), "--out")  # a report folder is refreshed in place: no reuse check
+    ctx = Context(name, seeds, out, args.quick,
+                  args.data_dir, args.fmnist_dir, args.cache_dir,
+                  command=command or "fedjax-appeal reproduce " + " ".join(sys.argv[2:]),
+                  reuse=not args.fresh, options=options, robustness=args.robustness,
+                  clock=getattr(args, "clock", None))
+    if design is not None:
+        ctx.design, ctx.claim = design, CLAIMS[name]
+    return ctx
+
+
+def run_context(ctx, fn) -> None:
+    """Run experiment `fn` in `ctx`: once, or with `--seeds auto` look by look
+    (`papers.decide.run_until_decided`); prints where the report went."""
+    from fedjax_appeal import Heartbeat, sequential_text
+
+    # a line while a step lasts long; steps the experiment does not name are "reproduce NAME"
+    with Heartbeat(ctx.line) as ctx.heartbeat, ctx.heartbeat.phase(f"reproduce {ctx.name}"):
+        if ctx.design is None:
+            fn(ctx)
+            print(f"wrote {ctx.out}")
+            return
+        from papers.decide import run_until_decided
+
+        rep = run_until_decided(ctx, fn)
+    print(f"{ctx.claim.label}: {sequential_text(rep, 1.0, ctx.claim.digits)}")
+    print(f"wrote {ctx.out}")
+
+
+def auto_design(args: Any, has_claim: bool, name: str):
+    """The `fedjax_appeal.SeedDesign` of `--seeds auto[:MAX]` and `--seed-batch` (None for
+    explicit seeds), refused in one line where it cannot apply."""
+    from fedjax_appeal import parse_auto_seeds, seed_design
+
+    try:
+        top = parse_auto_seeds(args.seeds) if args.seeds is not None else None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if top is None:
+        if args.seed_batch is not None:
+            raise ConfigError("--seed-batch goes with --seeds auto[:MAX]: drop it, or give "
+                              "--seeds auto")
+        return None
+    if args.quick:
+        raise ConfigError("--seeds auto decides a table's main claim; --quick runs a reduced "
+                          "setting (often one seed, some arms left out) that cannot: drop "
+                          "--quick, or give explicit --seeds")
+    if not has_claim:
+        raise ConfigError(f"reproduce {name} names no main claim to decide, so it "
+                          "cannot choose its seeds: give them (--seeds 0,1,2); experiments "
+                          "marked [auto] in `reproduce list` can")
+    try:
+        return seed_design(top, args.seed_batch)
+    except ValueError as e:
+        raise ConfigError(f"--seeds {args.seeds} --seed-batch {args.seed_batch}: {e}"
+                          ) from None

@@ -179,12 +179,14 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                     dkey = tuple(getattr(cfg, f) for f in data_fields())
                     if dkey not in cache:
                         cache.clear()
-                        cache[dkey] = load_federated(cfg)
+                        with ctx.phase(f"loading the data ({cfg.dataset})"):
+                            cache[dkey] = load_federated(cfg)
                     data, ds = cache[dkey]
                     ctx.log(f"{what}: sweeping client lr {list(lrs)}, {cfg.rounds} rounds")
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp,
                                 metric=metrics[0], max_parallel=1, data=data, dataset=ds,
-                                progress=ctx.log, program_cache=program_cache_folder())
+                                progress=ctx.log, program_cache=program_cache_folder(),
+                                heartbeat=ctx.heartbeat)
                     ctx.spent.add_sweep(res.timing, len(res.rows))
                     runs = [{"seed": seed, "client_lr": float(r["hparams"]["client_lr"]),
                              "final": {k: float(r["final"].get(k, math.nan)) for k in metrics},

@@ -74,7 +74,10 @@ def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict], *
                 try:
                     if dkey not in cache:
                         cache.clear()
-                        cache[dkey] = load_federated(cfg)
+                        with ctx.phase(f"loading the data ({cfg.dataset}, {cfg.partition} "
+                                       f"partition over {cfg.clients + cfg.unseen_clients} "
+                                       "clients)"):
+                            cache[dkey] = load_federated(cfg)
                     data, ds = cache[dkey]
                     res, _ = ctx.run(cfg, hp, label=f"{col.label}/{v.label}", data=data,
                                      dataset=ds)

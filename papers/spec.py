@@ -70,6 +70,10 @@ class Table:
     # labels (default: all).
     # Empty: the table has no robustness mode.
     robustness: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the main claim, which `reproduce NAME --seeds auto` decides: (setting label, metric)
+    # of the report's target − best other arm (None: the first setting and the first
+    # paired metric)
+    claim: tuple[str, str] | None = None
 
     def seeds(self, seeds: list[int], quick: bool) -> list[int]:
         """The seeds a run of this table uses, of the command's `--seeds`."""

@@ -159,6 +159,10 @@ SWITCHED = {
                 dict(availability="bernoulli")),
     "avail_off_on": ({}, "--availability markov", dict(availability="markov")),
     "step_time_sigma": ({}, "--deadline and fedbuff", dict(algorithm="fedbuff")),
+    "client_momentum": ({}, "--client-opt momentum or nesterov or adam",
+                        dict(client_opt="nesterov")),
+    "client_beta2": (dict(client_opt="momentum"), "--client-opt adam", dict(client_opt="adam")),
+    "client_eps": (dict(client_opt="nesterov"), "--client-opt adam", dict(client_opt="adam")),
 }
 
 
@@ -167,8 +171,8 @@ def test_switched_options_are_refused_by_their_declarations(key):
     """An option of a part that a condition switches on (the appeal protocol, solo models,
     the imbalanced pool, label flipping, Byzantine clients, SubTrunc under UnionFL, the
     local-steps distributions, the availability models, the simulated step times of the
-    deadline and fedbuff) is refused with that part's reason in a configuration where the
-    part is off, and taken where it is on."""
+    deadline and fedbuff, the client optimizer's hyperparameters) is refused with that
+    part's reason in a configuration where the part is off, and taken where it is on."""
     off, words, on = SWITCHED[key]
     with pytest.raises(ConfigError, match=f"--{key.replace('_', '-')} has no effect here: .*"
                                           f"{re.escape(words)}"):

@@ -308,3 +308,40 @@ def test_an_option_left_out_of_help_is_still_refused_with_its_reason(tmp_path, c
                                                                      no_data_load):
     line = run_bad(["run", *TINY, "--maxfl-eps", "0.1", "--out", str(tmp_path / "r")], capsys)
     assert "--maxfl-eps has no effect here: it configures --algorithm" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra,named", [
+    (["--algorithm", "maxfl", "--rho-steps", "2"], ["gm_appeal_seen", "gm_appeal_unseen"]),
+    (["--selector", "divfl", "--appeal", "off"], ["client_dissimilarity"]),
+    (["--appeal", "off"], []),
+])
+def test_the_last_line_names_what_the_run_was_for(tmp_path, capsys, extra, named):
+    """The line that ends a run names the headline metrics of what it ran: GM-Appeal with
+    the appeal protocol, the client dissimilarity with a submodular selector; each the final
+    history value, as results.json holds it."""
+    out = tmp_path / "r"
+    assert main(["run", *TINY, *extra, "--out", str(out)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    final = json.loads((out / "results.json").read_text())["history"][-1]
+    assert last.startswith(f"final round 4: test_acc_seen {final['test_acc_seen']:.4f}")
+    for k in ("gm_appeal_seen", "gm_appeal_unseen", "client_dissimilarity"):
+        if k in named:
+            digits = 2 if k == "client_dissimilarity" else 4
+            assert f"  {k} {final[k]:.{digits}f}  " in last
+        else:
+            assert k not in last
+
+
+def test_a_flag_of_the_wrong_type_names_the_type_and_an_example(capsys):
+    for argv, msg in ((["run", "--rounds", "ten"], "argument --rounds: invalid int value: "
+                                                   "'ten'; give an integer, e.g. --rounds 200"),
+                      (["run", "--client-lr", "abc"], "argument --client-lr: invalid float "
+                       "value: 'abc'; give a number, e.g. --client-lr 0.05"),
+                      (["sweep", "--max-parallel", "x"], "argument --max-parallel: invalid "
+                       "int value: 'x'; give an integer, e.g. --max-parallel")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and msg in err, err

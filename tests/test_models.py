@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.core.models import MODELS, make_model
+from fedjax_appeal.core.sequence import SEQUENCE_MODELS
 
 SHAPES = {"mlp": (28, 28), "sent_mlp": (50,), "cnn": (32, 32, 3), "lenet5": (28, 28),
           "logistic": (60,), "cnn_bn": (28, 28), "resnet20": (32, 32, 3),
-          "simple_cnn": (32, 32, 3)}
+          "simple_cnn": (32, 32, 3), "lstm": (25,), "char_lstm": (80,), "transformer": (25,)}
+VOCAB = 20  # token ids of the sequence models' case
 
 
 def test_every_registered_model_has_a_shape_case():
@@ -22,8 +24,9 @@ def test_every_registered_model_has_a_shape_case():
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_output_shape_and_param_count(name):
     shape = SHAPES[name]
-    dtype = jnp.uint8 if len(shape) > 1 else jnp.float32
-    m = make_model(name, "x", 10, shape, dtype)
+    seq = name in SEQUENCE_MODELS  # token ids: a classifier of the sequence
+    dtype = jnp.int32 if seq else jnp.uint8 if len(shape) > 1 else jnp.float32
+    m = make_model(name, "x", 10, shape, dtype, vocab_size=VOCAB if seq else 0)
     params, state = m.init(jax.random.key(0))
     x = jnp.zeros((3, *shape), dtype)
     out, _ = m.apply(params, state, x, train=True, key=jax.random.key(1))
@@ -46,6 +49,12 @@ def test_output_shape_and_param_count(name):
             block(32, 64) + 2 * block(64, 64)) + (64 * 10 + 10)
         assert n == expected
         assert 0.26e6 < n < 0.28e6
+    if name == "lstm":  # LEAF's Sent140 stacked_lstm: embedding 100, 2 x LSTM 100, FC 128
+        lstm = lambda d, h: d * 4 * h + h * 4 * h + 4 * h  # noqa: E731
+        assert n == VOCAB * 100 + lstm(100, 100) * 2 + (100 * 128 + 128) + (128 * 10 + 10)
+    if name == "char_lstm":  # FedJAX's Shakespeare LSTM: embedding 8, 2 x LSTM 256
+        lstm = lambda d, h: d * 4 * h + h * 4 * h + 4 * h  # noqa: E731
+        assert n == VOCAB * 8 + lstm(8, 256) + lstm(256, 256) + (256 * 10 + 10)
     if name == "simple_cnn":  # conv 3x3x3x32, 3x3x32x64 (32 -> 30 -> 28, pool 14), FC 12544-128-10
         assert n == (27 * 32 + 32) + (288 * 64 + 64) + (14 * 14 * 64 * 128 + 128) + (128 * 10 + 10)
 

@@ -123,3 +123,84 @@ def test_a_verdict_does_not_hang_on_float_rounding():
     for n in (3, 6):
         r = paired_report(dict(enumerate(a[:n])), dict(enumerate(b[:n])), "+")
         assert r.verdict == ("inconclusive" if n == 3 else "held")
+
+
+def test_size_verdicts_by_hand():
+    from fedjax_appeal.run.paired import deciding_interval, size_text, size_verdict
+
+    # d = 0.01, 0.03, 0.02: mean 0.02, sd 0.01, half-width 4.302653 * 0.01 / sqrt(3)
+    # = 0.024841: t [-0.004841, +0.044841]; inconclusive in direction, and the paper's
+    # +0.47 lies far above the interval: smaller than the paper's, excluded at 95%
+    r = paired_report({0: 0.01, 1: 0.03, 2: 0.02}, {0: 0.0, 1: 0.0, 2: 0.0}, "+")
+    assert r.verdict == "inconclusive"
+    iv = deciding_interval(r)
+    assert iv == pytest.approx((0.02 - 0.024841, 0.02 + 0.024841), abs=1e-6)
+    assert size_verdict(iv, 0.47, "+") == "smaller"
+    assert size_text("smaller", 0.47) == "smaller than the paper's +0.47, excluded at 95%"
+    assert size_verdict(iv, 0.04, "+") == "consistent"  # 0.04 < 0.044841
+    assert size_verdict(iv, 0.045, "+") == "smaller"  # just above the upper end
+    assert size_verdict(iv, -0.01, "+") == "larger"  # below the interval: ours is larger
+    assert size_text("consistent", 0.04) == "consistent with the paper's size (+0.04)"
+    # the paper's direction "-" (fewer rounds): an interval [-12.5, -3.5] and the paper's
+    # -33 rounds: ours is a smaller gain; the paper's -2: ours is larger
+    assert size_verdict((-12.5, -3.5), -33.0, "-") == "smaller"
+    assert size_verdict((-12.5, -3.5), -2.0, "-") == "larger"
+    assert size_verdict((-12.5, -3.5), -3.5, "-") == "consistent"  # an end counts as inside
+    # no paper number, or an interval without both ends: no size verdict
+    assert size_verdict(iv, None, "+") is None
+    assert size_verdict((-math.inf, math.inf), 0.47, "+") is None
+    assert size_verdict((math.nan, math.nan), 0.47, "+") is None
+    assert size_text(None, 0.47) == "n/a"
+    with pytest.raises(ValueError, match="want must be"):
+        size_verdict(iv, 0.47, "up")
+
+
+def test_identical_differences_size_from_the_sign_flip_interval():
+    from fedjax_appeal.run.paired import deciding_interval, size_verdict
+
+    # +0.05 in each of 8 seeds: the t interval is the point 0.05; the sign-flip interval
+    # decides, and it is a point as well (every δ != 0.05 rejects with p = 2/256)
+    r = paired_report({s: 0.15 for s in range(8)}, {s: 0.10 for s in range(8)}, "+")
+    lo, hi = deciding_interval(r)
+    assert (lo, hi) == pytest.approx((0.05, 0.05), abs=1e-9)
+    assert size_verdict((lo, hi), 0.47, "+") == "smaller"
+
+
+def test_min_seeds_and_the_compare_verdict():
+    from fedjax_appeal.run.paired import compare_verdict, interval_text, min_seeds
+
+    # the sign-flip test's smallest two-sided p-value is 2 / 2^n: 2/32 > 0.05 >= 2/64
+    assert min_seeds() == 6 and min_seeds(0.9) == 5 and min_seeds(0.99) == 8
+    two = paired_report({0: 0.3, 1: 0.5}, {0: 0.0, 1: 0.1}, "+")
+    assert two.verdict in VERDICTS_ALL
+    assert compare_verdict(two) == "no verdict (needs at least 6 seeds, has 2)"
+    text = interval_text(two)
+    assert "sign-flip n/a (needs at least 6 seeds)" in text and "inf" not in text
+    one = paired_report({0: 0.3}, {0: 0.0}, "+")
+    assert "95% t n/a (needs at least 2 seeds)" in interval_text(one)
+    up = {s: 0.5 + 0.01 * (s + 1) for s in range(6)}
+    base = {s: 0.5 for s in range(6)}
+    assert compare_verdict(paired_report(up, base, "+")) == "better"
+    assert compare_verdict(paired_report(up, base, "-")) == "worse"
+    assert compare_verdict(paired_report(up, base, "-"), "held", "reversed") == "reversed"
+
+
+VERDICTS_ALL = ("held", "reversed", "inconclusive")
+
+
+def test_the_tables_size_cells():
+    """`papers.pairs.size_of` / `size_cell` on a `paired` record (the selection tables):
+    SubTrunc − DivFL per seed -0.2, -0.4, -0.3 (mean -0.3, sd 0.1, t [-0.548, -0.052]);
+    the paper's -0.93 lies below it: ours is smaller; -0.27 inside: consistent."""
+    from papers.pairs import paired, size_cell, size_of
+
+    a = [{"seed": s, "v": v} for s, v in enumerate((4.0, 4.1, 4.2))]
+    b = [{"seed": s, "v": v} for s, v in enumerate((4.2, 4.5, 4.5))]
+    p = paired(a, b, "v")
+    np.testing.assert_allclose(p["diffs"], [-0.2, -0.4, -0.3], atol=1e-12)
+    assert size_of(p, -0.93, "-") == "smaller"
+    assert size_of(p, -0.27, "-") == "consistent"
+    assert size_of(p, -0.01, "-") == "larger"
+    assert size_cell(p, -0.93, "-") == "smaller than the paper's -0.93, excluded at 95%"
+    assert size_cell(p, None, "-") == "—" and size_of(p, None, "-") is None
+    assert size_of({"diffs": [0.1, float("nan"), 0.2]}, -0.93, "-") is None

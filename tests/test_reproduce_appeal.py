@@ -74,3 +74,37 @@ def test_paired_differences_by_hand():
     assert row["best_baseline"] == "FedAvg"  # mean 0.2 > 0.1
     np.testing.assert_allclose(row["diff"], [0.05, -0.1, 0.2], atol=1e-12)
     assert row["signs"] == "+ − +" and not row["held"]
+
+
+def test_paired_rows_carry_the_papers_effect_and_the_size_verdict():
+    """The IncFL reading of MaxFL Table 2 by hand: MaxFL − MW-Fed per seed +0.01, +0.03,
+    +0.02 (t interval [-0.0048, +0.0448]); the paper's MaxFL 0.55 against its best other
+    arm run here, FedAvg 0.08 (MW-Fed 0.05): +0.47, far above the interval: smaller."""
+    from papers.appeal.report import paired, paired_markdown, paper_effect
+    from papers.spec import Setting
+
+    def rec(vals):
+        return {"status": "ok", "runs": [{"seed": s, "final": {"gm_appeal_unseen": v}}
+                                         for s, v in zip((0, 1, 2), vals, strict=True)]}
+
+    grid = {"c": {"FedAvg": rec([0.0, 0.0, 0.0]), "MW-Fed": rec([0.02, 0.01, 0.03]),
+                  "MaxFL": rec([0.03, 0.04, 0.05])}}
+    paper = {("c", "FedAvg"): {"gm_appeal_unseen": 0.08},
+             ("c", "MW-Fed"): {"gm_appeal_unseen": "0.05 ± 0.01"},
+             ("c", "SCAFFOLD"): {"gm_appeal_unseen": 0.30},  # not run here: not compared
+             ("c", "MaxFL"): {"gm_appeal_unseen": 0.55}}
+    assert paper_effect(paper, "c", "gm_appeal_unseen", "MaxFL",
+                        ["FedAvg", "MW-Fed", "MaxFL"]) == (pytest.approx(0.47), "FedAvg")
+    (row,) = paired(grid, [Setting("c", {})], ["gm_appeal_unseen"], paper=paper)
+    assert row["best_baseline"] == "MW-Fed"
+    np.testing.assert_allclose(row["diff"], [0.01, 0.03, 0.02], atol=1e-12)
+    half = 4.302653 * 0.01 / np.sqrt(3)
+    np.testing.assert_allclose(row["t_interval"], [0.02 - half, 0.02 + half], atol=1e-6)
+    assert row["verdict"] == "inconclusive" and row["size"] == "smaller"
+    assert row["paper_effect"] == pytest.approx(0.47) and row["paper_baseline"] == "FedAvg"
+    md = paired_markdown([row])
+    assert "smaller than the paper's +0.47, excluded at 95%" in md and "[-0.00, +0.04]" in md
+    # no paper number for the metric: no size verdict, a dash in the table
+    (row,) = paired(grid, [Setting("c", {})], ["gm_appeal_unseen"], paper={})
+    assert row["paper_effect"] is None and row["size"] is None
+    assert paired_markdown([row]).rstrip().endswith("| inconclusive | — |")

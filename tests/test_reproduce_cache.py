@@ -73,3 +73,71 @@ def test_report_records_its_cost(tmp_path):
     md = (tmp_path / "out" / "table.md").read_text()
     assert md.startswith("# t\n") and "## Cost" in md and cost["commit"] in md
     assert "1 computed, 1 read back" in md
+
+
+TINY_TABLE = dict(dataset="synthetic", partition="natural", clients=6, unseen_clients=2,
+                  cohort=2, rounds=4, eval_every=2, local_steps=2, batch_size=4,
+                  min_samples=4, rho_steps=2, opt_out_after=0, finetune_steps=0)
+
+
+def _without_cost(folder: Path) -> tuple[str, dict]:
+    """(table.md without its Cost section, results.json without cost and run timings: what
+    differs between two computations of the same runs is only how long they took)."""
+    import json
+
+    md = (folder / "table.md").read_text().split("## Cost")[0]
+
+    def drop(obj):
+        if isinstance(obj, dict):
+            return {k: drop(v) for k, v in obj.items() if k not in ("cost", "timing")}
+        if isinstance(obj, list):
+            return [drop(v) for v in obj]
+        return obj
+
+    return md, drop(json.loads((folder / "results.json").read_text()))
+
+
+@pytest.mark.slow
+def test_an_interrupted_reproduce_rerun_writes_the_uninterrupted_report(tmp_path, monkeypatch):
+    """`reproduce NAME` stopped by Ctrl-C in its third run and started again serves the two
+    finished runs from the run cache and computes the rest: the report is the one of an
+    uninterrupted experiment (`--fresh`: every run computed), every number equal."""
+    import json
+
+    import fedjax_appeal
+    from fedjax_appeal.cli.commands import main
+    from papers.appeal.tables import run_and_report
+    from papers.spec import Arm, Setting, Table
+
+    table = Table("tiny-appeal", "a tiny appeal table", "Tiny appeal table",
+                  settings=(Setting("synthetic", TINY_TABLE, TINY_TABLE),),
+                  arms=(Arm("FedAvg", "fedavg"), Arm("MaxFL", "maxfl")),
+                  metrics=("gm_appeal_seen", "test_acc_seen"), base_hp={"client_lr": 0.05})
+    reproduce.load_modules()
+    monkeypatch.setitem(reproduce.EXPERIMENTS, table.name,
+                        (lambda ctx: run_and_report(ctx, table), table.help))
+    monkeypatch.setitem(reproduce.SEEDS, table.name, (0, 1))
+
+    def command(name: str, *flags: str) -> list[str]:
+        return ["reproduce", table.name, "--out", str(tmp_path / name), "--cache-dir",
+                str(tmp_path / "cache"), *flags]
+
+    real, calls = fedjax_appeal.run_config, []
+
+    def third_is_interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(fedjax_appeal, "run_config", third_is_interrupted)
+    assert main(command("s")) == 130
+    assert not (tmp_path / "s").exists()
+    assert len(list((tmp_path / "cache" / "runs").glob("*.json"))) == 2
+    assert main(command("s")) == 0
+    assert len(calls) == 5  # the two finished runs were not computed again
+    rec = json.loads((tmp_path / "s" / "results.json").read_text())["cost"]
+    assert rec["runs"] == {"computed": 2, "cached": 2}
+    assert main(command("ref", "--fresh")) == 0  # every run computed, none interrupted
+    assert len(calls) == 9
+    assert _without_cost(tmp_path / "s") == _without_cost(tmp_path / "ref")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,9 +124,9 @@ def test_family_block_shows_values_signed_differences_and_the_verdict():
     assert "+1.0" in diff and "-2.0" in diff and "+2.0" in diff
     verdict = next(x for x in lines if x.strip().startswith("→"))
     # +1, -2, +2 pp: mean +0.33, sd 2.08, t half-width 4.303 * 2.082 / sqrt(3) = 5.17; three
-    # seeds: the sign-flip interval is the whole line
+    # seeds: the sign-flip interval is the whole line, printed as n/a
     assert verdict.strip().startswith("→ inconclusive: mean +0.3, 95% t [-4.8, +5.5], "
-                                      "sign-flip [-inf, +inf]")
+                                      "sign-flip n/a (needs at least 6 seeds)")
     assert "2 of 3 seeds in the paper's direction" in verdict
     assert "client lr 0.05 for both arms" in lines[2]
     c, d = SELECTION.arms[0][0], SELECTION.arms[1][0]
@@ -165,6 +166,9 @@ def test_tour_end_to_end_tiny_writes_its_files_in_at_most_40_lines(tmp_path):
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     screen = (p.stdout + p.stderr).splitlines()
     assert p.returncode == 0, p.stderr[-2000:]
+    # the lines of the tour itself; a step that lasts 10 s adds a progress line (as many
+    # as the machine is slow), which says how long it has run so far
+    screen = [x for x in screen if not re.search(r": \d+(\.\d)? (s|min|h) so far", x)]
     assert len(screen) <= 40, "\n".join(screen)
     assert sum(x.strip().startswith(("→ held", "→ inconclusive", "→ reversed"))
                for x in screen) == 3

@@ -13,11 +13,12 @@ from __future__ import annotations
 from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
 from ..core.capabilities import Supports, part
-from ..core.config import Options
+from ..core.config import ConfigError, Options
 from ..core.fields import option
 from ..core.models import Model
 from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
+from ..local.optimizers import CLIENT_OPTS, client_optimizer
 from .base import compose, register
 
 # The shared parts of this file: FedAvg's local SGD (`sgd_local`) and FedProx's proximal
@@ -28,10 +29,14 @@ PROX_MU = option("prox_mu", 0.01, "FedProx proximal coefficient mu", applies=PRO
                  tunable=True, ge=0)
 LOCAL_UNROLL = option("local_unroll", 1, "unroll factor of the local SGD scan (0 = every step)",
                       applies=SGD_LOCAL, group="federation", ge=0)
+# the client optimizer (at --client-lr; the appeal protocol's solo models keep plain SGD)
+CLIENT_OPT = option("client_opt", "sgd", "client optimizer of the local steps", CLIENT_OPTS,
+                    applies=SGD_LOCAL)
 
 
 def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):
-    """The local objective of FedAvg/FedProx: tau SGD steps from the global model.
+    """The local objective of FedAvg/FedProx: tau SGD steps from the global model (or steps
+    of the `--client-opt` optimizer, `local.optimizers`).
 
     With `--local-steps-dist` other than fixed, client k takes tau_k steps
     (`local.hetero.client_steps`); with FedNova aggregation it reports its normaliser a_k
@@ -41,6 +46,10 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
     varied = opts.local_steps_dist != "fixed"
     nova = opts.aggregation == "fednova" if nova is None else nova
     unroll = opts.local_unroll or True  # read here: an undeclared read fails when built
+    tx = client_optimizer(opts.client_opt)
+    if nova and tx is not None:
+        raise ConfigError("--aggregation fednova's normaliser a_k assumes plain SGD clients: "
+                          "use --client-opt sgd")
 
     def local(state, data, k, key, hp):
         reg = proximal(state.params, hp.prox_mu) if prox else None
@@ -48,7 +57,7 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
                                    data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=opts.local_steps, batch_size=opts.batch_size, regularizer=reg,
-                        num_steps=tau, unroll=unroll)
+                        tx=None if tx is None else tx(hp), num_steps=tau, unroll=unroll)
         extra = {}
         if nova:
             steps = opts.local_steps if tau is None else tau

@@ -49,6 +49,33 @@ class _Parser(argparse.ArgumentParser):
                 + (f"did you mean '{guess}'? " if guess else "")
                 + f"choose from {', '.join(choices)}")
 
+    def _get_value(self, action, arg_string):
+        """A value that is not of the flag's type is refused naming the type and an
+        example (the flag's default where it has one): `--rounds ten` says "invalid int
+        value: 'ten'; give an integer, e.g. --rounds 200"."""
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError:
+            kind = {int: ("int", "an integer"), float: ("float", "a number"),
+                    _hp_float: ("float", "a number")}.get(action.type)
+            if kind is None or not action.option_strings:
+                raise
+            flag = action.option_strings[-1]
+            raise argparse.ArgumentError(
+                action, f"invalid {kind[0]} value: {arg_string!r}; give {kind[1]}, e.g. "
+                f"{flag} {_example(action, 10 if action.type is int else 0.05)}") from None
+
+
+def _example(action: argparse.Action, fallback: float) -> str:
+    """An example value of a numeric flag: its default (the declared one of a configuration
+    field or tunable), else `fallback`."""
+    from ..core.fields import OPTIONS
+
+    default = OPTIONS[action.dest].default if action.dest in OPTIONS else action.default
+    if isinstance(default, bool) or not isinstance(default, int | float) or default == 0:
+        default = fallback
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
 
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
@@ -221,7 +248,9 @@ def start_processes(args: argparse.Namespace) -> bool:
 def cpu_devices_for(args: argparse.Namespace) -> int:
     """The CPU split of this process (before JAX runs): `--cpu-devices` as given, else the
     automatic layout's (`layout.cpu_split`) unless the layout is manual (`--layout manual`,
-    or `--devices` / `--client-lanes` given) or the job has several processes."""
+    or `--devices` / `--client-lanes` given) or the job has several processes. A resumed
+    sweep takes the split it recorded when it started (`checkpoint.resumed_split`): another
+    split would run other programs, whose float results differ in the last bits."""
     from ..execute.distributed import detected_cluster
     from ..execute.layout import LAYOUT_FIELDS, cpu_split, host_cores
 
@@ -231,7 +260,14 @@ def cpu_devices_for(args: argparse.Namespace) -> int:
         return 0
     given = given_keys(args)
     values: dict[str, Any] = {}
-    if getattr(args, "resume", ""):
+    if getattr(args, "resume", "") and args.command == "sweep":
+        from ..run.checkpoint import resumed_split
+
+        split, config = resumed_split(args.resume)
+        if split is not None and "layout" not in given and not given & set(LAYOUT_FIELDS):
+            return split  # the split the sweep ran with: the same programs, the same bits
+        values.update(config)
+    elif getattr(args, "resume", ""):
         from ..run.checkpoint import resume_base
 
         values.update(resume_base(args.resume))
@@ -377,22 +413,40 @@ def run_layout(cfg: RunConfig, given: set[str]):
 
 def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
     """`cmd_run` once the configuration is checked and the output folder is ours."""
+    import contextlib
+
+    from ..execute.distributed import is_main
+    from ..run.progress import Heartbeat
+
+    main = is_main()
+    # a line every few seconds while a step lasts long (process 0 speaks for the job)
+    heartbeat = Heartbeat(lambda msg: print(f"fedjax-appeal: {msg}", file=sys.stderr,
+                                            flush=True)) if main else None
+    with heartbeat or contextlib.nullcontext():
+        return _run_with(args, cfg, hp, layout, heartbeat)
+
+
+def _run_with(args: argparse.Namespace, cfg, hp, layout, heartbeat) -> int:
+    """`_run_locked` with its heartbeat (None in the processes other than 0)."""
     import time
 
     from ..core.models import model_for
     from ..data import load_federated
+    from ..data.text import tokenizer_writers
     from ..execute.distributed import is_main
     from ..execute.layout import conv_impl_for
     from ..protocols.appeal.requirement import appeal_reason
-    from ..run.experiment import Prepared, run_config
+    from ..run.experiment import Prepared, loading_phase, run_config
     from ..run.export import model_writers
+    from ..run.progress import phase
     from ..run.report import run_writers, write_outputs
     from ..run.simulate import progress_printer
     from ..run.validate import RUN_FILES
 
     main = is_main()
     t0 = time.perf_counter()
-    data, dataset = load_federated(cfg)  # data problems surface before any output
+    with phase(heartbeat, loading_phase(cfg)):
+        data, dataset = load_federated(cfg)  # data problems surface before any output
     load_s = time.perf_counter() - t0
     # ... and a model that misfits; built as the run builds it (`assemble`)
     model = model_for(cfg.model, data, dataset, conv_impl_for(cfg), cfg.precision)
@@ -412,6 +466,8 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
             line = dp_header(cfg.view(ACCOUNTING, "the privacy accounting"), hp,
                              data.num_clients)
             print(f"fedjax-appeal: {line}", file=sys.stderr)
+        if heartbeat is not None:
+            heartbeat.mark()
     tracker = None
     if main and cfg.log:
         from ..run.records import recorded_config, recorded_hparams
@@ -421,6 +477,9 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
                           Path(cfg.out).name, recorded_config(cfg, model.name),
                           recorded_hparams(cfg, hp))
     printer = progress_printer(cfg.algorithm, cfg.rounds) if main else None
+    if printer is not None and heartbeat is not None:  # its lines count as progress
+        shown = printer
+        printer = lambda entry: (shown(entry), heartbeat.mark())  # noqa: E731
     if main:
         from ..run.report import prefetch_plotting
 
@@ -432,7 +491,7 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
                                   on_eval=(printer if tracker is None else
                                            lambda e: (printer(e), tracker.eval(e))),
                                   program_cache=program_cache_folder(),
-                                  prepared=Prepared(layout, model))
+                                  prepared=Prepared(layout, model), heartbeat=heartbeat)
     except BaseException:
         if tracker is not None:
             tracker.close()
@@ -450,9 +509,11 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
         results["timing"]["process"] = command_split(clock, t["train_total_s"],
                                                      t["eval_total_s"], load_s)
     try:
-        out = write_outputs(cfg.out, {**run_writers(results, title),
-                                      **model_writers(model, sim.final_state.params,
-                                                      sim.final_state.model_state)})
+        with phase(heartbeat, f"writing the results into {cfg.out}"):
+            out = write_outputs(cfg.out, {**run_writers(results, title),
+                                          **model_writers(model, sim.final_state.params,
+                                                          sim.final_state.model_state),
+                                          **tokenizer_writers(dataset)})
     except OSError as e:
         from ..run.diskspace import WriteFailed, reason
         from ..run.experiment import keep_final_state
@@ -468,9 +529,11 @@ def _run_locked(args: argparse.Namespace, cfg, hp, layout) -> int:
               file=sys.stderr)
     acc = last.get("test_acc_seen", float("nan"))
     spr = t.get("sec_per_round")
+    from ..run.records import headline
+
     print(f"final round {last['round']}: test_acc_seen {acc:.4f}"
           + (f"  test_acc_unseen {last['test_acc_unseen']:.4f}" if "test_acc_unseen" in last
-             else "")
+             else "") + headline(cfg, last)
           + (f"  ({spr:.4f} s/round, " if spr is not None else "  (no round trained, ")
           + f"compile {t['compile_s']:.1f}s); wrote {out}/results.json, history.csv, "
           "accuracy.png, model.msgpack (load_model)")

@@ -40,7 +40,18 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, metavar="GROUP",
                    help="compare every other group with this one seed by seed on the final "
                         "metric: mean difference, 95%% paired t and sign-flip intervals, and "
-                        "better / worse / inconclusive (the t interval above, below or around 0)")
+                        "better / worse / inconclusive (the t interval above, below or around "
+                        "0; no verdict below 6 paired seeds, which the sign-flip interval "
+                        "needs); a group as its label, e.g. client_lr=0.1 (numbers match as "
+                        "numbers: client_lr=1 is client_lr=1.0)")
+    p.add_argument("--seeds", default=None, metavar="auto[:MAX]",
+                   help="with --baseline: judge each comparison as seeds added until decided "
+                        "would (`sweep --seeds auto`): the seeds in increasing order, looked "
+                        "at after every --seed-batch, a 95%% group-sequential interval "
+                        "(default MAX 40); says how many seeds the next look needs when "
+                        "undecided")
+    p.add_argument("--seed-batch", type=int, default=None, metavar="B",
+                   help="with --seeds auto: seeds per look (default 10)")
     p.add_argument("--out", required=True, help="folder for compare.* (written all-or-nothing)")
 
 
@@ -52,6 +63,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"--formats {args.formats}: choose from {', '.join(FORMATS)}")
     from ..run.records import duplicate_seeds
 
+    design = seed_design_of(args)
     runs = load_runs(args.paths)
     check_metric(runs, args.metric)
     for msg in duplicate_seeds(runs):
@@ -60,7 +72,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             else default_group_keys(runs))
     rows = summarise(group_runs(runs, keys), args.metric, args.band, args.x)
     title = args.title or f"{args.metric} by {', '.join(keys) or 'run'}"
-    pairs = paired_rows(rows, args.baseline, args.metric) if args.baseline else []
+    pairs = paired_rows(rows, args.baseline, args.metric, design) if args.baseline else []
     result = {"metric": args.metric, "band": args.band, "group_by": keys, "x": args.x,
               "groups": rows, **({"paired": pairs} if args.baseline else {})}
 
@@ -71,8 +83,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     writers = {f"compare.{fmt}": figure(fmt) for fmt in formats}
     writers["compare.md"] = lambda p: p.write_text(
         f"# {title}\n\n" + markdown_table(rows, args.metric)
-        + (f"\nPaired with {args.baseline} (seed by seed; better = the 95% paired t "
-           "interval on the better side of 0):\n\n" + paired_table(pairs, args.metric)
+        + (f"\nPaired with {pairs[0]['baseline']} (seed by seed; better = the 95% "
+           + (f"repeated interval of the group-sequential design ({design.text()})"
+              if design is not None else "paired t interval")
+           + " on the better side of 0; no verdict below 6 seeds, where the sign-flip "
+           "interval is undefined):\n\n" + paired_table(pairs, args.metric)
            if pairs else ""))
     writers["compare.csv"] = lambda p: p.write_text(csv_text(rows, args.x))
     writers["compare.json"] = lambda p: p.write_text(json.dumps(to_jsonable(result), indent=1,
@@ -83,6 +98,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
           + f"wrote {out}/compare.{{{','.join(formats)}}}, "
           "compare.md, compare.csv, compare.json")
     return 0
+
+
+def seed_design_of(args: argparse.Namespace):
+    """The `sequential.SeedDesign` of `--seeds auto[:MAX]` / `--seed-batch` (None
+    without), refused in one line where it cannot apply."""
+    from ..run.sequential import parse_auto_seeds, seed_design
+
+    if args.seeds is None:
+        if args.seed_batch is not None:
+            raise ConfigError("--seed-batch goes with --seeds auto[:MAX]: drop it, or give "
+                              "--seeds auto")
+        return None
+    try:
+        top = parse_auto_seeds(args.seeds)
+        if top is None:
+            raise ValueError(f"--seeds {args.seeds!r}: compare reads the seeds its runs "
+                             "have; --seeds takes auto or auto:MAX (the group-sequential "
+                             "verdict), e.g. --seeds auto:40")
+        if not args.baseline:
+            raise ValueError("--seeds auto judges the --baseline comparisons: give "
+                             "--baseline GROUP too")
+        return seed_design(top, args.seed_batch)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def subcommand() -> Subcommand:

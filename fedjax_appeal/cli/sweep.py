@@ -36,7 +36,15 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "share one vmapped program, RunConfig keys split compilations")
     s.add_argument("--seeds", default=None, metavar="S1,S2,...",
                    help="training seeds, one run per configuration and seed (default: 0); "
-                        "--seed fixes the data partition")
+                        "--seed fixes the data partition; auto[:MAX] (with --baseline): "
+                        "seeds 0, 1, ... in batches until every grid point's comparison "
+                        "with the baseline is decided by a 95%% group-sequential interval, "
+                        "at most MAX (default 40)")
+    s.add_argument("--seed-batch", type=int, default=None, metavar="B",
+                   help="with --seeds auto: seeds per batch (default 10)")
+    s.add_argument("--baseline", default=None, metavar="KEY=VALUE",
+                   help="with --seeds auto: the grid point every other one is compared "
+                        "with, seed by seed on the final --metric (e.g. client_lr=0.01)")
     s.add_argument("--metric", default=None,
                    help="final-history metric ranking the configurations (mean over seeds; "
                         "default: test_acc_seen)")
@@ -160,15 +168,37 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
                               "the flag or start a new sweep")
 
 
+def cpu_split_now() -> int:
+    """The CPU split this process runs with (0: none), recorded for a resume."""
+    import jax
+
+    n = jax.local_device_count()
+    return n if jax.default_backend() == "cpu" and n > 1 else 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
 
     from ..execute.distributed import check_processes
     from ..run.outlock import out_lock
     from ..run.report import to_jsonable
+    from ..run.sequential import parse_auto_seeds
     from ..run.sweep import check_grid, parse_grid_arg
     from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
     from .commands import given_keys, prepare_out
 
+    try:
+        auto = args.seeds is not None and parse_auto_seeds(args.seeds) is not None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if auto:
+        from .sweep_auto import cmd_sweep_auto
+
+        return cmd_sweep_auto(args, cmd_sweep, {"csv": _csv, "summary": _summary_md,
+                                                "plot": _plot})
+    if args.baseline is not None or args.seed_batch is not None:
+        raise ConfigError("--baseline and --seed-batch go with --seeds auto[:MAX] (to compare "
+                          "finished runs: fedjax-appeal compare --baseline)")
+    del args.baseline, args.seed_batch
     spec = _resume_spec(args)
     given = given_keys(args)
     grid_args = args.grid
@@ -203,18 +233,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for cfg_g in groups_of(cfg, checked):
         check_ignored(cfg_g, given | set(checked))
         check_source_size(cfg_g)
+    from ..execute.layout import LAYOUT_FIELDS
+
+    # the layout is resolved before it is recorded, so that a resumed sweep (whose flags
+    # come from the record) runs the same layout, hence the same programs
+    if "layout" not in given and given & set(LAYOUT_FIELDS):
+        cfg = cfg.replace(layout="manual")  # a layout flag given: taken as given
+    elif cfg.layout == "auto":  # the grid sharded over every device (execute/layout.py)
+        cfg = cfg.replace(devices=0)
+    if args.lanes is None and spec.get("lanes") is not None:
+        args.lanes = spec["lanes"]
     now = {"config": cfg.as_dict(),
            "hparams": hp.to_dict(),
            "grid": {k: [to_jsonable(v) for v in vs] for k, vs in checked.items()},
            "seeds": seeds, "metric": metric, "metric_mode": mode, "max_parallel": max_par}
     if spec:
         _check_same_sweep(spec, now, cfg.resume)
-    from ..execute.layout import LAYOUT_FIELDS
-
-    if "layout" not in given and given & set(LAYOUT_FIELDS):
-        cfg = cfg.replace(layout="manual")  # a layout flag given: taken as given
-    elif cfg.layout == "auto":  # the grid sharded over every device (execute/layout.py)
-        cfg = cfg.replace(devices=0)
     check_processes(cfg.devices)
     prepare_out(cfg.out, SWEEP_FILES, args, cfg.resume)
     with out_lock(cfg.out):  # one sweep per folder
@@ -245,7 +279,8 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
         clear_old_run(cfg.out, SWEEP_FILES)
     ck_dir = Path(cfg.out) / SWEEP_DIR
     ckpt = SweepCheckpoint(ck_dir, cfg.checkpoint_every,
-                           {**now, "parallel": spec.get("parallel", {})})
+                           {**now, "parallel": spec.get("parallel", {}),
+                            "cpu_devices": cpu_split_now(), "lanes": args.lanes})
     _peer_advice(cfg.out, 1)
     main = is_main()
 

@@ -2,8 +2,8 @@
 
 Each split of each client set is stored once, flat and compact:
 
-    x [S, ...]   samples of all clients back to back (uint8 for images)
-    y [S]        int32 labels
+    x [S, ...]   samples of all clients back to back (uint8 for images, int32 token ids)
+    y [S]        int32 labels, or y [S, T] one target token per position (`core.sequence`)
     offset [M]   first row of client k
     count [M]    number of rows of client k
     owner [S]    client of each row
@@ -11,6 +11,11 @@ Each split of each client set is stored once, flat and compact:
 A minibatch of client k is the gather `offset[k] + randint(key, (b,), 0, count[k])`, which
 vmaps over k; an evaluation of every client is one pass over S followed by
 `jax.ops.segment_sum(..., owner, M)`. Nothing is padded to the largest client.
+
+Per-position targets (`y [S, T]`, language models) are averaged per counted target token,
+not per row: `tokens [2, M]` holds each client's number of targets counted by the loss and
+by the accuracy (`core.sequence`), and `client_norms` gives the divisors of a client's
+summed loss and correct count (the row counts for every other task).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ class ClientArrays:
     count: jax.Array  # [M] int32, rows of each client (>= 1)
     owner: jax.Array  # [S] int32, client of each row
     max_count: int = struct.field(pytree_node=False, default=0)  # max(count), static
+    # [2, M] float32, per-position targets only: targets each client's loss / accuracy
+    # counts (`core.sequence.target_counts`); None for one target per row
+    tokens: jax.Array | None = None
 
     @property
     def num_clients(self) -> int:
@@ -56,6 +64,12 @@ class ClientArrays:
         owner = np.repeat(np.arange(len(clients)), counts)
         y = np.asarray(y)[idx]
         y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y.astype(np.float32)
+        tokens = None
+        if y.ndim == 2:  # one target per position: per-client counted targets
+            from .sequence import target_counts
+
+            tokens = jax.device_put(np.stack(
+                [target_counts(y[o:o + c]) for o, c in zip(offset, counts, strict=True)], 1))
         return cls(  # transfers (`on_device`), no program compiled per shape
             x=jax.device_put(x[idx]),
             y=jax.device_put(y),
@@ -63,12 +77,27 @@ class ClientArrays:
             count=jax.device_put(counts.astype(np.int32)),
             owner=jax.device_put(owner.astype(np.int32)),
             max_count=int(counts.max()),
+            tokens=tokens,
         )
 
     def client_numpy(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(x, y) of client k as numpy arrays (host side; for tests and references)."""
         o, c = int(self.offset[k]), int(self.count[k])
         return np.asarray(self.x[o:o + c]), np.asarray(self.y[o:o + c])
+
+
+def client_norms(arrays: ClientArrays) -> tuple[jax.Array, jax.Array]:
+    """[M] divisors of each client's summed per-row loss and correct count: its rows, or
+    for per-position targets its counted target tokens (at least 1)."""
+    if arrays.tokens is None:
+        n = arrays.count.astype(jnp.float32)
+        return n, n
+    return jnp.maximum(arrays.tokens[0], 1.0), jnp.maximum(arrays.tokens[1], 1.0)
+
+
+def eval_counts(arrays: ClientArrays) -> jax.Array:
+    """[M] what a client's accuracy is a mean over: rows, or counted target tokens."""
+    return arrays.count if arrays.tokens is None else arrays.tokens[1].astype(jnp.int32)
 
 
 def on_device(values: dict) -> dict:
@@ -120,6 +149,8 @@ class FederatedData:
     # A balanced held-out global test set as one client (generated pools with
     # --global-test-per-class), evaluated as `test_acc_global`; None = none.
     global_test: ClientArrays | None = None
+    # token tasks: the tokenizer's number of ids (0 = not token data; `data/text.py`)
+    vocab_size: int = struct.field(pytree_node=False, default=0)
 
     @property
     def num_clients(self) -> int:

@@ -41,8 +41,7 @@ def _check_names(names: Iterable[str], tunable: bool, record: str) -> None:
 def _static(names: Iterable[str], component: str) -> tuple[str, ...]:
     """`names` without repeats or tunables (which travel in `hp`), each a declared option."""
     names = tuple(dict.fromkeys(names))
-    if any(n not in OPTIONS for n in names):
-        load_option_modules()
+    load_option_modules()  # a no-op once the package's option modules are imported
     unknown = [n for n in names if n not in OPTIONS]
     if unknown:
         raise ValueError(f"{component} declares unknown configuration field(s) "
@@ -182,8 +181,10 @@ class HParams:
         check_tunable(name, field_names(HParams))
         return OPTIONS[name].default
 
-    def replace(self, **values: Any) -> HParams:
-        return HParams(self._values, **values)
+    def replace(self, extra: Mapping[str, Any] | None = None, **values: Any) -> HParams:
+        """A copy with `values` changed; `extra=` replaces all but the learning rates."""
+        lrs = {k: v for k, v in self._values.items() if k in ("client_lr", "server_lr")}
+        return HParams(self._values if extra is None else {**lrs, **extra}, **values)
 
     with_values = replace
 
@@ -230,8 +231,7 @@ def _f32(v) -> jax.Array:
 RECORDS.update({False: Static, True: HParams})
 option("client_lr", 0.05, "client (local) SGD learning rate", tunable=True,
        group="federation", gt=0)
-option("server_lr", 1.0, "server learning rate", tunable=True,
-       group="federation", gt=0)
+option("server_lr", 1.0, "server learning rate", tunable=True, group="federation", gt=0)
 
 
 def declarations(cls) -> list[Option]:

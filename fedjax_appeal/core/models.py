@@ -11,6 +11,8 @@ Models:
     MaxFL).
   * `lenet5`: LeNet-5 (LeCun et al. 1998) for 28x28 or 32x32 inputs (SubTrunc/UnionFL).
   * `logistic`: multinomial logistic regression (Synthetic(alpha, beta); FedProx).
+  * `lstm`, `char_lstm`, `transformer`: sequence models over token ids (`core/sequence.py`),
+    classifiers for one label per sequence, language models for one target per position.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .conv import TRAIN_FORMS, Conv, max_pool_2x2, resolve_conv_impl
 from .fields import option
 from .precision import apply_in, check_precision
 from .registry import Registry
+from .sequence import SEQUENCE_MODELS, is_sequence, token_loss, token_sums
 
 
 class Normalize(nn.Module):
@@ -127,7 +130,8 @@ class Model:
     input_shape: tuple[int, ...]
     input_dtype: Any = jnp.uint8
     name: str = ""
-    objective: str = "xent"  # "xent": softmax cross-entropy; "mse": 0.5 (out - y)^2, 1 output
+    objective: str = "xent"  # "xent": softmax cross-entropy; "mse": 0.5 (out - y)^2, 1 output;
+    # "tokens": next-token cross-entropy over y [B, T] (core/sequence.py)
     precision: str = "default"  # the forward pass's arithmetic (core/precision.py)
 
     def for_grad(self) -> Model:
@@ -165,13 +169,20 @@ class Model:
         return optax.softmax_cross_entropy_with_integer_labels(out, y)
 
     def loss(self, params, state, x, y, *, train: bool, key: jax.Array | None = None):
-        """Mean loss over the batch and the new state."""
+        """Mean loss over the batch (over its counted target tokens for "tokens") and the
+        new state."""
         out, new_state = self.apply(params, state, x, train=train, key=key)
+        if self.objective == "tokens":
+            return token_loss(out, y), new_state
         return self._losses(out, y).mean(), new_state
 
     def per_sample(self, params, state, x, y):
-        """Per-sample (loss, correct) in evaluation mode (correct = 0 for "mse")."""
+        """Per-sample (loss, correct) in evaluation mode (correct = 0 for "mse"); for
+        "tokens", per row the summed loss and correct count of its counted targets
+        (`core.sequence.token_sums`; a client's divisors: `core.arrays.client_norms`)."""
         out, _ = self.apply(params, state, x, train=False)
+        if self.objective == "tokens":
+            return token_sums(out, y)
         if self.objective == "mse":
             return self._losses(out, y), jnp.zeros(y.shape, jnp.float32)
         return self._losses(out, y), (jnp.argmax(out, -1) == y).astype(jnp.float32)
@@ -188,9 +199,11 @@ MODELS = Registry("model", {
     "cnn": lambda c, n: CNN(c, norm=n),
     "lenet5": lambda c, n: LeNet5(c, norm=n),
     "logistic": lambda c, n: Logistic(c, norm=n),
+    **SEQUENCE_MODELS,  # over token ids: lstm, char_lstm, transformer (core/sequence.py)
 }, extra=("auto",))
 option("model", "auto", "model name, or 'auto' for the dataset's default", registry="model",
        group="algorithm")
+
 
 def convolutional(name: str) -> bool:
     """Whether the registered model `name` convolves (its module has a `conv_impl`; an
@@ -204,7 +217,8 @@ def convolutional(name: str) -> bool:
 
 def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...],
                input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0,
-               conv_impl: str = "auto", precision: str = "default") -> Model:
+               conv_impl: str = "auto", precision: str = "default", vocab_size: int = 0,
+               per_position: bool = False) -> Model:
     """Build the registered model `name` (`model_for` resolves `auto`).
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
@@ -214,6 +228,9 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     Models without a `conv_impl` field (the MLPs, user-registered modules) ignore it.
     `precision` is the arithmetic of the forward and backward pass (`core/precision.py`:
     default, fp32, tf32 or bf16 with float32 master weights), for every model.
+    `vocab_size` > 0 says the inputs are token ids of that many ids (a token task), which
+    only the sequence models (`core/sequence.py`) read, and they read nothing else;
+    `per_position` makes them language models (one target per position).
     """
     if name not in MODELS:
         raise ConfigError(f"unknown model '{name}'; choose one of: {', '.join(MODELS)}")
@@ -226,7 +243,24 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     if "conv_impl" in getattr(module, "__dataclass_fields__", {}):
         module = module.clone(conv_impl=impl)
     check_precision(precision)
-    return Model(module, tuple(input_shape), input_dtype, name, precision=precision)
+    check_tokens(name, module, vocab_size, dataset_name)
+    objective = "tokens" if vocab_size and per_position else "xent"
+    if vocab_size:  # the sequence model's vocabulary and head, from the data
+        module = module.clone(vocab_size=vocab_size, per_position=per_position)
+    return Model(module, tuple(input_shape), input_dtype, name, objective, precision)
+
+
+def check_tokens(name: str, module, vocab_size: int, dataset_name: str) -> None:
+    """Refuse a sequence model on data that are not token ids and any other model on token
+    ids, in one line."""
+    seq = ", ".join(SEQUENCE_MODELS)
+    if is_sequence(module) and not vocab_size:
+        raise ConfigError(f"--model {name} reads token ids; {dataset_name or 'these data'} "
+                          "holds images or features: choose a token dataset (sent140_words, "
+                          "sent140_chars) or another --model")
+    if vocab_size and not is_sequence(module):
+        raise ConfigError(f"--model {name} takes images or features; {dataset_name} holds "
+                          f"token ids: choose --model {seq} (or auto)")
 
 
 def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto",
@@ -239,7 +273,7 @@ def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto",
         cfg_model = getattr(dataset, "model", "") or "mlp"
     model = make_model(cfg_model, data.name, data.num_classes, data.input_shape,
                        data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl,
-                       precision)
+                       precision, data.vocab_size, data.train.y.ndim == 2)
     check_fits(model, data.num_classes)
     return model
 

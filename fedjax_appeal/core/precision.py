@@ -30,8 +30,8 @@ from .errors import ConfigError
 from .fields import option
 
 PRECISIONS = ("default", "fp32", "tf32", "bf16")
-option("precision", "default", "arithmetic of the model's passes (bf16: bfloat16 compute, "
-       "float32 weights)", PRECISIONS, group="algorithm")
+# bf16: bfloat16 compute, float32 weights
+option("precision", "default", "arithmetic of the model's passes", PRECISIONS, group="algorithm")
 
 _MATMUL = {"fp32": "float32", "tf32": "tensorfloat32"}
 

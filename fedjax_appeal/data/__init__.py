@@ -7,7 +7,7 @@ import numpy as np
 
 from ..core.arrays import FederatedData
 from ..core.config import ConfigError, Options, RunConfig
-from . import heterogeneity, partition, sources  # noqa: F401  (public submodules)
+from . import heterogeneity, partition, sources, text  # noqa: F401  (public submodules)
 from .generated import load_generated
 from .pool import (
     apply_heterogeneity,
@@ -21,7 +21,7 @@ from .pool import (
 from .sources import Dataset
 
 __all__ = ["Dataset", "build_federated", "data_fields", "data_options", "data_seed",
-           "load_dataset", "load_federated", "partition", "partition_clients", "sources"]
+           "load_dataset", "load_federated", "partition", "partition_clients", "sources", "text"]
 
 
 def load_federated(opts: RunConfig | Options) -> tuple[FederatedData, Dataset]:
@@ -47,4 +47,6 @@ def load_federated(opts: RunConfig | Options) -> tuple[FederatedData, Dataset]:
     if opts.partition == "clusters":  # cluster id per client (original labels): diagnostics
         ids = partition.client_clusters(ds.y, list(seen) + list(unseen))
         info["cluster"], uinfo["cluster"] = ids[:len(seen)], ids[len(seen):]
+    if text.is_text(ds):  # token tasks: the tokenizer from the seen clients' train rows
+        return text.build_text_federated(ds, seen, unseen, opts, rng, labels, info, uinfo)
     return build_federated(ds, seen, unseen, opts.train_fraction, rng, labels, info, uinfo), ds

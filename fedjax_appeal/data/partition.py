@@ -7,6 +7,8 @@ split are applied on top (`split_seen_unseen`, `train_test_split`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..core.config import ConfigError
@@ -27,7 +29,7 @@ option("train_fraction", 0.6, "per-client train share; the rest is the client's 
 # the options of each partition (the Dirichlet alpha also not with the generated imbalanced
 # pool, which builds its own clients)
 CLUSTERS = component("partition", "clusters")
-option("alpha", 0.5, "Dirichlet concentration (partition=dirichlet)", applies=when(
+option("alpha", 0.5, "Dirichlet concentration", applies=when(
     lambda cfg: not cfg.imbalance_ratios, "it is the Dirichlet concentration, and "
     "--imbalance-ratios builds its own pool") & component("partition", "dirichlet"),
     group="data", gt=0, data=True)
@@ -59,7 +61,8 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random
                           "each: lower --clients/--unseen-clients or --min-samples")
     classes = np.unique(labels)
     by_class = [np.flatnonzero(labels == c) for c in classes]
-    for _ in range(max_tries):
+    short = 0  # clients below min_samples, summed over the draws so far
+    for t in range(max_tries):
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
         for idx in by_class:
             idx = rng.permutation(idx)
@@ -68,12 +71,40 @@ def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random
             for k, piece in enumerate(np.split(idx, cuts)):
                 parts[k].append(piece)
         out = [np.sort(np.concatenate(p)) for p in parts]
-        if min(len(o) for o in out) >= min_samples:
+        n_short = sum(len(o) < min_samples for o in out)
+        if n_short == 0:
             return out
+        short += n_short
+        if hopeless(short, t + 1, max_tries):
+            raise ConfigError(
+                f"Dirichlet({alpha}) over {num_clients} clients leaves clients with fewer than "
+                f"{min_samples} of the {n} samples ({n // num_clients} a client on average): "
+                f"{short / (t + 1):.0f} fell short per draw on average in the first {t + 1} "
+                f"draws, so none of {max_tries} draws would do; use fewer clients "
+                "(--clients, --unseen-clients), raise --alpha or lower --min-samples")
     raise ConfigError(f"Dirichlet({alpha}) over {num_clients} clients gave a client fewer than "
                       f"{min_samples} of the {n} samples ({n // num_clients} a client on "
                       f"average) in {max_tries} draws: use fewer clients (--clients, "
                       "--unseen-clients), raise --alpha or lower --min-samples")
+
+
+# draws of the Dirichlet partition after which a hopeless one is refused (`hopeless`)
+FIRST_DRAWS = 10
+
+
+def hopeless(short: int, draws: int, max_tries: int, chance: float = 0.01) -> bool:
+    """Whether the remaining draws of a partition that redraws until no client falls short
+    would succeed with a chance below `chance`, judged after `FIRST_DRAWS` draws.
+
+    `short` clients fell short over `draws` draws. The number short in a draw is a sum of
+    many rare events, about Poisson with the observed mean m, so a draw succeeds with
+    probability about exp(-m), and the expected successes of the draws left are
+    (max_tries - draws) exp(-m). A partition that has to be refused is refused after
+    `FIRST_DRAWS` draws instead of all `max_tries` (minutes for thousands of clients).
+    """
+    if draws < FIRST_DRAWS:
+        return False
+    return (max_tries - draws) * math.exp(-short / draws) < chance
 
 
 def cluster_label_sets(classes: np.ndarray, num_clusters: int, labels_per_cluster: int,

@@ -102,7 +102,7 @@ def register_dataset(name: str, *, classes: int = 0, model: str = "mlp",
     return deco
 
 
-def _npz_file(name: str, members: tuple[str, ...]) -> Callable[[Options], int | None]:
+def npz_file(name: str, members: tuple[str, ...]) -> Callable[[Options], int | None]:
     """`rows` of a dataset stored as `name` in the data folder (`--data-dir`)."""
     def rows(opts: Options) -> int | None:
         folder = opts.data_dir or os.environ.get(sources.DATA_ENV, "")
@@ -121,21 +121,21 @@ _builtin("fmnist", lambda opts: sources.load_fmnist(opts.fmnist_dir, opts.cache_
          rows=lambda opts: sources.idx_rows(opts.fmnist_dir, ("train-labels-idx1-ubyte",
                                                               "t10k-labels-idx1-ubyte")))
 _builtin("mnist", lambda opts: sources.load_mnist(opts.data_dir or None), 10,
-         rows=_npz_file("mnist.npz", TRAIN_TEST))
+         rows=npz_file("mnist.npz", TRAIN_TEST))
 _builtin("cifar10", lambda opts: sources.load_cifar10(opts.data_dir or None,
                                                     opts.cache_dir or None), 10,
-         "cnn", _npz_file("cifar10_jpeg.npz", TRAIN_TEST))
+         "cnn", npz_file("cifar10_jpeg.npz", TRAIN_TEST))
 _builtin("femnist", lambda opts: sources.load_femnist(opts.data_dir or None), 62,
-         rows=_npz_file("femnist_partial.npz", ("y",)))
+         rows=npz_file("femnist_partial.npz", ("y",)))
 _builtin("sent140", lambda opts: sources.load_sent140(opts.data_dir or None), 2, "sent_mlp",
-         _npz_file("sent140_subset.npz", ("label",)))
+         npz_file("sent140_subset.npz", ("label",)))
 register_dataset("synthetic", classes=10, model="logistic")(
     lambda opts, rng: sources.synthetic(opts.synthetic_alpha, opts.synthetic_beta,
                                         opts.clients + opts.unseen_clients, rng))
 _builtin("usps", lambda opts: sources.load_usps(opts.data_dir or None), 10,
-         rows=_npz_file("usps.npz", TRAIN_TEST))
+         rows=npz_file("usps.npz", TRAIN_TEST))
 _builtin("mnistm", lambda opts: sources.load_mnistm(opts.data_dir or None), 10, "cnn",
-         _npz_file("mnistm_subset.npz", TRAIN_TEST))
+         npz_file("mnistm_subset.npz", TRAIN_TEST))
 for _name, _classes in sources.TFDS_NAMES.items():
     _builtin(f"tfds:{_name}", lambda opts, n=_name: sources.load_tfds(
         n, cache=opts.cache_dir or None), _classes, "cnn" if _name == "cifar10" else "mlp")

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..core.arrays import ClientArrays, FederatedData
+from ..core.arrays import ClientArrays, FederatedData, client_norms, eval_counts
 from ..core.jaxpr import jaxpr_eqns
 from ..core.models import Model
 from ..execute.distributed import collect, spread
@@ -31,7 +31,8 @@ from ..local.client import client_loss
 class ClientEval(NamedTuple):
     loss: jax.Array  # [M] mean loss of each client over the split
     acc: jax.Array  # [M] accuracy of each client over the split
-    count: jax.Array  # [M] rows of each client in the split
+    count: jax.Array  # [M] rows of each client in the split (per-position targets: the
+    # targets its accuracy counts, `core.arrays.eval_counts`)
 
 
 MAX_CHUNK = 2048  # rows per chunk at most
@@ -78,8 +79,8 @@ def evaluate_split(model: Model, params, state, arrays: ClientArrays,
     m = arrays.num_clients
     loss_sum = jax.ops.segment_sum(loss.reshape(-1) * valid, owner, m)
     corr_sum = jax.ops.segment_sum(correct.reshape(-1) * valid, owner, m)
-    n = arrays.count.astype(jnp.float32)
-    return ClientEval(loss_sum / n, corr_sum / n, arrays.count)
+    n_loss, n_acc = client_norms(arrays)  # rows; counted tokens for per-position targets
+    return ClientEval(loss_sum / n_loss, corr_sum / n_acc, eval_counts(arrays))
 
 
 def evaluate_global(model: Model, params, state, data: FederatedData,
@@ -98,4 +99,4 @@ def evaluate_personal(model: Model, params, state, arrays: ClientArrays,
     ks = jnp.arange(arrays.num_clients)
     loss, acc = jax.vmap(lambda p, s, k: client_loss(model, p, s, arrays, k, chunk))(
         params, state, ks)
-    return ClientEval(loss, acc, arrays.count)
+    return ClientEval(loss, acc, eval_counts(arrays))

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ..core.arrays import ClientArrays, client_chunk, sample_batch
+from ..core.arrays import ClientArrays, client_chunk, client_norms, sample_batch
 from ..core.fields import option
 from ..core.models import Model
 from ..core.parts import REPORTS, ClientUpdate
@@ -109,8 +109,8 @@ def client_loss(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
         return acc[0] + jnp.sum(loss * valid), acc[1] + jnp.sum(correct * valid)
 
     tot_loss, tot_correct = jax.lax.fori_loop(0, n_chunks, body, (0.0, 0.0))
-    n = arrays.count[k].astype(jnp.float32)
-    return tot_loss / n, tot_correct / n
+    n_loss, n_acc = client_norms(arrays)  # rows; counted tokens for per-position targets
+    return tot_loss / n_loss[k], tot_correct / n_acc[k]
 
 
 def tree_sub(a, b):

@@ -410,6 +410,19 @@ class SweepCheckpoint:
             (Path(self.directory) / "batch.npz").unlink(missing_ok=True)
 
 
+def resumed_split(folder: str | Path) -> tuple[int | None, dict[str, Any]]:
+    """(the CPU split recorded by the sweep checkpoint of the sweep folder `folder`, or
+    None; its configuration), read before JAX starts (`cli.commands.cpu_devices_for`);
+    (None, {}) when there is no readable checkpoint (the command then refuses the folder in
+    one line)."""
+    try:
+        spec = read_sweep_spec(Path(folder) / SWEEP_DIR)
+    except ConfigError:
+        return None, {}
+    split = spec.get("cpu_devices")
+    return (None if split is None else int(split)), spec.get("config", {})
+
+
 def read_sweep_spec(directory: str | Path) -> dict[str, Any]:
     """The `spec.json` of a sweep checkpoint folder (one-line error when missing)."""
     p = Path(directory) / "spec.json"

@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -178,21 +179,76 @@ def summarise(groups: dict[str, list[dict[str, Any]]], metric: str, kind: str,
     return out
 
 
-def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str
-                ) -> list[dict[str, Any]]:
+# "k=v, k2=v2": a group label (`group_runs`), split before each "key=" (a value may hold
+# ", ", as a list does)
+_LABEL_PARTS = re.compile(r",\s*(?=[A-Za-z_][\w.-]*=)")
+
+
+def label_items(label: str) -> list[tuple[str, str]]:
+    """[(key, value text)] of a group label or of a `--baseline` given as one."""
+    return [(k.strip(), v.strip()) for k, _, v in
+            (part.partition("=") for part in _LABEL_PARTS.split(label.strip()))]
+
+
+def _number(text: str) -> float | None:
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def find_group(rows: list[dict[str, Any]], baseline: str) -> str:
+    """The label of the group `baseline` names: the label itself, or the same keys with
+    equal values, numbers compared as numbers (`temper_t=1` is the group `temper_t=1.0`).
+    Refused in one line otherwise: a key that is not a group key, a value of the wrong
+    type (naming the type the groups hold and an example), or no such group (the closest
+    label and the groups)."""
+    labels = [r["label"] for r in rows]
+    if baseline in labels:
+        return baseline
+    want = label_items(baseline)
+    keys = [k for k, _ in label_items(labels[0])] if labels else []
+    example = labels[0] if labels else ""
+    if any(not v for _, v in want) or sorted(k for k, _ in want) != sorted(keys):
+        raise ConfigError(f"--baseline {baseline!r}: name a group by its "
+                          f"{'keys' if len(keys) > 1 else 'key'} {', '.join(keys)} as "
+                          f"KEY=VALUE, e.g. --baseline {example!r}; the groups: "
+                          + ", ".join(labels))
+    given = dict(want)
+    for key in keys:
+        values = [dict(label_items(lab))[key] for lab in labels]
+        if all(_number(v) is not None for v in values) and _number(given[key]) is None:
+            raise ConfigError(f"--baseline {baseline!r}: {key} is a number in these runs, "
+                              f"not {given[key]!r}; e.g. --baseline {example!r}")
+    for lab in labels:
+        have = dict(label_items(lab))
+        if all(have[k] == given[k] or (_number(have[k]) is not None
+                                       and _number(have[k]) == _number(given[k]))
+               for k in keys):
+            return lab
+    guess = did_you_mean(baseline, labels)
+    raise ConfigError(f"--baseline {baseline!r} is not a group"
+                      + (f" (did you mean {guess!r}?)" if guess else "")
+                      + f"; the groups: {', '.join(labels)}")
+
+
+def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str,
+                design: Any = None) -> list[dict[str, Any]]:
     """Every other group against `baseline`, seed by seed on the final value
     (`paired.paired_report`; "better" is higher, or lower for `lower_is_better` metrics):
-    per group the report and "better" / "worse" / "inconclusive"."""
-    from .paired import paired_report
+    per group the report and "better" / "worse" / "inconclusive", or "no verdict" below
+    the seeds both intervals need (`paired.compare_verdict`).
 
+    With `design` (a `sequential.SeedDesign`, `--seeds auto`) the verdict is the
+    group-sequential one instead (`sequential.sequential_report`: the seeds in increasing
+    order, looked at after every batch; "undecided" while the next look's seeds are
+    missing), recorded under "sequential"."""
+    from .paired import compare_verdict, paired_report
+    from .sequential import sequential_report
+
+    baseline = find_group(rows, baseline)
     by = {r["label"]: r for r in rows}
-    if baseline not in by:
-        from ..core.registry import did_you_mean
-
-        guess = did_you_mean(baseline, list(by))
-        raise ConfigError(f"--baseline {baseline!r} is not a group"
-                          + (f" (did you mean {guess!r}?)" if guess else "")
-                          + f"; the groups: {', '.join(by)}")
     base = dict(zip(by[baseline]["seeds"], by[baseline]["final"], strict=True))
     want = "-" if lower_is_better(metric) else "+"
     out = []
@@ -200,14 +256,30 @@ def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str
         if r["label"] == baseline:
             continue
         rep = paired_report(dict(zip(r["seeds"], r["final"], strict=True)), base, want)
-        out.append({"label": r["label"], "baseline": baseline, "report": rep._asdict(),
-                    "verdict": {"held": "better", "reversed": "worse"}.get(
-                        rep.verdict, "inconclusive")})
+        row = {"label": r["label"], "baseline": baseline, "report": rep._asdict(),
+               "verdict": compare_verdict(rep)}
+        if design is not None:
+            seq = sequential_report(dict(zip(r["seeds"], r["final"], strict=True)), base,
+                                    want, design)
+            row["verdict"] = {"held": "better", "reversed": "worse"}.get(seq.verdict,
+                                                                        seq.verdict)
+            row["sequential"] = sequential_record(seq)
+        out.append(row)
     return out
 
 
+def sequential_record(seq: Any) -> dict[str, Any]:
+    """A `SequentialReport` as JSON data (compare.json, the sweep's decision)."""
+    return {"design": seq.design.text(), "looks_planned": list(seq.design.looks),
+            "verdict": seq.verdict, "reason": seq.reason, "seeds_used": seq.n,
+            "next_seeds": seq.next_seeds, "mean": seq.mean, "interval": list(seq.interval),
+            "looks": [{"n": lk.n, "mean": lk.mean, "interval": list(lk.interval),
+                       "side": lk.side} for lk in seq.looks]}
+
+
 def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
-    """compare.md's paired table (`paired_rows`)."""
+    """compare.md's paired table (`paired_rows`); an interval that too few seeds leave
+    unbounded is 'n/a (needs at least 6 seeds)', never infinite bounds."""
     from .paired import PairedReport, interval_text
 
     lines = [f"| group − baseline | seeds | final {metric}: mean and 95% intervals | "
@@ -215,8 +287,16 @@ def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
     for p in pairs:
         rep = PairedReport(**p["report"])
         per = ", ".join(f"{s}: {d:+.4f}" for s, d in zip(rep.seeds, rep.diffs, strict=True))
+        text = interval_text(rep, 1.0, 4)
+        seq = p.get("sequential")
+        if seq is not None:  # the repeated interval of the look that decides
+            lo, hi = seq["interval"]
+            iv = (f"[{lo:+.4f}, {hi:+.4f}]" if math.isfinite(lo) and math.isfinite(hi)
+                  else "n/a (no look yet)")
+            text = (f"95% repeated {iv} after {seq['seeds_used']} seeds ({seq['reason']}); "
+                    f"fixed-n: {text}")
         lines.append(f"| {p['label']} − {p['baseline']} | {rep.n} | "
-                     f"{interval_text(rep, 1.0, 4)} | {per} | {p['verdict']} |")
+                     f"{text} | {per} | {p['verdict']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -37,6 +37,7 @@ from ..core.memo import shared
 from ..evaluate.metrics import summarize
 from ..execute.distributed import fetch
 from .loop import Hooks, run_loop, stop_points
+from .progress import phase, training
 
 
 def init_key(root: jax.Array) -> jax.Array:
@@ -154,6 +155,11 @@ def _vmap_of(fn, in_axes):
     return jax.vmap(fn, in_axes=in_axes)
 
 
+# what the heartbeat calls each program while it compiles (`progress`)
+PROGRAMS = {"pre_init": "the solo models' program", "initial": "the initial model's program",
+            "init": "the initial state's program", "eval": "the evaluation program"}
+
+
 def _block(tree):
     return jax.tree.map(lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a,
                         tree)
@@ -180,6 +186,9 @@ class Driver:
         before it runs (the free-space check of checkpointed runs).
       programs: an `execute.programs.ProgramCache` for the functions of `alg` (its context
         names what built them): programs found there are neither traced nor compiled.
+      heartbeat: a `progress.Heartbeat` told what the driver is doing (compiling which
+        program, training the solo models, evaluating, training which rounds, with the
+        pace and the time left), so that it writes a line while a step lasts long.
     """
 
     def __init__(self, alg: FederatedAlgorithm, data: FederatedData, hp: HParams,
@@ -188,8 +197,10 @@ class Driver:
                  keep_metric: Callable[[str, np.ndarray], bool] | None = None,
                  account: Callable | None = None,
                  before_training: Callable[[Any, int], None] | None = None,
-                 programs=None):
+                 programs=None, heartbeat=None):
         self.alg, self.runs, self.mesh = alg, runs, mesh
+        self.heartbeat = heartbeat
+        self._total, self._evals = 0, set()  # the rounds and evaluations of `run`
         self.programs = programs
         self.layout = repr((runs, lanes, None if mesh is None else
                             (tuple(mesh.shape.items()), mesh.devices.tolist())))
@@ -204,6 +215,7 @@ class Driver:
         self.start = 0  # the round the current `run` started from
         self.histories: list[list[dict]] = [[] for _ in range(runs or 1)]
         self.per_round: list[dict[str, np.ndarray]] = []
+        self.latest: list[Any] | None = None  # the latest evaluation `run` committed
         if mesh is None:  # host values (a sweep's stacked hyperparameters): transferred
             hp = jax.device_put(hp)
         if runs is None:
@@ -243,9 +255,13 @@ class Driver:
             with self._scope():
                 return jax.jit(fn, **self._out).lower(*args)
 
-        if self.programs is None:
-            return lower().compile()
-        return self.programs.compiled(f"{role} {self.layout}", args, lower)
+        length = role.split()[1] if role.startswith("chunk") else ""
+        with phase(self.heartbeat, f"compiling {PROGRAMS.get(role, f'the {role} program')}"
+                   if not length else f"compiling the round program ({length} round"
+                   f"{'' if length == '1' else 's'} a chunk)"):
+            if self.programs is None:
+                return lower().compile()
+            return self.programs.compiled(f"{role} {self.layout}", args, lower)
 
     def _vmapped(self, fn, in_axes):
         return fn if self.runs is None else _vmap_of(fn, in_axes)
@@ -308,15 +324,19 @@ class Driver:
         else:
             init = self._init_program("init", from_root(self.alg.init), (0, None, 0), args)
             t = time.perf_counter()
-            state = _block(init(*args))
+            with phase(self.heartbeat, "computing the initial state"):
+                state = _block(init(*args))
             self.init_s += time.perf_counter() - t  # what init trains (features)
             return state
         t = time.perf_counter()
-        args = (*args, _block(pre(*pre_args)))
+        with phase(self.heartbeat, "training the solo models (appeal protocol)"
+                   if self.alg.pre_init is not None else "building the initial model"):
+            args = (*args, _block(pre(*pre_args)))
         self.init_s += time.perf_counter() - t
         init = self._init_program("init", from_root(self.alg.init), (0, None, 0, 0), args)
         t = time.perf_counter()
-        state = _block(init(*args))
+        with phase(self.heartbeat, "computing the initial state"):
+            state = _block(init(*args))
         self.init_s += time.perf_counter() - t  # what init trains (solo models, features)
         return state
 
@@ -338,7 +358,8 @@ class Driver:
                 (state, self.data, self.hp))
             self.timing["eval_compile_s"] += time.perf_counter() - t
         t0 = time.perf_counter()
-        ev = fetch(self.compiled["eval"](state, self.data, self.hp))
+        with phase(self.heartbeat, "evaluating every client"):
+            ev = fetch(self.compiled["eval"](state, self.data, self.hp))
         self.eval_times.append(time.perf_counter() - t0)
         if self.runs is None:
             return [ev]
@@ -371,8 +392,9 @@ class Driver:
                 self.before_training(state, values)
                 self.before_training = None
         t0 = time.perf_counter()
-        new_state, metrics = self.compiled[ck](state, self.data, self.keys, self.hp, rarr)
-        _block(new_state)
+        with phase(self.heartbeat, self._training(r, stop)):
+            new_state, metrics = self.compiled[ck](state, self.data, self.keys, self.hp, rarr)
+            _block(new_state)
         took = time.perf_counter() - t0
         self.train_s += took
         self.round_times.append(took / length)
@@ -381,14 +403,41 @@ class Driver:
             metrics = {k: v for k, v in metrics.items() if self.keep_metric(k, v)}
         return new_state, metrics
 
-    def round_metrics(self) -> dict[str, np.ndarray]:
-        """The per-round metrics so far, concatenated over chunks along the rounds axis
-        (axis 0 for one run, 1 behind the runs axis)."""
+    def _training(self, r: int, stop: int) -> Callable[[float], str]:
+        """The heartbeat's text for the chunk of rounds r+1 .. stop (see `progress`)."""
+        total = max(self._total, stop)
+        pace = float(np.median(self.round_times)) if self.round_times else None
+        evals = self.eval_times[1:] or self.eval_times
+        eval_s = float(np.median(evals)) if evals else 0.0
+        return training(r, stop, total, pace, eval_s, sum(1 for e in self._evals if e > r))
+
+    def round_metrics(self, per_round: list[dict[str, np.ndarray]] | None = None
+                      ) -> dict[str, np.ndarray]:
+        """The per-round metrics so far (or of `per_round`, chunks as `self.per_round`
+        holds them), concatenated over chunks along the rounds axis (axis 0 for one run, 1
+        behind the runs axis)."""
         axis = 0 if self.runs is None else 1
-        if not self.per_round:
+        per_round = self.per_round if per_round is None else per_round
+        if not per_round:
             return {}
-        return {k: np.concatenate([np.asarray(m[k]) for m in self.per_round], axis=axis)
-                for k in self.per_round[0]}
+        return {k: np.concatenate([np.asarray(m[k]) for m in per_round], axis=axis)
+                for k in per_round[0]}
+
+    def at_round(self, r: int) -> tuple[list[list[dict]], list[dict[str, np.ndarray]]]:
+        """(histories, per-round metric chunks) as they stood after round `r`: what a
+        checkpoint of round r holds. A Ctrl-C can land after a chunk's bookkeeping and
+        before the loop moves on to its round (`loop.run_loop` then reports the round
+        before); the entries past r are left out, so that a resume from r adds them once."""
+        axis = 0 if self.runs is None else 1
+        histories = [[e for e in h if e["round"] <= r] for h in self.histories]
+        kept, covered = [], 0
+        for m in self.per_round:
+            length = next((int(np.shape(v)[axis]) for v in m.values()), 0)
+            if covered + length > r:
+                break
+            kept.append(m)
+            covered += length
+        return histories, kept
 
     def run(self, state, start: int, *, rounds: int, eval_every: int, saves=(),
             guard: Callable | None = None, after: Callable | None = None,
@@ -402,6 +451,7 @@ class Driver:
         """
         self.start = start
         evals = set(eval_rounds(rounds, eval_every))
+        self._total, self._evals = rounds, evals
         latest: list[Any] = []
         fresh: list[dict] = []
 
@@ -411,6 +461,7 @@ class Driver:
             if ev is not None:
                 fresh.extend(self.record(stop, ev))
                 latest[:] = [ev]
+                self.latest = ev
 
         def after_chunk(r, st):
             entries = list(fresh)

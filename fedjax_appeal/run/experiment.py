@@ -17,6 +17,7 @@ from ..aggregate.accounting import summary as privacy_summary
 from ..core.arrays import FederatedData
 from ..core.config import ConfigError, HParams, RunConfig
 from ..data import Dataset
+from ..evaluate.text_baselines import text_baselines
 from ..execute.distributed import fetch
 from ..execute.runtime import runtime_record
 from ..protocols.appeal.appeal import OPTIONS as APPEAL
@@ -58,8 +59,8 @@ class Prepared(NamedTuple):
 def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None,
                dataset: Dataset | None = None,
                on_eval: Callable[[dict[str, float]], None] | None = None,
-               program_cache: str | Path | None = None, prepared: Prepared | None = None
-               ) -> tuple[dict[str, Any], SimulationResult]:
+               program_cache: str | Path | None = None, prepared: Prepared | None = None,
+               heartbeat=None) -> tuple[dict[str, Any], SimulationResult]:
     """Run `cfg` with hyperparameters `hp`; returns (results dict, raw simulation result).
 
     `data`/`dataset` reuse an already loaded federation (same partition for several
@@ -71,7 +72,8 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     configuration, data and code is read back instead of traced and compiled.
     `prepared`: what the caller already did with this `cfg` and `hp` (`Prepared`: validated
     them, resolved the layout, built the model), so that a command line checks and builds
-    each once.
+    each once. `heartbeat`: a `progress.Heartbeat` told each step of the run (loading the
+    data, compiling, training), so that a long step gets a line every few seconds.
     """
     if prepared is None:
         validate(cfg, hp)
@@ -84,9 +86,12 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     else:
         cfg, layout = cfg, prepared.layout
     ckpt, mesh = _scale_options(cfg, hp)  # ... and the mesh built once
-    alg, model, data, dataset, load_s = assemble(
-        cfg, data=data, dataset=dataset, mesh=mesh,
-        model=None if prepared is None else prepared.model)
+    from .progress import phase
+
+    with phase(heartbeat, loading_phase(cfg) if data is None else "building the algorithm"):
+        alg, model, data, dataset, load_s = assemble(
+            cfg, data=data, dataset=dataset, mesh=mesh,
+            model=None if prepared is None else prepared.model)
     programs = None
     if program_cache:
         from ..execute.programs import ProgramCache
@@ -94,8 +99,10 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         programs = ProgramCache(program_cache, program_context(cfg, model, data))
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
-                   resume=bool(cfg.resume), mesh=mesh, programs=programs)
-    personalized = finetune_report(model, cfg, sim, data, hp) if appeal_on(cfg) else None
+                   resume=bool(cfg.resume), mesh=mesh, programs=programs,
+                   heartbeat=heartbeat)
+    with phase(heartbeat, "fine-tuning every client (personalised evaluation)"):
+        personalized = finetune_report(model, cfg, sim, data, hp) if appeal_on(cfg) else None
     results = {
         "config": recorded_config(cfg, model.name),
         "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
@@ -103,6 +110,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         "data": {"clients": data.num_clients, "unseen_clients": data.num_unseen,
                  "train_samples": data.train.num_samples, "test_samples": data.test.num_samples,
                  "num_classes": data.num_classes, "input_shape": list(data.input_shape)},
+        **({"baselines": text_baselines(data)} if data.vocab_size else {}),  # token tasks
         "history": sim.history,
         "timing": {**sim.timing, "load_s": load_s},
         "round_metrics": {k: v.tolist() for k, v in sim.round_metrics.items()},
@@ -123,6 +131,12 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     if cfg.dp != "off":  # only what the guarantee covers, unless asked
         results = restrict(results, cfg.dp_publish_client_stats)
     return results, sim
+
+
+def loading_phase(cfg: RunConfig) -> str:
+    """What a heartbeat line says while `cfg`'s data load and partition (`progress`)."""
+    return (f"loading the data ({cfg.dataset}, {cfg.partition} partition over "
+            f"{cfg.clients + cfg.unseen_clients} clients)")
 
 
 def run_layout(cfg: RunConfig):

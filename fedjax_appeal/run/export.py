@@ -28,6 +28,7 @@ import numpy as np
 from ..core.config import ConfigError
 from ..core.conv import resolve_conv_impl
 from ..core.models import MODELS, Model, Normalize
+from ..core.sequence import is_sequence
 
 MODEL_FILE = "model.msgpack"
 META_FILE = "model.json"
@@ -51,7 +52,10 @@ def model_meta(model: Model, params: Any, state: Any) -> dict[str, Any]:
             "scale": float(norm.scale), "mean": list(norm.mean), "std": list(norm.std),
             "objective": model.objective, "params": names,
             "state_collections": sorted(state) if isinstance(state, dict) else [],
-            "conv_impl": getattr(model.module, "conv_impl", None)}
+            "conv_impl": getattr(model.module, "conv_impl", None),
+            **({"sequence": {"vocab_size": int(model.module.vocab_size),
+                             "per_position": bool(model.module.per_position)}}
+               if is_sequence(model.module) else {})}
 
 
 def save_model(folder: str | Path, model: Model, params: Any, state: Any = None) -> Path:
@@ -80,7 +84,9 @@ def load_model(folder: str | Path, module=None, conv_impl: str | None = None
     The model takes what the run's data hold, unnormalised: `x` of shape
     [N, *model.input_shape] and dtype `model.input_dtype` (raw uint8 pixels 0-255 for image
     datasets, e.g. Fashion-MNIST [N, 28, 28] uint8; float features for `sent140`,
-    `synthetic` and float npz data); the model scales and standardises its input itself.
+    `synthetic` and float npz data; int32 token ids for the token tasks, whose tokenizer is
+    the run's `tokenizer.json`, `data.text.Tokenizer.load`); the model scales and
+    standardises its input itself.
     `model.apply(params, state, x, train=False)` returns (logits [N, classes], state), and
     `logits.argmax(-1)` the predicted classes.
 
@@ -104,6 +110,8 @@ def load_model(folder: str | Path, module=None, conv_impl: str | None = None
                               "module as load_model(folder, module=...)")
         norm = Normalize(meta["scale"], tuple(meta["mean"]), tuple(meta["std"]))
         module = MODELS[meta["model"]](meta["num_classes"], norm)
+        if meta.get("sequence"):  # token ids: the vocabulary and the head of the run
+            module = module.clone(**meta["sequence"])
         impl = conv_impl or meta.get("conv_impl")
         if impl and "conv_impl" in getattr(module, "__dataclass_fields__", {}):
             try:

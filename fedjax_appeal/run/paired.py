@@ -21,6 +21,16 @@ reported beside the t interval in every case, as a check that needs no normality
 
 One function (`paired_report`) computes it for the tour, the paper tables, the scorecard
 and `compare`.
+
+Size, where the paper gives a number: `size_verdict` asks whether the paper's effect lies
+inside the interval that decides the direction (**consistent** with the paper's size) or
+outside it: **smaller** than the paper's (the interval lies between the paper's effect and
+the other side of it, toward 0 and beyond) or **larger** (the interval lies beyond it), each
+excluded at 95%. An interval with an unbounded or undefined end decides no size.
+
+`min_seeds` is the number of seeds below which one of the two intervals is undefined or the
+whole line (the sign-flip interval needs 6 at 95%); `compare` gives no verdict below it and
+`interval_text` prints "n/a" for such an interval, never infinite bounds.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 VERDICTS = ("held", "reversed", "inconclusive")
+SIZE_VERDICTS = ("consistent", "smaller", "larger")
 LEVEL = 0.95
 EXACT_UP_TO = 16  # seeds for which every sign pattern is enumerated
 DRAWN = 20_000  # sign patterns drawn beyond that (fixed seed)
@@ -131,6 +142,12 @@ def _side(lo: float, hi: float) -> str:
     return "+" if lo > 0 else "-" if hi < 0 else "0"
 
 
+def no_spread(d: np.ndarray) -> bool:
+    """Whether the differences `d` (two or more) are the same up to rounding: a spread of at
+    most a millionth of their mean (float32 metrics differ in their 7th digit)."""
+    return d.size > 1 and float(d.std()) <= 1e-6 * max(abs(float(d.mean())), 1e-12)
+
+
 def paired_report(first: Mapping[int, float], second: Mapping[int, float], want: str,
                   level: float = LEVEL) -> PairedReport:
     """The paired comparison of `first` and `second` (seed -> value) under the paper's
@@ -158,14 +175,71 @@ def paired_report(first: Mapping[int, float], second: Mapping[int, float], want:
     # the t interval decides; with no spread beyond rounding (a millionth of the mean
     # difference: float32 metrics differ in their 7th digit) it is a point, and the
     # sign-flip interval decides
-    flat = d.size > 1 and float(d.std()) <= 1e-6 * max(abs(float(d.mean())), 1e-12)
-    side = _side(*(pi if flat else ti))
+    side = _side(*(pi if no_spread(d) else ti))
     verdict = ("held" if side == want else "inconclusive" if side == "0" else "reversed")
     toward = int(np.sum(d > 0)) if want == "+" else int(np.sum(d < 0))
     return PairedReport(tuple(seeds), tuple(float(x) for x in d),
                         float(d.mean()) if d.size else math.nan,
                         float(d.std(ddof=1)) if d.size > 1 else math.nan,
                         ti, pi, toward, want, verdict, tuple(missing))
+
+
+def deciding_interval(r: PairedReport) -> tuple[float, float]:
+    """The interval the verdict of `r` comes from: the t interval, or the sign-flip
+    interval when the differences have no spread (`no_spread`)."""
+    return r.perm_interval if no_spread(np.asarray(r.diffs, np.float64)) else r.t_interval
+
+
+def size_verdict(interval: tuple[float, float], paper: float | None, want: str
+                 ) -> str | None:
+    """Whether the paper's effect `paper` (first − second, in the interval's units) lies
+    in `interval`: "consistent"; else "smaller" when the interval lies on the near side of
+    it (below it for the paper's direction `want` = "+", above it for "-"), "larger" when
+    beyond it. None when there is no paper number or the interval has an unbounded or
+    undefined end.
+
+    Raises:
+      ValueError: `want` is not "+" or "-".
+    """
+    if want not in ("+", "-"):
+        raise ValueError(f"want must be '+' or '-' (got {want!r})")
+    lo, hi = (float(v) for v in interval)
+    if paper is None or not all(math.isfinite(v) for v in (lo, hi, float(paper))):
+        return None
+    if lo <= paper <= hi:
+        return "consistent"
+    below = hi < paper  # the interval lies below the paper's effect
+    return "smaller" if below == (want == "+") else "larger"
+
+
+def size_text(verdict: str | None, paper: float | None, scale: float = 1.0,
+              digits: int = 2) -> str:
+    """"consistent with the paper's size (+0.47)", "smaller than the paper's +0.47,
+    excluded at 95%", "larger than ...", or "n/a" (no size verdict)."""
+    if verdict is None or paper is None:
+        return "n/a"
+    p = fmt_signed(float(paper), scale, digits)
+    if verdict == "consistent":
+        return f"consistent with the paper's size ({p})"
+    return f"{verdict} than the paper's {p}, excluded at {100 * LEVEL:g}%"
+
+
+def min_seeds(level: float = LEVEL) -> int:
+    """The fewest seeds for which both intervals can exclude a value: the t interval needs
+    2, the sign-flip interval n with 2 / 2^n <= 1 − level (6 at 95%)."""
+    n = 2
+    while 2 / 2 ** n > 1 - level:
+        n += 1
+    return n
+
+
+def compare_verdict(r: PairedReport, better: str = "better", worse: str = "worse") -> str:
+    """The verdict `compare` prints: `better` (held), `worse` (reversed), "inconclusive",
+    or, below `min_seeds` seeds, "no verdict (needs at least 6 seeds, has 2)"."""
+    need = min_seeds()
+    if r.n < need:
+        return f"no verdict (needs at least {need} seeds, has {r.n})"
+    return {"held": better, "reversed": worse}.get(r.verdict, "inconclusive")
 
 
 def fmt_signed(v: float, scale: float = 1.0, digits: int = 2) -> str:
@@ -177,11 +251,20 @@ def fmt_signed(v: float, scale: float = 1.0, digits: int = 2) -> str:
     return f"{v * scale:+.{digits}f}"
 
 
+def _bounds_text(iv: tuple[float, float], need: int, scale: float, digits: int) -> str:
+    """'[+0.31, +0.78]'; an interval with an unbounded or undefined end: 'n/a (needs at
+    least `need` seeds)'."""
+    if not all(math.isfinite(v) for v in iv):
+        return f"n/a (needs at least {need} seeds)"
+    return "[" + ", ".join(fmt_signed(v, scale, digits) for v in iv) + "]"
+
+
 def interval_text(r: PairedReport, scale: float = 1.0, digits: int = 2) -> str:
-    """'mean +0.54, 95% t [+0.31, +0.78], sign-flip [+0.45, +0.64]'."""
-    t = ", ".join(fmt_signed(v, scale, digits) for v in r.t_interval)
-    p = ", ".join(fmt_signed(v, scale, digits) for v in r.perm_interval)
-    return f"mean {fmt_signed(r.mean, scale, digits)}, 95% t [{t}], sign-flip [{p}]"
+    """'mean +0.54, 95% t [+0.31, +0.78], sign-flip [+0.45, +0.64]'; an interval that
+    needs more seeds than `r` has reads 'n/a (needs at least 6 seeds)'."""
+    t = _bounds_text(r.t_interval, 2, scale, digits)
+    p = _bounds_text(r.perm_interval, min_seeds(), scale, digits)
+    return f"mean {fmt_signed(r.mean, scale, digits)}, 95% t {t}, sign-flip {p}"
 
 
 def verdict_text(r: PairedReport) -> str:

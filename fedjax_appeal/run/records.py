@@ -117,6 +117,19 @@ def duplicate_seeds(runs: list[dict[str, Any]]) -> list[str]:
             for (_, seed), srcs in seen.items() if len(srcs) > 1]
 
 
+def headline(cfg: RunConfig, entry: dict[str, Any]) -> str:
+    """The metrics a run's last line names beside its test accuracy: what the run was for.
+    GM-Appeal of the seen and unseen clients when the appeal protocol is on (MaxFL's
+    measure), and the metrics its selector's paper reports (`selectors.HEADLINES`: the
+    client dissimilarity of the submodular selectors, in accuracy points); only those the
+    history entry holds. '' when there are none."""
+    from ..select.selectors import HEADLINES
+
+    names = [("gm_appeal_seen", 4), ("gm_appeal_unseen", 4)] if appeal_on(cfg) else []
+    names += [(k, 2) for k in HEADLINES.get(cfg.selector, ())]
+    return "".join(f"  {k} {entry[k]:.{d}f}" for k, d in names if k in entry)
+
+
 def sample_std(values: Any, axis: int = 0) -> np.ndarray | float:
     """The sample standard deviation over seeds (ddof = 1) along `axis`.
 

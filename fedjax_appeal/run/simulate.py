@@ -26,6 +26,21 @@ from .checkpoint import Checkpointer, Interrupted, NonFiniteError
 from .driver import Driver
 
 
+def asks_stop(value: Any) -> bool:
+    """Whether an `on_eval` hook's return value asks to stop: `True` (a Python or NumPy
+    bool); None and every other value continue."""
+    return isinstance(value, bool | np.bool_) and bool(value)
+
+
+class _Stop(Exception):
+    """Raised from the loop's hook when `on_eval` asked to stop; `state` is the state of
+    the round just evaluated."""
+
+    def __init__(self, state: Any):
+        super().__init__("stopped by on_eval")
+        self.state = state
+
+
 @dataclasses.dataclass
 class SimulationResult:
     history: list[dict[str, float]]  # one entry per evaluation (round 0 included)
@@ -40,7 +55,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
              on_eval: Callable[[dict[str, float]], None] | None = None,
              state: ServerState | None = None, start_round: int = 0,
              checkpoint: Checkpointer | None = None, resume: bool = False,
-             nan_guard: bool = True, mesh=None, programs=None) -> SimulationResult:
+             nan_guard: bool = True, mesh=None, programs=None,
+             heartbeat=None) -> SimulationResult:
     """Train for `rounds` rounds, evaluating every client every `eval_every` rounds.
 
     One run of the shared `driver.Driver` (no runs axis).
@@ -52,17 +68,20 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
       key: the run's root key, `jax.random.key(seed)`.
       rounds: total number of rounds.
       eval_every: evaluate after every this many rounds (and at round 0 and the end).
-      on_eval: a hook `on_eval(entry) -> None` called with each history entry, in round
-        order: the round-0 evaluation at once (not on `resume`, whose restored entries are
-        not replayed), then each later evaluation after the chunk of rounds that ends in it
-        has been committed and before that round's checkpoint is written. `entry` maps
-        "round" (int) and every metric of `metrics.summarize` (floats: "train_loss",
-        "test_acc_seen", ...; with DP the accountant's epsilon) to its value; it is the
-        history's own dict, so the hook must not modify it. It runs on the host between
-        compiled chunks (progress lines, trackers) in the process that calls `simulate`;
-        an exception it raises ends the run (a `KeyboardInterrupt` in a call after round
-        0 counts as Ctrl-C after that round: checkpoint, then `checkpoint.Interrupted`).
-        None: no hook.
+      on_eval: a hook `on_eval(entry) -> bool | None` called with each history entry, in
+        round order: the round-0 evaluation at once (not on `resume`, whose restored
+        entries are not replayed), then each later evaluation after the chunk of rounds
+        that ends in it has been committed and before that round's checkpoint is written.
+        `entry` maps "round" (int) and every metric of `metrics.summarize` (floats:
+        "train_loss", "test_acc_seen", ...; with DP the accountant's epsilon) to its
+        value; it is the history's own dict, so the hook must not modify it. It runs on
+        the host between compiled chunks (progress lines, trackers, your own logger), so
+        the rounds between two evaluations stay one compiled chunk. Returning `True` stops
+        the run after this evaluation (early stopping): the result holds the history,
+        state and evaluation of that round (a checkpoint due then is written first);
+        any other return value continues. An exception it raises ends the run (a
+        `KeyboardInterrupt` in a call after round 0 counts as Ctrl-C after that round:
+        checkpoint, then `checkpoint.Interrupted`). None: no hook.
       state, start_round: continue from a given state (round `start_round`).
       checkpoint: saves every `checkpoint.every` rounds and when interrupted (Ctrl-C, then
         `checkpoint.Interrupted` is raised); with `resume` the run continues from the
@@ -73,13 +92,16 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
       mesh: a `distributed` mesh; data and server state are replicated over it.
       programs: an `execute.programs.ProgramCache` whose context names what built `alg`
         (`run.assemble.program_context`): programs found there are not traced again.
+      heartbeat: a `progress.Heartbeat`, told each step (compiling, solo models,
+        evaluation, training rounds with the pace and the time left), so that a long one
+        gets a line every few seconds; the work is the same with or without it.
     """
     hp = hp.as_arrays()
     drv = Driver(alg, data, hp, key, mesh=mesh,
                  account=(None if alg.account is None else
                           lambda r: alg.account(r, hp, data.num_clients)),
                  before_training=None if checkpoint is None else checkpoint.check_space_for(
-                     rounds), programs=programs)
+                     rounds), programs=programs, heartbeat=heartbeat)
     t = time.perf_counter()
     if state is None:
         state = drv.init()
@@ -109,28 +131,38 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
                                  "lower the learning rates (--client-lr, --server-lr)")
 
     def after(r, st, entries):  # progress (a Ctrl-C in it is a Ctrl-C after round r), checkpoint
+        stop = False
         for entry in entries:
             if on_eval is not None:
-                on_eval(entry)
+                stop = asks_stop(on_eval(entry)) or stop
         if r in saves:
             checkpoint.save(st, r, history, drv.round_metrics())
+        if stop:
+            raise _Stop(st)
 
     def interrupted(r, st):
         if checkpoint is None:
             return
-        checkpoint.save(st, r, history, drv.round_metrics())
+        histories, per_round = drv.at_round(r)
+        checkpoint.save(st, r, histories[0], drv.round_metrics(per_round))
         raise Interrupted(f"checkpoint of round {r} saved in {checkpoint.directory}; continue "
                           f"with --resume {checkpoint.directory}") from None
 
     saves = set(checkpoint.due(start_round, rounds)) if checkpoint is not None else set()
-    last_eval = None
+    last_eval, stopped = None, False
     if not resume:
         last_eval = drv.evaluate(state)[0]
         (entry,) = drv.record(start_round, [last_eval])
         if on_eval is not None:
-            on_eval(entry)
-    state, r, latest = drv.run(state, start_round, rounds=rounds, eval_every=eval_every,
-                               saves=saves, guard=guard, after=after, interrupted=interrupted)
+            stopped = asks_stop(on_eval(entry))
+    latest = None
+    if not stopped:
+        try:
+            state, _, latest = drv.run(state, start_round, rounds=rounds, eval_every=eval_every,
+                                       saves=saves, guard=guard, after=after,
+                                       interrupted=interrupted)
+        except _Stop as stop:  # the hook asked to stop after the latest evaluation
+            state, latest = stop.state, drv.latest
     if latest is not None:
         last_eval = latest[0]
     if last_eval is None:  # resumed at the end: evaluate for the per-client results only

@@ -58,6 +58,7 @@ from ..protocols.appeal.requirement import appeal_on
 from .assemble import assemble, program_context
 from .compare import lower_is_better
 from .driver import Driver, eval_rounds, root_keys
+from .progress import Heartbeat, phase, scope
 from .records import sample_std
 from .validate import validate
 
@@ -219,7 +220,8 @@ def auto_lanes() -> int:
 
 
 def batch_driver(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, lanes: int = 0,
-                 mesh=None, compiled: dict | None = None, programs=None) -> Driver:
+                 mesh=None, compiled: dict | None = None, programs=None,
+                 heartbeat: Heartbeat | None = None) -> Driver:
     """The `driver.Driver` of P combinations (stacked `hps` [P], `seeds` [P]); one
     combination runs without the runs axis (the program of `simulate`)."""
     p = int(seeds.shape[0])
@@ -229,7 +231,7 @@ def batch_driver(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, l
         hps, keys = jax.tree.map(lambda a: a[0], (hps, keys))
     return Driver(alg, data, hps, keys, runs=None if one else p, lanes=lanes, mesh=mesh,
                   compiled=compiled, keep_metric=lambda k, v: np.ndim(v) == (1 if one else 2),
-                  programs=programs)
+                  programs=programs, heartbeat=heartbeat)
 
 
 def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, rounds: int,
@@ -237,7 +239,7 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
               label: str = "", mesh=None, restore: Callable | None = None,
               save: Callable | None = None, save_every: int = 0, lanes: int = 0,
               programs=None, metric: str = "test_acc_seen", lower: bool = False,
-              configs: Sequence[str] | None = None
+              configs: Sequence[str] | None = None, heartbeat: Heartbeat | None = None
               ) -> tuple[list[list[dict]], dict[str, np.ndarray], dict]:
     """Run P combinations (stacked `hps` [P], `seeds` [P]) as one compiled program of the
     shared `driver.Driver`; a batch of one combination runs without the runs axis, so it is
@@ -263,9 +265,22 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
         ranks by: the best mean of `metric` over the seeds of one configuration (`configs`:
         the configuration label of each of the first len(configs) runs; the others are
         padding; lower: smaller is better).
+      heartbeat: a `progress.Heartbeat` told each step of the batch; its lines start with
+        `label`.
     """
+    with scope(heartbeat, label):
+        return _run_batch(alg, data, hps, seeds, rounds=rounds, eval_every=eval_every,
+                          compiled=compiled, progress=progress, label=label, mesh=mesh,
+                          restore=restore, save=save, save_every=save_every, lanes=lanes,
+                          programs=programs, metric=metric, lower=lower, configs=configs,
+                          heartbeat=heartbeat)
+
+
+def _run_batch(alg, data, hps, seeds, *, rounds, eval_every, compiled, progress, label, mesh,
+               restore, save, save_every, lanes, programs, metric, lower, configs, heartbeat):
+    """`run_batch` inside its heartbeat scope."""
     drv = batch_driver(alg, data, hps, seeds, lanes=lanes, mesh=mesh, compiled=compiled,
-                       programs=programs)
+                       programs=programs, heartbeat=heartbeat)
     one = drv.runs is None
     state = drv.init()
     restored = restore(state) if restore is not None else None
@@ -297,7 +312,7 @@ def run_batch(alg, data: FederatedData, hps: HParams, seeds: np.ndarray, *, roun
 
     def interrupted(r, st):
         if save is not None and r > start:
-            save(st, r, drv.histories, drv.per_round)
+            save(st, r, *drv.at_round(r))
 
     drv.run(state, start, rounds=rounds, eval_every=eval_every, saves=saves, after=after,
             interrupted=interrupted)
@@ -408,7 +423,8 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
           max_parallel: int = 0, data: FederatedData | None = None,
           dataset: Dataset | None = None, progress: Callable[[str], None] | None = None,
           checkpoint=None, resume: bool = False, mesh=None, lanes: int | None = None,
-          program_cache: str | Path | None = None) -> SweepResult:
+          program_cache: str | Path | None = None, heartbeat: Heartbeat | None = None
+          ) -> SweepResult:
     """Run every (grid point, seed) of `cfg.algorithm`; HParams keys share one program.
 
     Args:
@@ -437,7 +453,17 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
       program_cache: a folder of compiled programs (`execute.programs.ProgramCache`): a
         group's programs compiled there before for the same configuration, data and code
         are read back instead of traced and compiled.
+      heartbeat: a `progress.Heartbeat` told each step (loading data, compiling, training
+        rounds with the pace and the time left), so that a long one gets a line every few
+        seconds; None with `progress`: one of its own, writing through `progress`.
     """
+    if heartbeat is None and progress is not None:
+        with Heartbeat(progress) as heartbeat:
+            return sweep(cfg, grid, seeds, hp=hp, metric=metric, mode=mode,
+                         max_parallel=max_parallel, data=data, dataset=dataset,
+                         progress=heartbeat.say, checkpoint=checkpoint, resume=resume,
+                         mesh=mesh, lanes=lanes, program_cache=program_cache,
+                         heartbeat=heartbeat)
     hp = hp or HParams()
     grid = check_grid(grid)
     seeds = [int(s) for s in seeds]
@@ -487,8 +513,11 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     for gi, (st, cfg_g, hps) in enumerate(groups):
         dk = data_key(cfg_g)
         if dk not in data_cache:
+            from .experiment import loading_phase
+
             t_data = time.perf_counter()
-            data_cache[dk] = load_federated(cfg_g)
+            with phase(heartbeat, loading_phase(cfg_g)):
+                data_cache[dk] = load_federated(cfg_g)
             timing["data_s"] += time.perf_counter() - t_data
         gdata, gds = data_cache[dk]
         # the grid, not the cohort, is sharded in a sweep: the algorithm gets no mesh;
@@ -515,8 +544,9 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         if gi == 0:
             if "0/0" not in done:  # on the first batch's own traces, reused when it runs
                 _, stacked, bseeds = _batch(combos, par, hps, 0)
-                metric_check(metric)(batch_driver(alg, gdata, stacked, bseeds, lanes=lanes,
-                                                  mesh=mesh).eval_shapes())
+                with phase(heartbeat, "tracing the first programs (checking --metric)"):
+                    metric_check(metric)(batch_driver(alg, gdata, stacked, bseeds,
+                                                      lanes=lanes, mesh=mesh).eval_shapes())
             say(f"sweep: {cfg.algorithm}, {len(points)} hparam point(s) x {len(seeds)} seed(s) "
                 f"x {len(statics)} static group(s) = {n_runs} runs, {cfg.rounds} rounds each")
         if checkpoint is not None and spec_par.get(str(gi)) is None:
@@ -552,7 +582,7 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
                                     eval_every=cfg_g.eval_every, compiled=compiled,
                                     progress=say, label=label, mesh=mesh, lanes=lanes,
                                     programs=programs, metric=metric, lower=lower,
-                                    configs=configs, **ck_kw)
+                                    configs=configs, heartbeat=heartbeat, **ck_kw)
             for k in ("compile_s", "run_s", "init_s", "eval_s"):
                 g_t[k] += t[k]
             first = len(rows)

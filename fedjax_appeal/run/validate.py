@@ -209,7 +209,7 @@ def check_source_size(opts: RunConfig | Options) -> None:
 
 # Files by which a folder is recognised as holding a run (`run`) or a sweep (`sweep`).
 RUN_FILES = ("results.json", "history.csv", "accuracy.png", "checkpoint.npz", "model.msgpack",
-             "model.json", "tensorboard", "wandb")
+             "model.json", "tokenizer.json", "tensorboard", "wandb")
 SWEEP_FILES = ("sweep.json", "sweep.csv", "summary.md", "sweep.png", "sweep-checkpoint",
                "tensorboard", "wandb")
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.arrays import ClientArrays, client_chunk
+from ..core.arrays import ClientArrays, client_chunk, client_norms
 from ..core.capabilities import capable
 from ..core.config import ConfigError, Options, fields_in
 from ..core.fields import component, option, when
@@ -76,7 +76,13 @@ option("selector", "random", "cohort selector (random: uniform from the availabl
 
 # The options of each selector, declared here
 POC, UNIONFL = component("selector", "poc"), component("selector", "unionfl")
-GREEDY = component("selector", "divfl", "subtrunc", "unionfl")
+_GREEDY_SELECTORS = ("divfl", "subtrunc", "unionfl")
+GREEDY = component("selector", *_GREEDY_SELECTORS)
+# selector -> the history metrics its paper reports, named on a run's last line beside the
+# test accuracy (`run.records.headline`): submodular selection is judged by the client
+# dissimilarity it leaves (the SubTrunc / UnionFL paper, Castillo et al.)
+HEADLINES: dict[str, tuple[str, ...]] = {n: ("client_dissimilarity",)
+                                         for n in _GREEDY_SELECTORS}
 # SubTrunc's options: of SubTrunc, and of UnionFL on a SubTrunc base (`--union-base`)
 SUBTRUNC = when(lambda cfg: cfg.selector != "unionfl" or cfg.union_base == "subtrunc",
                 "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
@@ -182,7 +188,7 @@ def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
 
     zero = jax.tree.map(jnp.zeros_like, params)
     tot, grad = jax.lax.fori_loop(0, n_chunks, body, (jnp.zeros(()), zero))
-    n = arrays.count[k].astype(jnp.float32)
+    n = client_norms(arrays)[0][k]  # rows; counted tokens for per-position targets
     return tot / n, jax.tree.map(lambda g: g / n, grad)
 
 

@@ -228,11 +228,43 @@ def plot_pool(path: Path, grid: dict) -> None:
     _plot_bands(path, grid, series, "clients available (pool size)", lw=1.2)
 
 
-def paired(grid: dict, columns: list[Setting], metrics: list[str], target: str = "MaxFL"
-           ) -> list[dict[str, Any]]:
+def paper_number(v: Any) -> float | None:
+    """A number of the paper's table: a float, or the mean of 'mean ± std' (None: none)."""
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.split()[0])
+        except (ValueError, IndexError):
+            return None
+    return None
+
+
+def paper_effect(paper: dict, column: str, metric: str, target: str, arms: list[str]
+                 ) -> tuple[float | None, str | None]:
+    """The paper's `target` minus its best other arm among `arms` (the arms run), on
+    `metric` in `column`, in the paper's units (% for accuracies, as our differences):
+    (effect, that arm), or (None, None) when the paper gives no such numbers."""
+    mine = paper_number(paper.get((column, target), {}).get(metric))
+    others = [(paper_number(paper.get((column, a), {}).get(metric)), a) for a in arms
+              if a != target]
+    others = [(v, a) for v, a in others if v is not None]
+    if mine is None or not others:
+        return None, None
+    best, arm = max(others)
+    return mine - best, arm
+
+
+def paired(grid: dict, columns: list[Setting], metrics: list[str], target: str = "MaxFL",
+           paper: dict | None = None) -> list[dict[str, Any]]:
     """Per column and metric: `target` minus the best other variant (best by mean over
     seeds), per seed, paired by seed, with "verdict" (`papers.pairs.verdict_of`: held /
-    reversed / inconclusive from the 95% t and sign-flip intervals) and "held"."""
+    reversed / inconclusive from the 95% t and sign-flip intervals), "held", the 95% t
+    interval, and where `paper` has the numbers the paper's effect (its `target` minus
+    its best other arm among the arms run, `paper_effect`) with the size verdict
+    (`fedjax_appeal.size_verdict`: consistent / smaller / larger)."""
+    from fedjax_appeal import deciding_interval, paired_report, size_verdict
+
     out = []
     for col in columns:
         recs = grid.get(col.label) or {}
@@ -256,13 +288,36 @@ def paired(grid: dict, columns: list[Setting], metrics: list[str], target: str =
             bv = {r["seed"]: r["final"][key] for r in recs[best]["runs"]}
             seeds = sorted(set(tv) & set(bv))
             d = [scale * (tv[s] - bv[s]) for s in seeds]
+            rep = paired_report(dict(zip(seeds, d, strict=True)), dict.fromkeys(seeds, 0.0),
+                                "+")
+            effect, p_arm = paper_effect(paper or {}, col.label, key, target,
+                                         [a for a, r in recs.items() if r.get("status") == "ok"])
             out.append({"column": col.label, "metric": key, "best_baseline": best,
                         "seeds": seeds, "diff": d,
                         "signs": " ".join("+" if x > 0 else ("0" if x == 0 else "−") for x in d),
                         "mean": float(np.mean(d)),
                         "std": float(np.std(d, ddof=1)) if len(d) > 1 else float("nan"),
-                        "verdict": verdict_of(d, "+"), "held": verdict_of(d, "+") == "held"})
+                        "verdict": verdict_of(d, "+"), "held": verdict_of(d, "+") == "held",
+                        "t_interval": list(rep.t_interval), "paper_effect": effect,
+                        "paper_baseline": p_arm,
+                        "size": size_verdict(deciding_interval(rep), effect, "+")})
     return out
+
+
+def _interval_cell(r: dict[str, Any]) -> str:
+    lo, hi = r.get("t_interval") or (float("nan"), float("nan"))
+    return (f"[{lo:+.2f}, {hi:+.2f}]" if np.isfinite(lo) and np.isfinite(hi) else "n/a")
+
+
+def _size_cell(r: dict[str, Any]) -> str:
+    """'+0.47 (MaxFL − FedAvg): smaller, excluded at 95%' and the like; '—' without a
+    paper number."""
+    from fedjax_appeal import size_text
+
+    if r.get("paper_effect") is None:
+        return "—"
+    text = size_text(r.get("size"), r["paper_effect"])
+    return f"{text} (paper's best other: {r['paper_baseline']})"
 
 
 def paired_markdown(rows: list[dict[str, Any]], target: str = "MaxFL") -> str:
@@ -270,10 +325,12 @@ def paired_markdown(rows: list[dict[str, Any]], target: str = "MaxFL") -> str:
         return "(no paired comparison: a row is missing)\n"
     return markdown_table(
         ["column", "metric", "best baseline (by mean)", f"{target} − best, per seed",
-         "mean ± std", "signs", "verdict (95% intervals)"],
+         "mean ± std", "signs", "95% t interval", "verdict (95% intervals)",
+         "size: the paper's effect against the interval"],
         [[r["column"], METRICS[r["metric"]][0], r["best_baseline"],
           ", ".join(f"{x:+.2f}" for x in r["diff"]), f"{r['mean']:+.2f} ± {r['std']:.2f}",
-          r["signs"], r.get("verdict") or verdict_of(r["diff"], "+")] for r in rows])
+          r["signs"], _interval_cell(r), r.get("verdict") or verdict_of(r["diff"], "+"),
+          _size_cell(r)] for r in rows])
 
 
 def cluster_summary(rec: dict, tag: str) -> dict[str, list] | None:
@@ -410,6 +467,12 @@ def _appeal_defs(grid: dict) -> list[str]:
                    for rec in recs.values() if rec.get("status") == "ok" and rec["config"]})
 
 
+def paired_metric_list(metrics: list[str], given: list[str] | None = None) -> list[str]:
+    """The metrics a report pairs: `given`, or those of `metrics` on appeal and accuracy."""
+    return given or [m for m in metrics if m.startswith(("gm_appeal", "test_acc",
+                                                         "preferred_acc"))]
+
+
 def report(ctx: Context, title: str, grid: dict, columns: list[Setting],
            variants: list[Arm], metrics: list[str], paper: dict, notes: str,
            plot_tag: str = "seen", extra_files: dict | None = None,
@@ -417,9 +480,8 @@ def report(ctx: Context, title: str, grid: dict, columns: list[Setting],
            target: str = "MaxFL", summary: Callable[[list, dict], str] | None = None) -> None:
     paper_keys = {k for d in paper.values() for k in d}
     table = table_markdown(grid, columns, variants, metrics, paper, paper_keys)
-    pm = paired_metrics or [m for m in metrics if m.startswith(("gm_appeal", "test_acc",
-                                                                 "preferred_acc"))]
-    pairs = paired(grid, columns, pm, target)
+    pm = paired_metric_list(metrics, paired_metrics)
+    pairs = paired(grid, columns, pm, target, paper)
     defs = _appeal_defs(grid)
     clusters = cluster_markdown(grid, columns, plot_tag, ("FedAvg", target))
     text = (f"# {title}\n\nCommand: `{ctx.command}`\n\nSeeds: {ctx.seeds}"
@@ -430,7 +492,10 @@ def report(ctx: Context, title: str, grid: dict, columns: list[Setting],
             f"{table}\n## {target} minus the best baseline, paired by seed\n\n"
             "The best baseline is the other row with the highest mean; a direction counts as "
             "held only when the 95% paired t interval of the mean difference lies above 0 "
-            "(reversed: below; inconclusive: it contains 0).\n\n"
+            "(reversed: below; inconclusive: it contains 0). Size: where the paper gives "
+            f"both numbers, its {target} minus its best other arm (among the arms run here) "
+            "is consistent with ours when it lies inside that interval; when it lies "
+            "outside, ours is smaller (or larger) than the paper's, excluded at 95%.\n\n"
             f"{paired_markdown(pairs, target)}\n"
             + (f"## Per cluster: {target} vs FedAvg\n{clusters}\n" if clusters else "")
             + "## GM-Appeal under each appeal definition (final model)\n\n"

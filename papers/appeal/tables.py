@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from papers.appeal.report import appeal_by_def, cluster_diagnostics, report_table
+from papers.appeal.report import (
+    METRICS,
+    appeal_by_def,
+    cluster_diagnostics,
+    paired_metric_list,
+    report_table,
+)
 from papers.appeal.specs import TABLES
+from papers.decide import MainClaim, per_seed
 from papers.reproduce import Context, experiment
 from papers.robustness import run_robustness
 from papers.runner import run_table
@@ -34,6 +41,30 @@ def record(res: dict, data) -> dict[str, Any]:
     return run
 
 
+def main_claim(table: Table) -> MainClaim:
+    """The claim `--seeds auto` decides: the report's target minus the best other arm on
+    `table.claim` (setting label, metric), by default the first setting and the first
+    paired metric; the paper's effect comes with each paired row (`report.paired`)."""
+    target = table.report.get("target", "MaxFL")
+    column, metric = table.claim or (table.settings[0].label, paired_metric_list(
+        list(table.metrics), table.report.get("paired_metrics"))[0])
+
+    def row(data: dict) -> dict | None:
+        return next((r for r in data.get("paired", [])
+                     if r["column"] == column and r["metric"] == metric), None)
+
+    def values(data: dict, seeds: list[int]) -> dict[int, float] | None:
+        r = row(data)
+        return None if r is None else per_seed(r["diff"], r["seeds"])
+
+    def paper(data: dict) -> float | None:
+        r = row(data)
+        return None if r is None else r.get("paper_effect")
+
+    return MainClaim(f"{column}: {METRICS[metric][0]}, {target} − the best other arm", "+",
+                     values, paper_of=paper, digits=3)
+
+
 def run_and_report(ctx: Context, table: Table) -> None:
     """The table (`report_table`), or with `--robustness` its shared-lr check
     (`papers.robustness.run_robustness`)."""
@@ -44,5 +75,5 @@ def run_and_report(ctx: Context, table: Table) -> None:
 
 
 for _table in TABLES:
-    experiment(_table.name, _table.help, robustness=bool(_table.robustness))(
-        lambda ctx, t=_table: run_and_report(ctx, t))
+    experiment(_table.name, _table.help, robustness=bool(_table.robustness),
+               claim=main_claim(_table))(lambda ctx, t=_table: run_and_report(ctx, t))

@@ -88,7 +88,7 @@ def appeal_tune(ctx: Context) -> None:
                 ctx.log(f"{name}: sweeping {v.label} over {grid}")
                 res = sweep(scfg, grid, [TUNE_SEED], hp=shp, metric="test_acc_seen",
                             data=data, dataset=ds, progress=ctx.log,
-                            program_cache=program_cache_folder())
+                            program_cache=program_cache_folder(), heartbeat=ctx.heartbeat)
                 points = [{"client_lr": float(r["hparams"]["client_lr"]),
                            "local_steps": int(r["static"]["local_steps"]),
                            **{k: float(r["final"].get(k, float("nan"))) for k in KEYS}}

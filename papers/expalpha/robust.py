@@ -68,7 +68,8 @@ def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
                     ctx.log(f"{what}: sweeping client lr {list(lrs)}, {cfg.rounds} rounds")
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp, metric=METRIC,
                                 max_parallel=1, data=data, dataset=ds,
-                                program_cache=program_cache_folder())
+                                program_cache=program_cache_folder(),
+                                heartbeat=ctx.heartbeat)
                     ctx.spent.add_sweep(res.timing, len(res.rows))
                     got = {str(float(r["hparams"]["client_lr"])):
                            float(r["final"].get(METRIC, math.nan)) for r in res.rows}

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_appeal import ConfigError, HParams
+from papers.decide import record_claim
 from papers.hetero.specs import (
     BUFF_HP,
     BUFF_SCHEDULE,
@@ -232,7 +233,9 @@ def _plot_curves(path: Path, curves: dict[str, list[tuple[np.ndarray, np.ndarray
                               "Dirichlet 0.3) + the least-squares fixed-point diagnostic",
             options={"alphas": "a subset of the Dirichlet concentrations, e.g. 0.1 "
                                "(default: 0.3,0.1)"},
-            shared_lr=NOVA_SHARED_LR)
+            shared_lr=NOVA_SHARED_LR,
+            claim=record_claim("by_alpha/0.1/paired/test_acc", "+", "Dirichlet 0.1: "
+                               "client-mean test accuracy (pp), FedNova − FedAvg"))
 def hetero_fednova(ctx: Context) -> None:
     alphas = _alphas(ctx)
     blocks = {alpha: _nova_block(ctx, alpha) for alpha in alphas}
@@ -356,7 +359,9 @@ def _time_to(t: list[float], acc: list[float], target: float) -> float:
 
 @experiment("hetero-fedbuff", "FedBuff vs synchronous FedAvg at equal simulated time "
                               "(FMNIST, LogNormal(0, 1) step times)",
-            shared_lr=BUFF_SHARED_LR)
+            shared_lr=BUFF_SHARED_LR,
+            claim=record_claim("paired/time_to_target", "-", "simulated seconds to the "
+                               "target accuracy, FedBuff − FedAvg", digits=0))
 def hetero_fedbuff(ctx: Context) -> None:
     runs = [_buff_runs(ctx, s) for s in ctx.seeds]
     horizon = min(r["horizon"] for r in runs)

@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from fedjax_appeal import ConfigError, HParams
-from papers.pairs import pair_cell, paired, sign, verdict
+from papers.decide import record_claim
+from papers.pairs import pair_cell, paired, sign, size_cell, size_of, verdict
 from papers.reproduce import Context, experiment, markdown_table, mean_std
 from papers.runner import run_table
 from papers.selection.specs import (
@@ -53,6 +54,10 @@ from papers.selection.specs import (
     OPT_SCHEDULE,
     OPT_SELECTORS,
     OPT_WINDOWS,
+    PAPER_T1,
+    PAPER_T2,
+    PAPER_T3,
+    PAPER_T4,
     SCHEDULE,
     SCHEDULES,
     SELECTORS,
@@ -258,9 +263,19 @@ def _run_all(ctx: Context, table: Table, dataset: str, arms: list[str] | None = 
     return {k: rec["runs"] for k, rec in grid[dataset].items()}
 
 
+def paper_delta(table: dict, first, second, col: int) -> float:
+    """The paper's MNIST `first` − `second` in column `col` of a PAPER_T* table ('mean ±
+    std' cells): the effect a main claim's size is checked against."""
+    rows = table["mnist"]
+    return round(float(rows[first][col].split()[0]) - float(rows[second][col].split()[0]), 6)
+
+
 @experiment(TABLE_I.name, TABLE_I.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_SCHEDULE,
                                                    **OPT_SELECTORS},
-            shared_lr=TABLE_I_SHARED_LR)
+            shared_lr=TABLE_I_SHARED_LR,
+            claim=record_claim("mnist_paired/SubTrunc − DivFL/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), SubTrunc − DivFL",
+                               paper_delta(PAPER_T1, "subtrunc", "divfl", 2)))
 def selection_compare(ctx: Context) -> None:
     data, parts, plots = {}, [], {}
     sels = SELECTORS
@@ -289,9 +304,10 @@ def selection_compare(ctx: Context) -> None:
             pa = paired(runs[a], runs[b], "test_acc", 100)
             paper_d = (float(TABLE_I.paper[(ds, a)]["dissimilarity"].split()[0])
                        - float(TABLE_I.paper[(ds, b)]["dissimilarity"].split()[0]))
-            pdata[name] = {"dissimilarity": pd, "test_acc": pa, "paper_dissimilarity": paper_d}
+            pdata[name] = {"dissimilarity": pd, "test_acc": pa, "paper_dissimilarity": paper_d,
+                           "size": size_of(pd, paper_d, want)}
             prow.append([name, f"{paper_d:+.2f}", pair_cell(pd), verdict(pd, want),
-                         pair_cell(pa)])
+                         size_cell(pd, paper_d, want), pair_cell(pa)])
         data[ds + "_paired"] = pdata
         div = {s: [_first_divergence(a, b) for a, b in zip(runs[s], runs["divfl"],
                                                            strict=True)]
@@ -307,7 +323,8 @@ def selection_compare(ctx: Context) -> None:
             + "\nPaired per-seed differences (first minus second; the paper's claim is a "
               "lower dissimilarity for the first):\n\n"
             + markdown_table(["pair", "paper Δ dissimilarity", "ours Δ dissimilarity (signs)",
-                              "verdict (95% intervals)", "ours Δ test acc pp (signs)"], prow)
+                              "verdict (95% intervals)", "size: the paper's Δ against our "
+                              "interval", "ours Δ test acc pp (signs)"], prow)
             + "\nDissimilarity along training (mean ± std over seeds):\n\n"
             + _by_round({LABEL[s]: runs[s] for s in sels})
             + ("\nSubTrunc − DivFL dissimilarity by round (mean, per-seed signs): "
@@ -332,7 +349,10 @@ def selection_compare(ctx: Context) -> None:
 
 
 @experiment(TABLE_II.name, TABLE_II.help, options={**OPT_CIFAR, **OPT_REVERSE, **OPT_LAMBDAS,
-                                                   **OPT_SCHEDULE})
+                                                   **OPT_SCHEDULE},
+            claim=record_claim("mnist/paired_hi_minus_lo/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), the highest λ − the lowest",
+                               paper_delta(PAPER_T2, 0.95, 0.01, 1)))
 def selection_lambda(ctx: Context) -> None:
     lams = TABLE_II_LAMBDAS[ctx.quick]
     if ctx.option("lambdas"):  # a subset of the paper's lambdas (CPU budget)
@@ -358,11 +378,16 @@ def selection_lambda(ctx: Context) -> None:
         same = [a["cohorts"] == b["cohorts"] for a, b in zip(runs[hi], runs["0"], strict=True)]
         paper_lo = TABLE_II.paper[(ds, "0.01")]["dissimilarity"].split()[0]
         paper_hi = TABLE_II.paper[(ds, "0.95")]["dissimilarity"].split()[0]
+        # the paper's effect is the one of λ = 0.95 − 0.01: sized only for that pair
+        paper_d = (round(float(paper_hi) - float(paper_lo), 6)
+                   if (hi, lo) == ("0.95", "0.01") else None)
         vs_divfl = {lam: paired(runs[str(lam)], runs["0"], "dissimilarity") for lam in lams}
         div = {lam: [_first_divergence(a, b) for a, b in zip(runs[str(lam)], runs["0"],
                                                             strict=True)] for lam in lams}
         slopes = _slopes({lam: runs[str(lam)] for lam in lams}) if len(lams) > 1 else []
-        data[ds] = {**runs, "paired_hi_minus_lo": {"dissimilarity": pd, "test_acc": pa},
+        data[ds] = {**runs, "paired_hi_minus_lo": {"dissimilarity": pd, "test_acc": pa,
+                                                   "paper_dissimilarity": paper_d,
+                                                   "size": size_of(pd, paper_d, "-")},
                     "largest_lambda_equals_divfl_per_seed": same,
                     "paired_minus_divfl": {str(k): v for k, v in vs_divfl.items()},
                     "first_divergence_from_divfl": {str(k): v for k, v in div.items()},
@@ -380,7 +405,9 @@ def selection_lambda(ctx: Context) -> None:
                  "dissimilarity (paper)"], rows)
             + f"\nPaired λ = {hi} − {lo_name} (paper: dissimilarity {paper_hi} − {paper_lo} = "
               f"{float(paper_hi) - float(paper_lo):+.2f} from λ = 0.01 to 0.95): dissimilarity "
-              f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp {pair_cell(pa)}. The "
+              f"{pair_cell(pd)} — {verdict(pd, '-')}"
+              + (f"; size: {size_cell(pd, paper_d, '-')}" if paper_d is not None else "")
+              + f"; test acc pp {pair_cell(pa)}. The "
               f"same pair under the other dissimilarity definitions: "
               f"{_other_definitions(runs[hi], runs[lo])}.\n\n" + slope_line
             + "Each λ against DivFL (λ = 0), and the first round whose cohort differs from "
@@ -411,7 +438,10 @@ def selection_lambda(ctx: Context) -> None:
     _write(ctx, table, data, plots)
 
 
-@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS, **OPT_SCHEDULE})
+@experiment(TABLE_III.name, TABLE_III.help, options={**OPT_REVERSE, **OPT_WINDOWS, **OPT_SCHEDULE},
+            claim=record_claim("paired_u10_minus_u2/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), window u = 10 − u = 2",
+                               paper_delta(PAPER_T3, 10, 2, 1)))
 def selection_window(ctx: Context) -> None:
     us = tuple(int(a.label) for a in TABLE_III.arms)
     if ctx.option("windows"):  # a subset of the paper's windows (CPU budget)
@@ -430,7 +460,10 @@ def selection_window(ctx: Context) -> None:
     hi, lo = str(us[-1]), str(us[0])
     pd = paired(runs[hi], runs[lo], "dissimilarity")
     pa = paired(runs[hi], runs[lo], "test_acc", 100)
-    data = {**runs, f"paired_u{hi}_minus_u{lo}": {"dissimilarity": pd, "test_acc": pa}}
+    paper_d = paper_delta(PAPER_T3, 10, 2, 1) if (hi, lo) == ("10", "2") else None
+    data = {**runs, f"paired_u{hi}_minus_u{lo}": {"dissimilarity": pd, "test_acc": pa,
+                                                  "paper_dissimilarity": paper_d,
+                                                  "size": size_of(pd, paper_d, "-")}}
     table = (f"# {TABLE_III.title}\n\n" + _header_note(ctx) + "\n"
              + _SATURATION + "\n\n"
              + markdown_table(["window u", "saturated (u·κ ≥ N)", "test acc % (ours)",
@@ -439,7 +472,9 @@ def selection_window(ctx: Context) -> None:
                                "clients never selected"], rows)
              + f"\nPaired u = {hi} − u = {lo} (paper: u = 10 − u = 2 dissimilarity 8.52 − 8.77 "
                f"= −0.25, accuracy +0.47; u = 10 − u = 5: −0.07, +0.17): dissimilarity "
-               f"{pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
+               f"{pair_cell(pd)} — {verdict(pd, '-')}"
+               + (f"; size: {size_cell(pd, paper_d, '-')}" if paper_d is not None else "")
+               + "; test acc pp "
                f"{pair_cell(pa)} — {verdict(pa, '+')}. The same pair under the other "
                f"dissimilarity definitions: {_other_definitions(runs[hi], runs[lo])}."
              + (f" Rows run: u ∈ {list(us)} (`--set windows=`)." if ctx.option("windows")
@@ -450,7 +485,10 @@ def selection_window(ctx: Context) -> None:
                                               for k, v in runs.items()}, "UnionFL window")})
 
 
-@experiment(TABLE_IV.name, TABLE_IV.help, options={**OPT_REVERSE, **OPT_SCHEDULE})
+@experiment(TABLE_IV.name, TABLE_IV.help, options={**OPT_REVERSE, **OPT_SCHEDULE},
+            claim=record_claim("paired_identity_minus_log/dissimilarity", "-",
+                               "MNIST: dissimilarity (pp), φ = x − φ = ln(1+x)",
+                               paper_delta(PAPER_T4, "identity", "log", 1)))
 def selection_phi(ctx: Context) -> None:
     phis = ("log", "identity")
     runs = _run_all(ctx, TABLE_IV, "mnist")  # and DivFL: Table I's DivFL runs (cached)
@@ -463,7 +501,10 @@ def selection_phi(ctx: Context) -> None:
     pa = paired(runs["identity"], runs["log"], "test_acc", 100)
     div = {p: [_first_divergence(a, b) for a, b in zip(runs[p], runs["divfl"], strict=True)]
            for p in phis}
-    data = {**runs, "paired_identity_minus_log": {"dissimilarity": pd, "test_acc": pa},
+    paper_d = paper_delta(PAPER_T4, "identity", "log", 1)
+    data = {**runs, "paired_identity_minus_log": {"dissimilarity": pd, "test_acc": pa,
+                                                  "paper_dissimilarity": paper_d,
+                                                  "size": size_of(pd, paper_d, "-")},
             "first_divergence_from_divfl": div}
     rows.append(["DivFL (no SubTrunc term)", _cell(runs["divfl"], "test_acc", 100), "—",
                  _cell(runs["divfl"], "dissimilarity"), "—"])
@@ -471,7 +512,8 @@ def selection_phi(ctx: Context) -> None:
              + markdown_table(["phi", "test acc % (ours)", "test acc % (paper)",
                                "dissimilarity (ours)", "dissimilarity (paper)"], rows)
              + f"\nPaired identity − ln(1+x) (paper: dissimilarity 7.91 − 7.96 = −0.05): "
-               f"dissimilarity {pair_cell(pd)} — {verdict(pd, '-')}; test acc pp "
+               f"dissimilarity {pair_cell(pd)} — {verdict(pd, '-')}; size: "
+               f"{size_cell(pd, paper_d, '-')}; test acc pp "
                f"{pair_cell(pa)}. The same pair under the other dissimilarity definitions: "
                f"{_other_definitions(runs['identity'], runs['log'])}.\n\nDiagnostic: first "
                f"round whose cohort differs from "

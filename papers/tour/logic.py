@@ -93,14 +93,69 @@ def count_scorecard(text: str) -> dict[str, int]:
     return counts
 
 
-def scorecard_line(counts: dict[str, int] | None, path: str) -> str:
+# Size verdict phrases of the scorecard's "size" column (`size_of_cell`).
+SIZE_PHRASES = ("consistent", "smaller", "larger")
+
+
+def size_of_cell(cell: str) -> str:
+    """The size verdict of one cell of the scorecard's "size" column: the leftmost of
+    "consistent", "smaller", "larger" (whole words, bold marks and case ignored), else
+    "none" (no paper number, "—", "n/a")."""
+    text = cell.replace("*", "").lower()
+    hits = [(m.start(), p) for p in SIZE_PHRASES
+            if (m := re.search(r"\b" + p + r"\b", text))]
+    return min(hits)[1] if hits else "none"
+
+
+def count_sizes(text: str) -> dict[str, int]:
+    """Counts of the scorecard's rows by size verdict.
+
+    Rule: in every markdown table of `text` with a column named "held..." and a column
+    named "size...", each row counted by `count_scorecard` (its "held" cell names a
+    verdict) gets `size_of_cell` of its "size" cell. Returns {"consistent", "smaller",
+    "larger", "none", "rows"} ("none": no size verdict, e.g. no paper number).
+    """
+    counts = {k: 0 for k in (*SIZE_PHRASES, "none", "rows")}
+    cols: tuple[int, int] | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        if not s.startswith("|"):
+            cols = None
+            continue
+        cells = [c.strip() for c in s.strip("|").split("|")]
+        if cols is None:
+            names = [c.replace("*", "").lower() for c in cells]
+            held = next((i for i, n in enumerate(names) if n.startswith("held")), -1)
+            size = next((i for i, n in enumerate(names) if n.startswith("size")), -1)
+            cols = (held, size) if held >= 0 and size >= 0 else (-1, -1)
+            continue
+        held, size = cols
+        if held < 0 or set("".join(cells)) <= set("-: ") or max(held, size) >= len(cells):
+            continue
+        if row_verdict(cells[held]) is None:
+            continue
+        counts["rows"] += 1
+        counts[size_of_cell(cells[size])] += 1
+    return counts
+
+
+def scorecard_line(counts: dict[str, int] | None, path: str,
+                   sizes: dict[str, int] | None = None) -> str:
+    """'scorecard PATH: 11 rows held, 21 inconclusive, 4 reversed (its "held" column)',
+    with `sizes` (`count_sizes`, when it counted rows) '; size: 3 consistent with the
+    paper's, 12 smaller, 1 larger, 20 without a size verdict'."""
     if counts is None:
         return f"scorecard: {path} not found (it lists every paper table and its verdict)"
     parts = [f"{counts['held']} rows held"]
     parts += [f"{counts[k]} {label}" for k, label in (
         ("tuned_only", "held at tuned lrs only"), ("inconclusive", "inconclusive"),
         ("reversed", "reversed"), ("not_held", "not held")) if counts.get(k)]
-    return f"scorecard {path}: {', '.join(parts)} (its \"held\" column)"
+    line = f"scorecard {path}: {', '.join(parts)} (its \"held\" column)"
+    if sizes and sizes.get("rows"):
+        line += (f"; size: {sizes['consistent']} consistent with the paper's, "
+                 f"{sizes['smaller']} smaller, {sizes['larger']} larger, {sizes['none']} "
+                 "without a size verdict (its \"size\" column)")
+    return line
 
 
 def throughput(groups: Sequence[dict]) -> dict[str, float]:

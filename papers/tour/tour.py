@@ -30,6 +30,7 @@ from fedjax_appeal import ConfigError, HParams, runtime_record
 from papers.reproduce import Context, experiment, markdown_table
 from papers.tour.logic import (
     count_scorecard,
+    count_sizes,
     family_lines,
     fmt,
     held_at,
@@ -89,7 +90,7 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
     lr = fam.hp["client_lr"]
     res = sweep(cfg, _grid(fam), seeds, hp=HParams(**fam.hp), metric=fam.metric,
                 mode="min" if fam.want == "-" else "max", mesh=mesh,
-                program_cache=program_cache_folder())
+                program_cache=program_cache_folder(), heartbeat=ctx.heartbeat)
     ctx.spent.add_sweep(res.timing, len(res.rows))
     label = {v: lab for lab, v in fam.arms}
     runs: dict[float, dict[str, dict[int, dict]]] = {}
@@ -310,7 +311,9 @@ def tour(ctx: Context) -> None:
     wall = time.perf_counter() - t0
     lanes = sorted({g["lanes"] for g in groups})
     layout["lanes"] = lanes[0] if len(lanes) == 1 else lanes
-    counts = count_scorecard(SCORECARD.read_text()) if SCORECARD.is_file() else None
+    card = SCORECARD.read_text() if SCORECARD.is_file() else None
+    counts = count_scorecard(card) if card is not None else None
+    sizes = count_sizes(card) if card is not None else None
     time_text, time_rec = time_split_of(ctx, out, tp, wall)
     footer = [
         f"throughput: {tp['client_steps_per_s']:,.0f} client-steps/s, "
@@ -318,7 +321,7 @@ def tour(ctx: Context) -> None:
         time_text,
         f"layout: runs sharded over {layout['devices']} {layout['backend']} device(s) "
         f"({layout['why']}), {layout['lanes']} at a time each",
-        scorecard_line(counts, "results/README.md")]
+        scorecard_line(counts, "results/README.md", sizes)]
     screen = ["Tour: three claims of the papers, each a paired comparison: same seeds, same "
               "client lr,", "only the method differs; difference = first − second arm, seed "
               "by seed."]
