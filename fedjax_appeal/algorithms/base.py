@@ -103,8 +103,8 @@ def global_evaluator(model: Model) -> EvalFn:
     return evaluate
 
 
-# The configuration fields every algorithm's builder reads (`options_for`), besides its own
-# `Supports.options` and `Supports.reads`: its local training, weight rule, server
+# The configuration fields every algorithm's builder reads (`options_for`), besides the
+# options that apply to it (`own_options`): its local training, weight rule, server
 # optimizer and cohort layout, and what `compose` adds (selector, uplink / DP, client
 # heterogeneity).
 SHARED_OPTIONS = tuple(dict.fromkeys((

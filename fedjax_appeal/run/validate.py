@@ -139,7 +139,6 @@ def _validate_selection(opts: Options, hp: HParams) -> None:
         raise ConfigError(DELTA_CHUNK_ERROR)
 
 
-
 def ignored_reason(key: str, cfg: RunConfig) -> str | None:
     """Why option `key` has no effect in `cfg` (its declaration's `applies`), or None.
 
