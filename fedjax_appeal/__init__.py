@@ -47,6 +47,9 @@ _EXPORTS: dict[str, str] = {
     "run_config": ".run.experiment", "simulate": ".run.simulate",
     "SimulationResult": ".run.simulate", "sweep": ".run.sweep",
     "NonFiniteError": ".run.checkpoint", "load_federated": ".data",
+    # one shape for the federations of several seeds (their programs compiled once)
+    "shape_of": ".core.padding", "common_shapes": ".core.padding",
+    "pad_federation": ".core.padding",
     # execution layout of scripts that call `sweep` themselves
     "split_cpu": ".execute.distributed", "make_mesh": ".execute.distributed",
     # compilation, determinism and where a command's time goes

@@ -50,6 +50,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", action="store_true",
                    help="with `all`: print the tables, in order, with their estimated time "
                         "(from the committed reports' costs), and stop")
+    p.add_argument("--from-results", action="store_true",
+                   help="with `all`: run nothing; the scorecard of the main claims from the "
+                        "committed reports in results/ (written there, or to --out)")
     p.add_argument("--fresh", action="store_true",
                    help="rerun every configuration (default: reuse runs finished earlier with "
                         "the same code, kept in <cache>/runs)")
@@ -82,6 +85,9 @@ def cmd(args: argparse.Namespace) -> int:
         from .scorecard import run_all
 
         return run_all(args)
+    if args.from_results:
+        raise ConfigError("--from-results goes with `reproduce all`: run reproduce all "
+                          "--from-results")
     if args.plan:
         raise ConfigError("--plan goes with `reproduce all`: drop it, or run reproduce all "
                           "--plan")

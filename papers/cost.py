@@ -2,10 +2,11 @@
 version and the commit of the code that made it.
 
 `Spent` accumulates the seconds of training, evaluation and data loading of the runs an
-experiment computes (runs served from the run cache cost nothing and are counted apart);
-`cost_record` turns it, with the command's compile log when there is one, into the
-`cost` entry of `results.json` / `robustness.json`, and `cost_lines` into the lines that
-end `table.md` / `robustness.md`.
+experiment computes, and of the data it loads for them itself (`Spent.add_data`; runs
+served from the run cache cost nothing and are counted apart); `cost_record` turns it,
+with the command's compile log when there is one, into the `cost` entry of `results.json`
+/ `robustness.json`, and `cost_lines` into the lines that end `table.md` /
+`robustness.md`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ class Spent:
         self.data_s += float(t.get("load_s", 0.0))
         self.compile_s += float(t.get("compile_s", 0.0)) + float(t.get("eval_compile_s", 0.0))
         self.computed += 1
+
+    def add_data(self, seconds: float) -> None:
+        """Count data loaded outside the runs (a table's federations, loaded once for the
+        arms of a seed and padded to their setting's common shape, `papers.runner`)."""
+        self.data_s += float(seconds)
 
     def add_sweep(self, timing: dict[str, Any], runs: int) -> None:
         """Count a sweep of `runs` rows (its `SweepResult.timing`)."""

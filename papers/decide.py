@@ -42,6 +42,9 @@ class MainClaim:
     paper: float | None = None
     paper_of: Callable[[dict], float | None] | None = None  # the paper's effect from results
     digits: int = 3
+    # per shared client lr, this claim's per-seed differences in the table's
+    # robustness.json (`reproduce NAME --robustness`); None: that rerun does not hold it
+    shared_lrs: Callable[[dict], dict[float, list[float]] | None] | None = None
 
 
 def node(data: Any, path: str | tuple[str, ...]) -> Any:
@@ -71,12 +74,20 @@ def record_claim(path: str, want: str, label: str, paper: float | None = None,
         diffs = rec.get("diffs", rec.get("diff"))
         return None if diffs is None else per_seed(diffs, rec.get("seeds") or seeds)
 
-    return MainClaim(label, want, values, paper, digits=digits)
+    def shared_lrs(rob: dict) -> dict[float, list[float]] | None:
+        for v in rob.get("verdicts") or []:
+            if isinstance(v, dict) and v.get("path") == path:
+                return {float(lr): d.get("diffs", d.get("diff"))
+                        for lr, d in v.get("per_lr", {}).items()}
+        return None
+
+    return MainClaim(label, want, values, paper, digits=digits, shared_lrs=shared_lrs)
 
 
 def runs_claim(first: str | tuple[str, ...], second: str | tuple[str, ...],
                value: Callable[[dict, dict], float | None],
-               want: str, label: str, paper: float | None = None, digits: int = 3
+               want: str, label: str, paper: float | None = None, digits: int = 3,
+               shared_lrs: Callable[[dict], dict[float, list[float]] | None] | None = None
                ) -> MainClaim:
     """A claim on two arms' per-seed runs (lists of records with a "seed") at paths
     `first` and `second` of results.json: per seed value(first run, results) −
@@ -93,7 +104,7 @@ def runs_claim(first: str | tuple[str, ...], second: str | tuple[str, ...],
                 out[int(r["seed"])] = math.nan if x is None or y is None else x - y
         return out
 
-    return MainClaim(label, want, values, paper, digits=digits)
+    return MainClaim(label, want, values, paper, digits=digits, shared_lrs=shared_lrs)
 
 
 def decide(ctx: Any, data: dict) -> Any:

@@ -92,6 +92,17 @@ class Context:
         return (contextlib.nullcontext() if self.heartbeat is None else
                 self.heartbeat.phase(what))
 
+    def _cache_path(self, cfg: RunConfig, hp: HParams) -> Path | None:
+        """Where the run cache keeps this run (None without `reuse`)."""
+        if self.client_lr is not None:
+            hp = hp.replace(client_lr=self.client_lr)
+        return run_cache(self.cache_dir) / f"{run_key(cfg, hp)}.json" if self.reuse else None
+
+    def cached(self, cfg: RunConfig, hp: HParams) -> bool:
+        """Whether `run(cfg, hp)` would be served from the run cache."""
+        path = self._cache_path(cfg, hp)
+        return path is not None and path.is_file()
+
     def run(self, cfg: RunConfig, hp: HParams, label: str = "", **kw):
         """Run one configuration (see `experiment.run_config`); logs start and end.
 
@@ -103,10 +114,10 @@ class Context:
         """
         from fedjax_appeal import program_cache_folder, run_config
 
+        path = self._cache_path(cfg, hp)
         if self.client_lr is not None:
             hp = hp.replace(client_lr=self.client_lr)
         what = f"{label or cfg.algorithm} seed {cfg.seed}"
-        path = run_cache(self.cache_dir) / f"{run_key(cfg, hp)}.json" if self.reuse else None
         if path is not None and path.is_file():
             results = json.loads(path.read_text())
             self.log(f"{what}: finished earlier with this code (cached in {path.parent})")

@@ -34,6 +34,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from papers.tour.logic import TUNED_ONLY
+
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -144,17 +146,71 @@ def main_row(ctx: Any, data: dict) -> dict[str, Any]:
             "size": size_verdict(iv, paper, claim.want)}
 
 
+def robust_text(claim: Any, path: Path) -> str | None:
+    """'held at k of n shared lrs (m seeds)': the claim at each shared client lr of the
+    table's robustness rerun (`path`), by the same 95% interval rule; None when there is
+    no rerun or it does not hold this claim."""
+    from fedjax_appeal import paired_report
+
+    if claim.shared_lrs is None or not path.is_file():
+        return None
+    per_lr = claim.shared_lrs(json.loads(path.read_text()))
+    if not per_lr:
+        return None
+    held = 0
+    for diffs in per_lr.values():
+        vals = {i: math.nan if d is None else float(d) for i, d in enumerate(diffs)}
+        rep = paired_report(vals, dict.fromkeys(vals, 0.0), claim.want)
+        held += rep.verdict == "held" and not rep.missing
+    seeds = sorted({len(d) for d in per_lr.values()})
+    return (f"held at {held} of {len(per_lr)} shared lrs "
+            f"({'/'.join(map(str, seeds))} seeds)")
+
+
+def committed_rows(root: Path = RESULTS) -> list[dict[str, Any]]:
+    """The scorecard rows of the committed reports, without running anything: for each
+    table with a main claim, the report in `root/NAME` or `root/NAME-10` (a rerun on more
+    seeds) that holds the claim on the most seeds; its cost from the report."""
+    from papers.reproduce import CLAIMS
+
+    rows = []
+    for name, claim in CLAIMS.items():
+        best: tuple[int, dict[str, Any]] | None = None
+        for folder in sorted(root.glob(f"{name}*")):
+            if folder.name not in (name, f"{name}-10") or not (folder / "results.json"
+                                                               ).is_file():
+                continue
+            data = json.loads((folder / "results.json").read_text())
+            seeds = data.get("seeds") or sorted(seeds_in(data))
+            ctx = argparse.Namespace(name=name, claim=claim, seeds=seeds)
+            if claim.values(data, list(seeds)) is None:
+                continue
+            row = main_row(ctx, data)
+            row["folder"] = folder.name
+            row["robust"] = robust_text(claim, root / name / "robustness.json")
+            if row["verdict"] == "held" and (row["robust"] or "").startswith("held at 0 of"):
+                row["verdict"] = TUNED_ONLY  # held at the arms' own lrs, at no shared one
+            wall = ((data.get("cost") or {}).get("time") or {}).get("wall")
+            row["wall_s"] = wall if isinstance(wall, int | float) else None
+            if best is None or row["seeds"] > best[0]:
+                best = (row["seeds"], row)
+        rows.append(best[1] if best else {"table": name, "claim": claim.label,
+                                          "failed": "no committed report"})
+    return rows
+
+
 def scorecard_markdown(rows: list[dict[str, Any]], title: str) -> str:
     """scorecard.md: the counts of both verdicts, then one row per table."""
     from fedjax_appeal import size_text
     from papers.tour.logic import count_scorecard, count_sizes, scorecard_line
 
     lines = ["| table | main claim (paper's direction) | seeds | ours: mean [interval] | "
-             "held? | size | cost |", "| --- | --- | --- | --- | --- | --- | --- |"]
+             "held? | size | cost | robust at one shared client lr? |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if r.get("failed"):
             lines.append(f"| {r['table']} | {r.get('claim', '')} | — | — | not run "
-                         f"({r['failed']}) | — | — |")
+                         f"({r['failed']}) | — | — | — |")
             continue
         lo, hi = r["interval"]
         iv = (f"{r['mean']:+.3g} [{lo:+.3g}, {hi:+.3g}] ({r['interval_kind']})"
@@ -162,11 +218,63 @@ def scorecard_markdown(rows: list[dict[str, Any]], title: str) -> str:
               else f"{r['mean']:+.3g} [n/a]")
         size = ("no paper number" if r["paper_effect"] is None
                 else size_text(r["size"], r["paper_effect"], 1.0, 3))
-        lines.append(f"| {r['table']} | {r['claim']} ({r['want']}) | {r['seeds']} | {iv} | "
-                     f"{r['verdict']} | {size} | {duration(r.get('wall_s'))} |")
+        table = r["table"] if r.get("folder", r["table"]) == r["table"] else r["folder"]
+        lines.append(f"| {table} | {r['claim']} ({r['want']}) | {r['seeds']} | {iv} | "
+                     f"{r['verdict']} | {size} | {duration(r.get('wall_s'))} | "
+                     f"{r.get('robust') or '—'} |")
     body = "\n".join(lines) + "\n"
     head = scorecard_line(count_scorecard(body), "this table", count_sizes(body))
     return f"# {title}\n\n{head}.\n\n{body}"
+
+
+# The block of results/README.md that `reproduce all --from-results` rewrites.
+BEGIN = "<!-- main claims: written by `fedjax-appeal reproduce all --from-results` -->"
+END = "<!-- end of the main claims -->"
+
+
+def with_main_claims(readme: str, card: str) -> str:
+    """`readme` with the block between BEGIN and END replaced by the scorecard `card`
+    (its title dropped: the README's section heading stands above the block)."""
+    head, rest = readme.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    body = card.split("\n", 2)[2].strip("\n")
+    return f"{head}{BEGIN}\n\n{body}\n\n{END}{tail}"
+
+
+def committed_markdown(rows: list[dict[str, Any]]) -> str:
+    """scorecard.md of `committed_rows`, with a note on where its numbers come from."""
+    return scorecard_markdown(rows, "Scorecard of the main claims, from the committed "
+                              "reports") + (
+        "\nEach row reads its table's committed `results.json` (the folder named; a `-10` "
+        "folder is a rerun of the table on 10 seeds); intervals are 95% paired t intervals "
+        "of the per-seed differences (a sign-flip interval where they have no spread), or "
+        "the repeated interval of a `--seeds auto` report. Cost: the report's wall time "
+        "where it records one. Rebuild: `fedjax-appeal reproduce all --from-results`.\n")
+
+
+def committed_scorecard(args: argparse.Namespace) -> int:
+    """`reproduce all --from-results`: the scorecard of the committed reports (nothing
+    runs), written to `--out` (default results/) as scorecard.md and scorecard.json."""
+    from fedjax_appeal import ConfigError, write_outputs
+
+    if args.seeds or args.quick or args.plan or args.fresh:
+        raise ConfigError("reproduce all --from-results reads the committed reports and runs "
+                          "nothing: drop --seeds / --quick / --plan / --fresh")
+    root = Path(args.out) if args.out else RESULTS
+    rows = committed_rows(RESULTS)
+    md = committed_markdown(rows)
+    writers = {"scorecard.md": lambda p: p.write_text(md),
+               "scorecard.json": lambda p: p.write_text(json.dumps(
+                   {"command": "fedjax-appeal reproduce all --from-results", "rows": rows},
+                   indent=1, default=str))}
+    readme = root / "README.md"
+    if readme.is_file() and BEGIN in readme.read_text():  # the block of the main claims
+        text = with_main_claims(readme.read_text(), md)
+        writers["README.md"] = lambda p: p.write_text(text)
+    write_outputs(root, writers)
+    print(md)
+    print(f"wrote {root}/scorecard.md, scorecard.json")
+    return 0
 
 
 def run_all(args: argparse.Namespace) -> int:
@@ -180,6 +288,8 @@ def run_all(args: argparse.Namespace) -> int:
     if args.robustness:
         raise ConfigError("reproduce all runs the tables; --robustness reruns one table at "
                           "other lrs: run reproduce NAME --robustness")
+    if getattr(args, "from_results", False):
+        return committed_scorecard(args)
     root = Path(args.out or Path("runs") / "reproduce")
     names = [n for n in CLAIMS if n in EXPERIMENTS]
     cmd = "fedjax-appeal reproduce all " + " ".join(

@@ -141,3 +141,34 @@ def test_an_interrupted_reproduce_rerun_writes_the_uninterrupted_report(tmp_path
     assert main(command("ref", "--fresh")) == 0  # every run computed, none interrupted
     assert len(calls) == 9
     assert _without_cost(tmp_path / "s") == _without_cost(tmp_path / "ref")
+
+
+def test_a_table_counts_the_data_it_loads_as_data(tmp_path, monkeypatch):
+    """`run_table` loads each seed's federation outside its runs, once for its shape and
+    once (padded) for its arms: both count as data in the report's cost, not as other."""
+    import time
+
+    import fedjax_appeal
+    from papers.runner import run_table
+    from papers.spec import Arm, Setting, Table
+
+    real, loads = fedjax_appeal.load_federated, []
+
+    def slow_load(cfg, *a, **k):
+        loads.append(cfg.seed)
+        time.sleep(0.25)
+        return real(cfg, *a, **k)
+
+    monkeypatch.setattr(fedjax_appeal, "load_federated", slow_load)
+    spec = {k: getattr(CFG, k) for k in ("dataset", "partition", "clients", "unseen_clients",
+                                         "cohort", "rounds", "local_steps", "batch_size",
+                                         "eval_every", "min_samples", "appeal")}
+    table = Table("tiny", "a tiny table", "Tiny table", settings=(Setting("s", spec, spec),),
+                  arms=(Arm("FedAvg", "fedavg"),), metrics=("test_acc_seen",),
+                  base_hp={"client_lr": 0.1})
+    ctx = reproduce.Context("t", [0, 1], tmp_path / "out", cache_dir=str(tmp_path / "cache"))
+    out = run_table(ctx, table, lambda res, data: {})
+    assert [r["seed"] for r in out["s"]["FedAvg"]["runs"]] == [0, 1]
+    assert loads == [0, 1, 0, 1]  # the shapes of both seeds, then each seed's runs
+    assert ctx.spent.data_s >= 4 * 0.25
+    assert ctx.cost()["time"]["data"] == pytest.approx(ctx.spent.data_s)

@@ -151,3 +151,64 @@ def test_reproduce_all_plan_and_refusals(toys, tmp_path, capsys):
         assert len(err) == 1 and msg in err[0]
     assert main(["reproduce", "toy-a", "--plan", "--out", str(tmp_path / "x")]) == 2
     assert "--plan goes with `reproduce all`" in capsys.readouterr().err
+
+
+def test_the_committed_scorecard_reads_the_reports_with_the_most_seeds(toys, tmp_path,
+                                                                       monkeypatch, capsys):
+    from papers import scorecard
+
+    res = tmp_path / "results"
+    for folder, diffs in (("toy-a", [1.0, 1.1, 1.2]), ("toy-a-10", [1.0, 1.1, 1.2] * 3 + [1.1]),
+                          ("toy-b-old", [-1.0, -2.0, -3.0])):
+        (res / folder).mkdir(parents=True)
+        (res / folder / "results.json").write_text(json.dumps(
+            {"seeds": list(range(len(diffs))), "paired": {"d": {"diffs": diffs}},
+             "cost": {"time": {"wall": 125.0}}}))
+    monkeypatch.setattr(scorecard, "RESULTS", res)
+    rows = scorecard.committed_rows(res)
+    # toy-a: the 10-seed rerun wins over the 3-seed report; toy-b-old is not toy-b's folder
+    assert rows[0]["folder"] == "toy-a-10" and rows[0]["seeds"] == 10
+    assert rows[0]["mean"] == pytest.approx(1.1) and rows[0]["wall_s"] == 125.0
+    assert rows[1] == {"table": "toy-b", "claim": "c − d", "failed": "no committed report"}
+    (res / "toy-a-10" / "results.json").unlink()
+    row = scorecard.committed_rows(res)[0]
+    # 3 seeds: mean 1.1, sd 0.1, t(2, 0.975) = 4.3027: 1.1 ± 0.2484
+    assert row["folder"] == "toy-a" and row["interval"] == pytest.approx(
+        [1.1 - 0.24841, 1.1 + 0.24841], abs=1e-4)
+    assert row["verdict"] == "held" and row["size"] == "larger"  # paper +0.5
+    assert row["robust"] is None  # no robustness rerun
+    # a rerun at two shared lrs: [1.0, 1.1, 1.2] held; [1, -1, 1] (t interval wide) not
+    (res / "toy-a" / "robustness.json").write_text(json.dumps({"verdicts": [
+        {"path": "other/d", "per_lr": {"0.5": {"diffs": [1.0, 1.1, 1.2]}}},
+        {"path": "paired/d", "per_lr": {"0.1": {"diffs": [1.0, 1.1, 1.2]},
+                                        "0.01": {"diffs": [1.0, -1.0, 1.0]}}}]}))
+    row = scorecard.committed_rows(res)[0]
+    assert row["robust"] == "held at 1 of 2 shared lrs (3 seeds)" and row["verdict"] == "held"
+    (res / "toy-a" / "robustness.json").write_text(json.dumps({"verdicts": [
+        {"path": "paired/d", "per_lr": {"0.1": {"diffs": [1.0, -1.0, 1.0]}}}]}))
+    row = scorecard.committed_rows(res)[0]  # held at the table's lrs, at no shared lr
+    assert row["robust"] == "held at 0 of 1 shared lrs (3 seeds)"
+    assert row["verdict"] == "held at tuned lrs only"
+    (res / "toy-a" / "robustness.json").unlink()
+    assert main(["reproduce", "all", "--from-results"]) == 0
+    card = (res / "scorecard.md").read_text()
+    assert "| toy-a | a − b (+) | 3 | +1.1 [+0.852, +1.35] (95% t) | held | larger" in card
+    assert "| toy-b | c − d | — | — | not run (no committed report) | — | — | — |" in card
+    assert toys == []  # nothing ran
+    capsys.readouterr()
+    assert main(["reproduce", "all", "--from-results", "--seeds", "0,1"]) == 2
+    assert "runs nothing" in capsys.readouterr().err
+    assert main(["reproduce", "toy-a", "--from-results"]) == 2
+
+
+def test_the_readme_block_of_the_main_claims_is_the_committed_reports_scorecard():
+    """results/README.md's table of the main claims is what `reproduce all --from-results`
+    writes from the committed reports (rebuild it after committing a report)."""
+    from papers import scorecard
+
+    readme = (scorecard.RESULTS / "README.md").read_text()
+    md = scorecard.committed_markdown(scorecard.committed_rows(scorecard.RESULTS))
+    assert scorecard.with_main_claims(readme, md) == readme, \
+        "stale: run fedjax-appeal reproduce all --from-results"
+    assert logic.count_scorecard(readme)["rows"] == len(reproduce.CLAIMS)
+    assert logic.count_sizes(readme)["rows"] == len(reproduce.CLAIMS)

@@ -246,4 +246,13 @@ def build(name: str, model: Model, cfg: RunConfig, *,
     builder = ALGORITHMS.get(name)
     if executor is None:
         executor = Executor(cfg.client_chunk, make_mesh(cfg.devices), cfg.client_lanes)
-    return builder(model, options_for(name, cfg), executor)
+    return _built(builder, model, options_for(name, cfg), executor)
+
+
+@shared
+def _built(builder: Builder, model: Model, opts: Options, executor) -> FederatedAlgorithm:
+    """`builder(model, opts, executor)`, one algorithm per value of the arguments
+    (`core.memo.shared`): runs of one algorithm and configuration that differ only in
+    their seed (a table's seeds) get the same functions, so JAX traces, lowers and
+    compiles their programs once."""
+    return builder(model, opts, executor)

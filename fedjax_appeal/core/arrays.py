@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+ROW_CHUNK = 256  # rows per step of a sweep over one client's rows (`client_chunk`)
+
 
 @struct.dataclass
 class ClientArrays:
@@ -48,7 +50,12 @@ class ClientArrays:
 
     @property
     def num_samples(self) -> int:
+        """Rows of the flat arrays (S), including rows no client owns (`core.padding`)."""
         return self.y.shape[0]
+
+    def owned_rows(self) -> int:
+        """Rows that belong to a client: sum(count) (= S unless padded, `core.padding`)."""
+        return int(np.asarray(self.count, np.int64).sum())
 
     @classmethod
     def from_indices(cls, x: np.ndarray, y: np.ndarray,

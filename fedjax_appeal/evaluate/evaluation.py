@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..core.arrays import ClientArrays, FederatedData, client_norms, eval_counts
+from ..core.arrays import ROW_CHUNK, ClientArrays, FederatedData, client_norms, eval_counts
 from ..core.jaxpr import jaxpr_eqns
 from ..core.models import Model
 from ..execute.distributed import collect, spread
@@ -35,7 +35,7 @@ class ClientEval(NamedTuple):
     # targets its accuracy counts, `core.arrays.eval_counts`)
 
 
-MAX_CHUNK = 2048  # rows per chunk at most
+MAX_CHUNK = 2048  # rows per chunk at most (`core.padding.MIN_ROWS`)
 CHUNK_BYTES = 32 * 2**20  # the largest intermediate of one chunk, at most (auto_chunk)
 
 
@@ -76,7 +76,7 @@ def evaluate_split(model: Model, params, state, arrays: ClientArrays,
     valid = (jnp.arange(n_chunks * chunk) < s).astype(jnp.float32)
     owner = jnp.concatenate([arrays.owner,
                              jnp.zeros(n_chunks * chunk - s, arrays.owner.dtype)])
-    m = arrays.num_clients
+    m = arrays.num_clients  # (rows of owner M, `core.padding`, are dropped by segment_sum)
     loss_sum = jax.ops.segment_sum(loss.reshape(-1) * valid, owner, m)
     corr_sum = jax.ops.segment_sum(correct.reshape(-1) * valid, owner, m)
     n_loss, n_acc = client_norms(arrays)  # rows; counted tokens for per-position targets
@@ -94,7 +94,7 @@ def evaluate_global(model: Model, params, state, data: FederatedData,
 
 
 def evaluate_personal(model: Model, params, state, arrays: ClientArrays,
-                      chunk: int = 256) -> ClientEval:
+                      chunk: int = ROW_CHUNK) -> ClientEval:
     """Per-client models (leading axis M on params/state) each on its own client's rows."""
     ks = jnp.arange(arrays.num_clients)
     loss, acc = jax.vmap(lambda p, s, k: client_loss(model, p, s, arrays, k, chunk))(

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ..core.arrays import ClientArrays, client_chunk, client_norms, sample_batch
+from ..core.arrays import ROW_CHUNK, ClientArrays, client_chunk, client_norms, sample_batch
 from ..core.fields import option
 from ..core.models import Model
 from ..core.parts import REPORTS, ClientUpdate
@@ -94,7 +94,7 @@ def proximal(global_params, mu: jax.Array) -> Regularizer:
 
 
 def client_loss(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
-                chunk: int = 256) -> tuple[jax.Array, jax.Array]:
+                chunk: int = ROW_CHUNK) -> tuple[jax.Array, jax.Array]:
     """F_k(w) and accuracy of client k over all its rows (evaluation mode).
 
     Sweeps the client's rows in fixed chunks (a `fori_loop` over ceil(max_count/chunk)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from ..algorithms import FederatedAlgorithm, build
 from ..core.arrays import FederatedData
 from ..core.config import RunConfig
+from ..core.memo import shared
 from ..core.models import Model, model_for
 from ..data import Dataset, load_federated
 from ..execute.executor import Executor
@@ -23,6 +24,11 @@ from ..execute.layout import conv_impl_for
 from ..protocols.appeal import appeal
 from ..protocols.appeal.appeal import with_appeal
 from ..protocols.appeal.requirement import appeal_on
+
+# `with_appeal`, one algorithm per value of its arguments (`core.memo.shared`; `build`
+# returns one per configuration): runs that differ only in their seed share its functions,
+# so JAX traces, lowers and compiles their programs once
+appealed = shared(with_appeal)
 
 
 class Assembled(NamedTuple):
@@ -58,7 +64,7 @@ def assemble(cfg: RunConfig, *, data: FederatedData | None = None,
     alg = build(cfg.algorithm, model, cfg,
                 executor=Executor(cfg.client_chunk, mesh, cfg.client_lanes))
     if appeal_on(cfg):  # the appeal protocol around the algorithm
-        alg = with_appeal(alg, model, cfg.view(appeal.OPTIONS, "the appeal protocol"))
+        alg = appealed(alg, model, cfg.view(appeal.OPTIONS, "the appeal protocol"))
     return Assembled(alg, model, data, dataset, load_s)
 
 

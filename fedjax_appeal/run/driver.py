@@ -37,6 +37,7 @@ from ..core.memo import shared
 from ..evaluate.metrics import summarize
 from ..execute.distributed import fetch
 from .loop import Hooks, run_loop, stop_points
+from .pre_memo import PRE_MEMO
 from .progress import phase, training
 
 
@@ -216,6 +217,7 @@ class Driver:
         self.histories: list[list[dict]] = [[] for _ in range(runs or 1)]
         self.per_round: list[dict[str, np.ndarray]] = []
         self.latest: list[Any] | None = None  # the latest evaluation `run` committed
+        self.given_data = data  # as the caller gave it (the key of `PRE_MEMO`)
         if mesh is None:  # host values (a sweep's stacked hyperparameters): transferred
             hp = jax.device_put(hp)
         if runs is None:
@@ -307,38 +309,37 @@ class Driver:
             self.timing["init_compile_s"] += time.perf_counter() - t
         return self.compiled[role]
 
+    def _run_init(self, role: str, fn, in_axes, args: tuple, what: str):
+        """Compile (once) and run an init program, the heartbeat told `what` it does; its
+        run time counts as `init_s`."""
+        program = self._init_program(role, fn, in_axes, args)
+        t = time.perf_counter()
+        with phase(self.heartbeat, what):
+            out = _block(program(*args))
+        self.init_s += time.perf_counter() - t
+        return out
+
     def init(self):
         """The initial server state(s). The part of init that does not depend on the
         algorithm runs first as a program of its own, whose compiled form the arms of a
         comparison (and runs of one model) share: an algorithm's `pre_init` (the solo
         models), else its `initial` model."""
         args = (self.keys, self.data, self.hp)
-        if self.alg.pre_init is not None:
-            pre = self._init_program("pre_init", from_root(self.alg.pre_init), (0, None, 0),
-                                     args)
-            pre_args = args
+        if self.alg.pre_init is not None:  # the same outputs for equal inputs: `pre_memo`
+            fn = from_root(self.alg.pre_init)
+            pre = PRE_MEMO.get_or_compute(
+                fn, self.layout, self.given_data, self.keys, self.hp,
+                lambda: self._run_init("pre_init", fn, (0, None, 0), args,
+                                       "training the solo models (appeal protocol)"))
         elif self.alg.initial is not None:
-            pre = self._init_program("initial", _initial_of(self.alg.initial), (0,),
-                                     args[:1])
-            pre_args = args[:1]
-        else:
-            init = self._init_program("init", from_root(self.alg.init), (0, None, 0), args)
-            t = time.perf_counter()
-            with phase(self.heartbeat, "computing the initial state"):
-                state = _block(init(*args))
-            self.init_s += time.perf_counter() - t  # what init trains (features)
-            return state
-        t = time.perf_counter()
-        with phase(self.heartbeat, "training the solo models (appeal protocol)"
-                   if self.alg.pre_init is not None else "building the initial model"):
-            args = (*args, _block(pre(*pre_args)))
-        self.init_s += time.perf_counter() - t
-        init = self._init_program("init", from_root(self.alg.init), (0, None, 0, 0), args)
-        t = time.perf_counter()
-        with phase(self.heartbeat, "computing the initial state"):
-            state = _block(init(*args))
-        self.init_s += time.perf_counter() - t  # what init trains (solo models, features)
-        return state
+            pre = self._run_init("initial", _initial_of(self.alg.initial), (0,), args[:1],
+                                 "building the initial model")
+        else:  # (what init trains: features)
+            return self._run_init("init", from_root(self.alg.init), (0, None, 0), args,
+                                  "computing the initial state")
+        # (what init trains: features, solo models of an algorithm without pre_init)
+        return self._run_init("init", from_root(self.alg.init), (0, None, 0, 0), (*args, pre),
+                              "computing the initial state")
 
     def place(self, state):
         """A state read from a checkpoint, laid out as the driver's own."""

@@ -16,6 +16,7 @@ from ..aggregate.accounting import OPTIONS as ACCOUNTING
 from ..aggregate.accounting import summary as privacy_summary
 from ..core.arrays import FederatedData
 from ..core.config import ConfigError, HParams, RunConfig
+from ..core.memo import shared
 from ..data import Dataset
 from ..evaluate.text_baselines import text_baselines
 from ..execute.distributed import fetch
@@ -38,14 +39,41 @@ def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: Federate
         return None
     t0 = time.perf_counter()
     key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
-    opts = cfg.view(APPEAL, "the appeal protocol")
-    out = fetch(jax.jit(lambda s, d, k, h: personalize(model, opts, s, d, k, h))(
-        sim.final_state, data, key, hp.as_arrays()))
+    st = sim.final_state
+    args = (st.params, st.model_state, st.extra["appeal"], data, key, hp.as_arrays())
+    # one jitted function per model and options, of what it reads of the final state: a
+    # later run of the same shapes (another arm, another seed) reuses its trace, lowering
+    # and executable
+    program = personalizer(model, cfg.view(APPEAL, "the appeal protocol")).lower(
+        *args).compile()
+    t1 = time.perf_counter()
+    out = fetch(program(*args))
     block = {k: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist())
              for k, v in out.items()}
     sim.history[-1].update({k: v for k, v in block.items() if isinstance(v, float)})
+    sim.timing["finetune_compile_s"] = t1 - t0
     sim.timing["finetune_s"] = time.perf_counter() - t0
     return {"finetune_steps": cfg.finetune_steps, "round": sim.history[-1]["round"], **block}
+
+
+class FinalModel(NamedTuple):
+    """What `appeal.personalize` reads of the final server state."""
+
+    params: Any
+    model_state: Any
+    extra: dict  # {"appeal": the protocol's solo statistics and requirements}
+
+
+@shared
+def personalizer(model, opts):
+    """`appeal.personalize` of this model and appeal options as a jitted function of
+    (params, model_state, appeal info, data, key, hp), the same for every algorithm; one
+    function per value of its arguments (`core.memo.shared`)."""
+    def personalized(params, model_state, info, data, key, hp):
+        return personalize(model, opts, FinalModel(params, model_state, {"appeal": info}),
+                           data, key, hp)
+
+    return jax.jit(personalized)
 
 
 class Prepared(NamedTuple):
@@ -108,7 +136,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
         "appeal_protocol": {"on": appeal_on(cfg), "why": appeal_reason(cfg)},
         "hparams": recorded_hparams(cfg, hp),
         "data": {"clients": data.num_clients, "unseen_clients": data.num_unseen,
-                 "train_samples": data.train.num_samples, "test_samples": data.test.num_samples,
+                 "train_samples": data.train.owned_rows(), "test_samples": data.test.owned_rows(),
                  "num_classes": data.num_classes, "input_shape": list(data.input_shape)},
         **({"baselines": text_baselines(data)} if data.vocab_size else {}),  # token tasks
         "history": sim.history,

@@ -13,6 +13,7 @@ from papers.appeal.report import (
     appeal_by_def,
     cluster_diagnostics,
     paired_metric_list,
+    paper_effect,
     report_table,
 )
 from papers.appeal.specs import TABLES
@@ -59,10 +60,23 @@ def main_claim(table: Table) -> MainClaim:
 
     def paper(data: dict) -> float | None:
         r = row(data)
-        return None if r is None else r.get("paper_effect")
+        if r is None or "paper_effect" in r:
+            return None if r is None else r["paper_effect"]
+        # a report whose paired rows predate "paper_effect": from the paper's numbers and
+        # the arms it ran, as `report.paired` computes it
+        numbers = {tuple(k.split("|", 1)): v for k, v in (data.get("paper") or {}).items()}
+        arms = [a for a, rec in ((data.get("grid") or {}).get(column) or {}).items()
+                if isinstance(rec, dict) and rec.get("status", "ok") == "ok"]
+        return paper_effect(numbers, column, metric, target, arms)[0]
+
+    def shared_lrs(rob: dict) -> dict[float, list[float]] | None:
+        for v in rob.get("verdicts") or []:
+            if v.get("column") == column and v.get("metric") == metric:
+                return {float(p["client_lr"]): p["diff"] for p in v["per_lr"]}
+        return None
 
     return MainClaim(f"{column}: {METRICS[metric][0]}, {target} − the best other arm", "+",
-                     values, paper_of=paper, digits=3)
+                     values, paper_of=paper, digits=3, shared_lrs=shared_lrs)
 
 
 def run_and_report(ctx: Context, table: Table) -> None:
