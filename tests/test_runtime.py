@@ -271,3 +271,17 @@ def test_entries_without_access_times_are_adopted_so_the_bounded_cache_can_write
     cache.put("jit_h-89ab", b"z")
     assert cache.get("jit_h-89ab") == b"z"
     assert runtime.adopt_entries(tmp_path) == 0
+
+
+@pytest.mark.skipif(runtime.memory_maps() is None, reason="needs /proc (Linux)")
+def test_crowded_process_drops_its_compiled_programs_and_recompiles_them_alike():
+    fns = [jax.jit(lambda x, i=i: jnp.sin(x) * i + jnp.cumsum(x)) for i in range(60)]
+    first = [f(jnp.arange(8.0) + i) for i, f in enumerate(fns)]
+    held, limit = runtime.memory_maps()
+    assert not runtime.release_programs_if_crowded(fraction=1.0)  # far from the limit
+    assert runtime.release_programs_if_crowded(fraction=held / limit / 2)
+    freed = held - runtime.memory_maps()[0]
+    assert freed > 60 * 5, freed  # every program held several mappings
+    again = [f(jnp.arange(8.0) + i) for i, f in enumerate(fns)]
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)

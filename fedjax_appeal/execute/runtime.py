@@ -11,6 +11,11 @@
   algorithms), so that a seeded run repeats bit for bit in every process. XLA reads its
   flags when the backend starts: call it before JAX's first operation. XLA:CPU is
   deterministic without it; the flag changes nothing there.
+* `release_programs_if_crowded()`: drop JAX's compiled programs held in memory when the
+  process nears the kernel's limit on memory mappings (each XLA:CPU program holds about 20;
+  at `vm.max_map_count`, 65,530 by default, the next compilation crashes the process). A
+  long process (a test session, `reproduce all`) compiles thousands; a dropped program is
+  read back from the persistent cache when it is needed again, so no value changes.
 * `CompileLog`: while open, counts the programs XLA compiled or read from the cache and
   the seconds spent tracing, lowering and in XLA (JAX's monitoring events).
 
@@ -124,6 +129,38 @@ def compilation_cache_folder() -> str | None:
     if not jax.config.jax_enable_compilation_cache:
         return None
     return jax.config.jax_compilation_cache_dir or None
+
+
+MAPS_FRACTION = 0.5  # of vm.max_map_count, beyond which compiled programs are dropped
+
+
+def memory_maps() -> tuple[int, int] | None:
+    """(this process's memory mappings, the kernel's limit), or None where /proc has
+    neither (not Linux)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            used = sum(1 for _ in f)
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return used, limit
+
+
+def release_programs_if_crowded(fraction: float = MAPS_FRACTION) -> bool:
+    """`jax.clear_caches()` when this process's memory mappings exceed `fraction` of
+    `vm.max_map_count`; returns whether it did. The programs a later call needs again are
+    traced anew and read back from the persistent compilation cache."""
+    maps = memory_maps()
+    if maps is None or maps[0] <= fraction * maps[1]:
+        return False
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+    return True
 
 
 def _backend_started() -> bool:

@@ -20,7 +20,7 @@ from ..core.memo import shared
 from ..data import Dataset
 from ..evaluate.text_baselines import text_baselines
 from ..execute.distributed import fetch
-from ..execute.runtime import runtime_record
+from ..execute.runtime import release_programs_if_crowded, runtime_record
 from ..protocols.appeal.appeal import OPTIONS as APPEAL
 from ..protocols.appeal.appeal import personalize
 from ..protocols.appeal.requirement import appeal_on, appeal_reason
@@ -105,6 +105,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     """
     if prepared is None:
         validate(cfg, hp)
+    release_programs_if_crowded()  # a long process must not run out of memory mappings
     dp_restricted = cfg.dp != "off" and not cfg.dp_publish_client_stats
     if dp_restricted and on_eval is not None:  # progress shows only what may be published
         shown = on_eval
