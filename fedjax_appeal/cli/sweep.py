@@ -19,12 +19,48 @@ import argparse
 import csv
 import io
 import json
+import math
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.config import ConfigError
-from .commands import Subcommand, add_config_flags, add_process_flags, resolve
+import jax
+import numpy as np
+
+from ..core.config import SEED_LIMIT, ConfigError
+from ..execute.distributed import check_processes, is_main, make_mesh
+from ..execute.layout import LAYOUT_FIELDS
+from ..execute.runtime import program_cache_folder, runtime_record
+from ..protocols.appeal.requirement import appeal_on, appeal_reason
+from ..run import report
+from ..run.checkpoint import (
+    RESUMABLE_CHANGES,
+    SWEEP_DIR,
+    Interrupted,
+    SweepCheckpoint,
+    read_sweep_spec,
+)
+from ..run.diskspace import WriteFailed, reason
+from ..run.outlock import out_lock
+from ..run.records import (
+    duplicate_seeds,
+    mean_std_text,
+    recorded_config,
+    recorded_hparams,
+    resolved_model,
+    runs_of,
+)
+from ..run.report import prefetch_plotting, to_jsonable
+from ..run.sequential import parse_auto_seeds
+from ..run.sweep import check_grid, groups_of, parse_grid_arg, sweep
+from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
+from ..run.validate import SWEEP_FILES, check_ignored, check_source_size, used_hparams
+from ..run.wallclock import command_split, split_text
+from .commands import Subcommand
+from .options import add_config_flags, given_keys, resolve
+from .process import add_process_flags, clear_old_run, peer_advice, prepare_out
+from .sweep_auto import cmd_sweep_auto
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -65,8 +101,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _seeds(text: str) -> list[int]:
-    from ..core.config import SEED_LIMIT
-
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
@@ -98,8 +132,6 @@ def _csv(rows: list[dict[str, Any]]) -> str:
 def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
     """summary.md: configurations ranked by the final metric, mean ± sample std over seeds
     (`records.sample_std`, ddof = 1, the std `compare` reports; n/a for one seed)."""
-    from ..run.records import mean_std_text
-
     lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± sample std over seeds, "
              "n/a for a single seed).", "",
              f"| rank | configuration | {metric} | per seed |", "|---|---|---|---|"]
@@ -111,11 +143,11 @@ def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
 
 
 def _plot(path: Path, rows, summary, metric: str, title: str, top: int = 8) -> None:
+    # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for e in summary[:top]:
@@ -137,18 +169,12 @@ def _plot(path: Path, rows, summary, metric: str, title: str, top: int = 8) -> N
 
 def _resume_spec(args: argparse.Namespace) -> dict[str, Any]:
     """The spec of the sweep checkpoint named by --resume (empty without --resume)."""
-    from ..run.checkpoint import SWEEP_DIR, read_sweep_spec
-
     folder = getattr(args, "resume", "")
     return read_sweep_spec(Path(folder) / SWEEP_DIR) if folder else {}
 
 
 def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) -> None:
     """Refuse to resume a sweep whose grid, seeds or configuration changed."""
-    import math
-
-    from ..run.checkpoint import RESUMABLE_CHANGES
-
     free = set(RESUMABLE_CHANGES) - {"rounds"}  # a sweep's finished rows fix its rounds
     for part in ("grid", "seeds", "metric", "metric_mode", "max_parallel"):
         if spec.get(part) != now[part]:
@@ -170,29 +196,17 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
 
 def cpu_split_now() -> int:
     """The CPU split this process runs with (0: none), recorded for a resume."""
-    import jax
-
     n = jax.local_device_count()
     return n if jax.default_backend() == "cpu" and n > 1 else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
 
-    from ..execute.distributed import check_processes
-    from ..run.outlock import out_lock
-    from ..run.report import to_jsonable
-    from ..run.sequential import parse_auto_seeds
-    from ..run.sweep import check_grid, parse_grid_arg
-    from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
-    from .commands import given_keys, prepare_out
-
     try:
         auto = args.seeds is not None and parse_auto_seeds(args.seeds) is not None
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if auto:
-        from .sweep_auto import cmd_sweep_auto
-
         return cmd_sweep_auto(args, cmd_sweep, {"csv": _csv, "summary": _summary_md,
                                                 "plot": _plot})
     if args.baseline is not None or args.seed_batch is not None:
@@ -228,13 +242,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cfg = cfg.replace(out=str(Path("runs") / f"sweep_{cfg.algorithm}_{cfg.dataset}"
                                   .replace(":", "_").replace("/", "_")))
     checked = check_grid(grid)
-    from ..run.sweep import groups_of
-
     for cfg_g in groups_of(cfg, checked):
         check_ignored(cfg_g, given | set(checked))
         check_source_size(cfg_g)
-    from ..execute.layout import LAYOUT_FIELDS
-
     # the layout is resolved before it is recorded, so that a resumed sweep (whose flags
     # come from the record) runs the same layout, hence the same programs
     if "layout" not in given and given & set(LAYOUT_FIELDS):
@@ -259,37 +269,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, spec, now
                   ) -> int:
     """`cmd_sweep` once the configuration is checked and the output folder is ours."""
-    from ..execute.distributed import is_main, make_mesh
-    from ..protocols.appeal.requirement import appeal_on, appeal_reason
-    from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
-    from ..run.records import (
-        duplicate_seeds,
-        mean_std_text,
-        recorded_config,
-        recorded_hparams,
-        resolved_model,
-        runs_of,
-    )
-    from ..run.report import to_jsonable, write_outputs
-    from ..run.sweep import sweep
-    from ..run.validate import SWEEP_FILES
-    from .commands import _peer_advice, clear_old_run
-
     if getattr(args, "overwrite", False):
         clear_old_run(cfg.out, SWEEP_FILES)
     ck_dir = Path(cfg.out) / SWEEP_DIR
     ckpt = SweepCheckpoint(ck_dir, cfg.checkpoint_every,
                            {**now, "parallel": spec.get("parallel", {}),
                             "cpu_devices": cpu_split_now(), "lanes": args.lanes})
-    _peer_advice(cfg.out, 1)
+    peer_advice(cfg.out, 1)
     main = is_main()
 
     def say(msg: str) -> None:
         if main:
             print(f"fedjax-appeal: {msg}", file=sys.stderr, flush=True)
-
-    from ..execute.runtime import program_cache_folder, runtime_record
-    from ..run.report import prefetch_plotting
 
     if main:
         prefetch_plotting()
@@ -324,21 +315,15 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
         "sweep.png": lambda p: _plot(p, res.rows, res.summary, metric, title),
     }
     try:
-        out = write_outputs(cfg.out, writers)
+        out = report.write_outputs(cfg.out, writers)
     except OSError as e:
-        from ..run.diskspace import WriteFailed, reason
-
         raise WriteFailed(f"could not write the sweep's results to {cfg.out} ({reason(e)}); "
                           f"every finished run stays in {ck_dir / 'rows.json'}: free space, "
                           f"then `fedjax-appeal sweep --resume {cfg.out}` writes them without "
                           "training") from None
-    import shutil
-
     # the results are written: the finished batches kept for a resume are no longer needed
     shutil.rmtree(ck_dir, ignore_errors=True)
     if cfg.log:  # one tracked run per (grid point, seed)
-        from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
-
         for row in res.rows:
             name = f"{row['label']}/seed-{row['seed']}"
             cfg_row = cfg.replace(**row["static"])
@@ -355,8 +340,6 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
           f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
           "sweep.png")
     if clock is not None:
-        from ..run.wallclock import split_text
-
         s = _process_split(clock, res.timing)
         print(split_text(s, s["programs"]), file=sys.stderr)
     return 0
@@ -364,8 +347,6 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
 
 def _process_split(clock, timing: dict[str, Any]) -> dict[str, Any]:
     """The sweep's wall clock so far: compile / train / eval / data / other."""
-    from ..run.wallclock import command_split
-
     groups = timing["groups"]
     return command_split(clock, sum(g["run_s"] + g["init_s"] for g in groups),
                          sum(g["eval_s"] for g in groups), timing["data_s"])
@@ -374,9 +355,6 @@ def _process_split(clock, timing: dict[str, Any]) -> dict[str, Any]:
 def sweep_hparams(cfg, hp, grid: dict[str, list]) -> dict[str, float]:
     """sweep.json's `hparams`: the base values of the hyperparameters that some static
     group of the sweep uses (`validate.used_hparams`), in `HParams` order."""
-    from ..run.sweep import groups_of
-    from ..run.validate import used_hparams
-
     used = {k for cfg_g in groups_of(cfg, grid) for k in used_hparams(cfg_g)}
     return {k: v for k, v in hp.to_dict().items() if k in used}
 

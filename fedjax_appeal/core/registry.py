@@ -5,6 +5,7 @@ optimizers, models, datasets, partitions) is one of these, so validation, the CL
 from __future__ import annotations
 
 import contextlib
+import difflib
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -16,8 +17,6 @@ _REGISTRIES: list[weakref.ref] = []  # every registry, for `registrations`
 
 def did_you_mean(name: Any, choices) -> str:
     """The declared choice closest to `name` (the same but for case first), or ""."""
-    import difflib
-
     names = [str(c) for c in choices]
     text = str(name)
     same_case = [c for c in names if c.lower() == text.lower()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -158,8 +159,6 @@ def dataset_rows(opts: Options) -> int | None:
     """The rows of the dataset of `opts` (its data options), read from file headers only
     (nothing decoded); None when not known (generated data, tfds, a missing or unreadable
     file: the loader then reports that problem itself)."""
-    import zipfile
-
     if opts.imbalance_ratios:
         return None
     try:

@@ -23,9 +23,11 @@ import hashlib
 import io
 import os
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from ..core.config import ConfigError
 
@@ -116,8 +118,6 @@ def read_npz(path: str | Path, fix: str = "replace the file") -> Arrays:
     """Every array of the npz file at `path`, read now, so that a truncated or corrupt file
     (a bad zip, a CRC error inside a member, a torn array) is one `ConfigError` naming the
     file and `fix`, never a traceback later."""
-    import zipfile
-
     p = Path(path).expanduser()
     try:
         with np.load(p, allow_pickle=False) as z:
@@ -222,8 +222,6 @@ def idx_rows(directory: str | Path, names: tuple[str, ...]) -> int:
 def npz_rows(path: str | Path, members: tuple[str, ...] | None = None) -> int:
     """The number of rows of the arrays `members` (default: the label arrays,
     `npz_members`) of an npz file, from their .npy headers only."""
-    import zipfile
-
     members = npz_members(path)[1] if members is None else members
     total = 0
     with zipfile.ZipFile(Path(path).expanduser()) as zf:
@@ -257,8 +255,6 @@ def load_mnistm(directory: str | Path | None = None) -> Dataset:
 
 
 def _decode_jpegs(blob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    from PIL import Image
-
     out = np.empty((len(offsets) - 1, 32, 32, 3), np.uint8)
     buf = blob.tobytes()
     for i in range(len(offsets) - 1):
@@ -401,6 +397,7 @@ def load_tfds(name: str, tfds_dir: str | None = None, cache: str | None = None,
     if name not in TFDS_NAMES:
         raise ConfigError(f"tfds dataset '{name}' is not supported; use one of "
                           f"{', '.join(TFDS_NAMES)}")
+    # lazy: tensorflow_datasets costs 200 ms of import (measured), paid by tfds datasets only
     import tensorflow_datasets as tfds
 
     cpath = cache_dir(cache) / f"tfds_{name.replace('/', '_')}.npz"
@@ -434,8 +431,6 @@ def load_tfds(name: str, tfds_dir: str | None = None, cache: str | None = None,
 
 def resize_images(x: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """Bilinear resize of uint8 images [N, H, W(, C)] with Pillow."""
-    from PIL import Image
-
     out = []
     for img in x:
         im = Image.fromarray(img)

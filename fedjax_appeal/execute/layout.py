@@ -37,10 +37,13 @@ from typing import NamedTuple
 
 import jax
 
+from ..core.config import RunConfig, declarations
+from ..core.conv import resolve_conv_impl
 from ..core.errors import ConfigError
 from ..core.fields import option, when
 from ..core.models import convolutional
 from ..data.pool import default_model
+from .distributed import one_vmap, split_cpu
 from .executor import SHARED_EXECUTOR
 
 LAYOUTS = ("auto", "manual")
@@ -124,8 +127,6 @@ def auto_split(cohort: int) -> int:
     Where JAX already runs (the split can no longer change), the devices it has are used
     when two or more of them divide the cohort.
     """
-    from .distributed import split_cpu
-
     n = cpu_split(cohort)
     if n > 1:
         try:
@@ -165,8 +166,6 @@ def vmap_width(cohort: int, devices: int, lanes: int, client_chunk: int = 0) -> 
     """How many of the cohort's clients one device trains side by side in one vmap (at
     most; a last group may be narrower), as `distributed.over_rows` (and a chunked round,
     `cohort.chunk_size`) runs them."""
-    from .distributed import one_vmap
-
     if 0 < client_chunk < cohort:  # chunks of that many clients, each chunk one vmap
         return client_chunk
     d = max(1, devices)
@@ -183,8 +182,6 @@ def conv_impl_for(cfg, devices: int | None = None, backend: str | None = None) -
       devices: the devices the cohort is sharded over (default: `cfg.devices`, 0 = all).
       backend: default `jax.default_backend()`.
     """
-    from ..core.conv import resolve_conv_impl
-
     if devices is None:
         devices = jax.device_count() if cfg.devices == 0 else cfg.devices
     width = vmap_width(cfg.cohort, devices, cfg.client_lanes, cfg.client_chunk)
@@ -204,8 +201,6 @@ def resolve_layout(cfg, *, algorithm_layouts: bool = True):
       algorithm_layouts: whether the algorithm runs its cohort through the shared executor
         (`Supports.layouts`); one that does not always gets one device.
     """
-    from ..core.config import RunConfig, declarations
-
     backend = jax.default_backend()
     count = jax.device_count()
     given = (cfg.devices, cfg.client_lanes)

@@ -37,7 +37,10 @@ import numpy as np
 
 from ..core.config import ConfigError
 from ..core.fields import option
+from ..data.sources import read_npz
+from ..execute.distributed import fetch, is_main
 from .diskspace import WriteFailed, check_free, estimate_bytes, reason
+from .report import to_jsonable
 
 option("checkpoint_every", 0, "checkpoint every this many rounds (0 = on Ctrl-C only)",
        group="scale", ge=0)
@@ -184,8 +187,6 @@ class Checkpointer:
         """Refuse in one line, before training, when the output file system has less free
         space than the checkpoints and results of this run need (`diskspace`);
         `metric_values` counts the per-round metric values of the whole run."""
-        from ..execute.distributed import is_main
-
         if is_main():
             check_free(self.directory, estimate_bytes(state, metric_values))
 
@@ -196,8 +197,6 @@ class Checkpointer:
 
     def save(self, state, rnd: int, history: list[dict], round_metrics: dict[str, np.ndarray]
              ) -> Path:
-        from ..execute.distributed import fetch, is_main
-
         arrays, key_impls, names = _state_arrays(fetch(state))  # every process takes part
         for k, v in round_metrics.items():
             arrays[f"rm_{k}"] = np.asarray(v)
@@ -221,8 +220,6 @@ class Checkpointer:
 
 
 def _jsonable(obj):
-    from .report import to_jsonable
-
     return to_jsonable(obj)
 
 
@@ -242,8 +239,6 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
 
 def load(directory: str | Path, template) -> Restored:
     """Restore the checkpoint in `directory` into the structure of `template` (a state)."""
-    from ..data.sources import read_npz
-
     meta = read_meta(directory)
     z = read_npz(Path(directory) / FILE, "start a new run (the checkpoint cannot be used)")
     state = _restore_leaves(z, meta, template, f"checkpoint in {directory}")
@@ -340,8 +335,6 @@ class SweepCheckpoint:
     spec: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def _main(self) -> bool:
-        from ..execute.distributed import is_main
-
         return is_main()
 
     def write_spec(self) -> None:
@@ -369,8 +362,6 @@ class SweepCheckpoint:
 
     def save_batch(self, key: str, state, rnd: int, histories, per_round) -> None:
         """The running batch after round `rnd` (every process takes part in the fetch)."""
-        from ..execute.distributed import fetch
-
         host = fetch(state)
         if not self._main():
             return

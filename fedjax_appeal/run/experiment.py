@@ -15,16 +15,22 @@ from .. import __version__
 from ..aggregate.accounting import OPTIONS as ACCOUNTING
 from ..aggregate.accounting import summary as privacy_summary
 from ..core.arrays import FederatedData
+from ..core.capabilities import supports
 from ..core.config import ConfigError, HParams, RunConfig
 from ..core.memo import shared
 from ..data import Dataset
 from ..evaluate.text_baselines import text_baselines
-from ..execute.distributed import fetch
+from ..execute.distributed import fetch, make_mesh
+from ..execute.layout import resolve_layout
+from ..execute.programs import ProgramCache
 from ..execute.runtime import release_programs_if_crowded, runtime_record
 from ..protocols.appeal.appeal import OPTIONS as APPEAL
 from ..protocols.appeal.appeal import personalize
 from ..protocols.appeal.requirement import appeal_on, appeal_reason
 from .assemble import assemble, program_context
+from .checkpoint import FILE, Checkpointer, check_compatible, read_meta
+from .diskspace import WriteFailed
+from .progress import phase
 from .publish import covered_entry, restrict
 from .records import recorded_config, recorded_hparams
 from .simulate import SimulationResult, simulate
@@ -115,16 +121,12 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     else:
         cfg, layout = cfg, prepared.layout
     ckpt, mesh = _scale_options(cfg, hp)  # ... and the mesh built once
-    from .progress import phase
-
     with phase(heartbeat, loading_phase(cfg) if data is None else "building the algorithm"):
         alg, model, data, dataset, load_s = assemble(
             cfg, data=data, dataset=dataset, mesh=mesh,
             model=None if prepared is None else prepared.model)
     programs = None
     if program_cache:
-        from ..execute.programs import ProgramCache
-
         programs = ProgramCache(program_cache, program_context(cfg, model, data))
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
@@ -170,17 +172,11 @@ def loading_phase(cfg: RunConfig) -> str:
 
 def run_layout(cfg: RunConfig):
     """(cfg with its layout resolved, `layout.Layout`): see execute/layout.py."""
-    from ..core.capabilities import supports
-    from ..execute.layout import resolve_layout
-
     return resolve_layout(cfg, algorithm_layouts=supports(cfg.algorithm).layouts)
 
 
 def _scale_options(cfg: RunConfig, hp: HParams):
     """(Checkpointer or None, mesh or None) of a run (see checkpoint.py, distributed.py)."""
-    from ..execute.distributed import make_mesh
-    from .checkpoint import check_compatible, read_meta
-
     if cfg.resume:
         check_compatible(read_meta(cfg.resume), cfg.as_dict(), hp.to_dict(),
                          cfg.resume)
@@ -189,8 +185,6 @@ def _scale_options(cfg: RunConfig, hp: HParams):
 
 def checkpointer(cfg: RunConfig, hp: HParams):
     """The `Checkpointer` of a run (None without an output folder)."""
-    from .checkpoint import Checkpointer
-
     directory = cfg.resume or cfg.out
     if not directory:
         return None
@@ -203,9 +197,6 @@ def keep_final_state(cfg: RunConfig, hp: HParams, sim: SimulationResult) -> str:
     """After the results could not be written: make sure a checkpoint of the last round is
     on disk (written now unless the run already took it); returns where the finished work
     is, for the error message."""
-    from .checkpoint import FILE, read_meta
-    from .diskspace import WriteFailed
-
     ckpt = checkpointer(cfg, hp)
     last = int(sim.history[-1]["round"]) if sim.history else 0
     try:

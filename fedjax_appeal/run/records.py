@@ -24,6 +24,7 @@ import numpy as np
 from ..core.config import HParams, RunConfig, field_names
 from ..data.pool import default_model
 from ..protocols.appeal.requirement import appeal_on
+from ..select.selectors import HEADLINES
 from .validate import used_hparams
 
 # Keys that name where a run was written or how it was scheduled, not what it ran.
@@ -123,8 +124,6 @@ def headline(cfg: RunConfig, entry: dict[str, Any]) -> str:
     measure), and the metrics its selector's paper reports (`selectors.HEADLINES`: the
     client dissimilarity of the submodular selectors, in accuracy points); only those the
     history entry holds. '' when there are none."""
-    from ..select.selectors import HEADLINES
-
     names = [("gm_appeal_seen", 4), ("gm_appeal_unseen", 4)] if appeal_on(cfg) else []
     names += [(k, 2) for k in HEADLINES.get(cfg.selector, ())]
     return "".join(f"  {k} {entry[k]:.{d}f}" for k, d in names if k in entry)

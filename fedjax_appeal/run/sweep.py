@@ -31,6 +31,7 @@ copies of its first combination, so every batch of a group reuses one compilatio
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import math
 import time
@@ -51,16 +52,20 @@ from ..core.config import (
 from ..core.fields import OPTIONS
 from ..core.memory import memory_budget
 from ..core.models import abstract_key
+from ..core.registry import did_you_mean
 from ..core.tunables import plugin_tunables
 from ..data import Dataset, data_fields, load_federated
 from ..evaluate.metrics import summarize
+from ..execute.programs import ProgramCache
 from ..protocols.appeal.requirement import appeal_on
 from .assemble import assemble, program_context
 from .compare import lower_is_better
 from .driver import Driver, eval_rounds, root_keys
+from .experiment import loading_phase
 from .progress import Heartbeat, phase, scope
 from .records import sample_std
-from .validate import validate
+from .schema import declared_error
+from .validate import component_registries, validate
 
 # Keys a grid may not sweep (they name the sweep itself or its output).
 FORBIDDEN = {"seed": "give training seeds with --seeds (the data seed is --data-seed)",
@@ -107,9 +112,6 @@ def _convert(key: str, raw: Any) -> Any:
 
 def declared(key: str, value: Any) -> str | None:
     """The declaration's refusal of one value of an option."""
-    from .schema import declared_error
-    from .validate import component_registries
-
     o = OPTIONS[key]
     if o.registry:
         try:
@@ -128,8 +130,6 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
         if k in FORBIDDEN:
             raise ConfigError(f"grid key '{key}' cannot be swept: {FORBIDDEN[k]}")
         if k not in known_hp and k not in known_run:
-            from ..core.registry import did_you_mean
-
             names = sorted(known_hp | known_run)
             guess = did_you_mean(k, names)
             close = ([guess] if guess else
@@ -369,10 +369,6 @@ def metric_check(metric: str) -> Callable[[Any], None]:
 
 def _refuse_unknown(metric: str, keys: list[str]) -> None:
     if metric not in keys:
-        import difflib
-
-        from ..core.registry import did_you_mean
-
         first = did_you_mean(metric, keys)
         close = [first] if first else []
         close += [k for k in difflib.get_close_matches(metric.lower(), keys, n=3)
@@ -513,8 +509,6 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     for gi, (st, cfg_g, hps) in enumerate(groups):
         dk = data_key(cfg_g)
         if dk not in data_cache:
-            from .experiment import loading_phase
-
             t_data = time.perf_counter()
             with phase(heartbeat, loading_phase(cfg_g)):
                 data_cache[dk] = load_federated(cfg_g)
@@ -528,8 +522,6 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         resolved = {"model": model.name, "appeal": "on" if appeal_on(cfg_g) else "off"}
         programs = None
         if program_cache:
-            from ..execute.programs import ProgramCache
-
             programs = ProgramCache(program_cache, program_context(cfg_b, model, gdata))
         if gi == 0 and "0/0" in done:  # the first batch finished before: check alone
             check_metric(alg, gdata, hps[0], metric)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+import zipfile
+from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
@@ -24,11 +28,13 @@ from ..core.fields import OPTIONS, load_option_modules
 from ..core.models import MODELS, Logistic, Model
 from ..core.tunables import check_tunable
 from ..data.pool import DATASETS, data_options, dataset_rows
+from ..data.sources import npz_members
 from ..execute.executor import Executor
-from ..protocols.appeal.requirement import appeal_on
+from ..protocols.appeal.requirement import appeal_on, parse_requirement
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
 from . import validate_hetero as hetero_checks
 from .schema import check_declared
+from .tracking import check_available, parse_kinds
 from .validate_hetero import validate_hetero
 
 
@@ -58,8 +64,6 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         raise ConfigError(f"{cfg.dataset} has {classes} classes; --num-classes "
                           f"{cfg.num_classes} is fewer: drop it or give {classes}")
     if cfg.log:
-        from .tracking import check_available, parse_kinds
-
         check_available(parse_kinds(cfg.log))
     if cfg.cohort > cfg.clients:
         raise ConfigError(f"--cohort {cfg.cohort} is larger than --clients {cfg.clients}: lower "
@@ -70,8 +74,6 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
         if v != v or v in (float("inf"), float("-inf")):
             raise ConfigError(f"--{name.replace('_', '-')} must be finite (got {v})")
     # --- appeal protocol ---
-    from ..protocols.appeal.requirement import parse_requirement
-
     solo_rho = parse_requirement(cfg.requirement) is None
     needs_rho = solo_rho and supports(cfg.algorithm).needs_requirements
     if cfg.rho_steps < 1 and (appeal_on(cfg) or needs_rho):
@@ -166,11 +168,6 @@ def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") 
 
 def _check_npz(path: str) -> None:
     """The file of --dataset npz:PATH exists and names its arrays as expected (headers only)."""
-    import zipfile
-    from pathlib import Path
-
-    from ..data.sources import npz_members
-
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"dataset file {p} does not exist: pass --dataset npz:PATH")
@@ -222,10 +219,6 @@ def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),
     and, unless `reuse` (--overwrite / --resume), must not already hold another run's
     files (`holds`). Nothing is left on disk.
     """
-    import os
-    import tempfile
-    from pathlib import Path
-
     p = Path(out).expanduser()
     too_long = [part for part in p.parts if len(part.encode()) > 255]
     if too_long:
