@@ -16,7 +16,7 @@ import argparse
 from fedjax_appeal import ConfigError
 from fedjax_appeal.cli import Subcommand
 
-from . import reproduce
+from . import reproduce  # its tables and load_modules through it: tests replace them
 from .scorecard import run_all
 
 

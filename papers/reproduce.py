@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-import fedjax_appeal
+import fedjax_appeal  # run_config through the package: tests replace it
 from fedjax_appeal import (
     ConfigError,
     Heartbeat,

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import fedjax_appeal
+import fedjax_appeal  # load_federated through the package: tests replace it
 from fedjax_appeal import HParams, common_shapes, data_fields, field_names, pad_federation, shape_of
 from fedjax_appeal.extend import ALGORITHMS
 from papers.reproduce import Context

@@ -42,7 +42,7 @@ from fedjax_appeal import (
     size_verdict,
     write_outputs,
 )
-from papers import reproduce
+from papers import reproduce  # its tables through it: tests replace them
 from papers.decide import paper_effect
 from papers.tour.logic import TUNED_ONLY, count_scorecard, count_sizes, scorecard_line
 

@@ -38,8 +38,6 @@ from .process import (
 )
 
 EXIT_USAGE = 2
-
-
 EXIT_OUT_OF_MEMORY = 1
 
 

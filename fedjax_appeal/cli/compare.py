@@ -7,7 +7,7 @@ import json
 import sys
 
 from ..core.config import ConfigError
-from ..run import report
+from ..run import report  # write_outputs through its module: tests replace it
 from ..run.compare import (
     BANDS,
     FORMATS,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import ConfigError, RunConfig
-from ..execute import layout
+from ..execute import layout  # host_cores through its module: tests replace it
 from ..execute.distributed import (
     EXIT_PEER,
     agree,

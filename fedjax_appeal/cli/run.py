@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import data as data_layer
+from .. import data as data_layer  # load_federated through it: tests replace it
 from ..aggregate.accounting import HEADER_OPTIONS as ACCOUNTING
 from ..aggregate.accounting import header as dp_header
 from ..core.config import ConfigError, RunConfig
@@ -19,7 +19,7 @@ from ..execute.distributed import check_processes, is_main
 from ..execute.layout import LAYOUT_FIELDS, conv_impl_for
 from ..execute.runtime import program_cache_folder
 from ..protocols.appeal.requirement import appeal_reason
-from ..run import experiment, report
+from ..run import experiment, report  # run_config, write_outputs: tests replace them
 from ..run.checkpoint import check_compatible, read_meta, resume_base
 from ..run.diskspace import WriteFailed, reason
 from ..run.experiment import Prepared, keep_final_state, loading_phase

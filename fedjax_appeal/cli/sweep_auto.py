@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.config import ConfigError
-from ..run import report
+from ..run import report  # write_outputs through its module: tests replace it
 from ..run.compare import lower_is_better, sequential_record
 from ..run.report import to_jsonable
 from ..run.sequential import parse_auto_seeds, seed_design, sequential_report, sequential_text

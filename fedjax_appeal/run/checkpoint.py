@@ -403,7 +403,7 @@ class SweepCheckpoint:
 
 def resumed_split(folder: str | Path) -> tuple[int | None, dict[str, Any]]:
     """(the CPU split recorded by the sweep checkpoint of the sweep folder `folder`, or
-    None; its configuration), read before JAX starts (`cli.commands.cpu_devices_for`);
+    None; its configuration), read before JAX starts (`cli.process.cpu_devices_for`);
     (None, {}) when there is no readable checkpoint (the command then refuses the folder in
     one line)."""
     try:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-import fedjax_appeal
+import fedjax_appeal  # load_federated through the package: tests replace it
 from fedjax_appeal import HParams, program_cache_folder, sweep
 from fedjax_appeal.extend import ALGORITHMS
 from papers.appeal.specs import (

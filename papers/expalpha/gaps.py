@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-import fedjax_appeal
+import fedjax_appeal  # run_config through the package: tests replace it
 from fedjax_appeal import HParams, RunConfig
 from fedjax_appeal.extend import client_loss, local_sgd, model_for
 from papers.expalpha.report import header, meta

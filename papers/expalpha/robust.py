@@ -23,7 +23,7 @@ import json
 import math
 from typing import Any
 
-import fedjax_appeal
+import fedjax_appeal  # load_federated through the package: tests replace it
 from fedjax_appeal import program_cache_folder, sweep
 from papers import pairs
 from papers.expalpha.settings import backbones, make_cfg, make_hp, profile, seeds_of

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-import fedjax_appeal
+import fedjax_appeal  # load_federated through the package: tests replace it
 from fedjax_appeal import HParams, NonFiniteError, RunConfig
 from papers.expalpha.metrics import group_weights
 from papers.expalpha.settings import (

@@ -27,7 +27,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-import fedjax_appeal
+import fedjax_appeal  # run_config through the package: tests replace it
 from fedjax_appeal import HParams, RunConfig, plot_lines, to_jsonable
 from fedjax_appeal.extend import poisson_buffer
 from papers.pairs import RULE, held, sign, verdict_of

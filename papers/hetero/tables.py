@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import fedjax_appeal
+import fedjax_appeal  # load_federated through the package: tests replace it
 from fedjax_appeal import ConfigError, HParams, RunConfig
 from fedjax_appeal.extend import ClientArrays, FederatedData, Model, build
 from papers.decide import record_claim

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-import fedjax_appeal
+import fedjax_appeal  # run_config through the package: tests replace it
 from fedjax_appeal import ConfigError, HParams
 from papers.decide import record_claim
 from papers.pairs import pair_cell, paired, sign, size_cell, size_of, verdict
