@@ -13,6 +13,11 @@ shared machine hits every side alike:
 
 Every side runs through the same launcher (the `fedjax-appeal` program's `console()`, or
 the import), with its tree first on the path and the editable install's finder removed.
+
+A second table gives what each library that the package imports inside a function would
+add to every command if it were imported at the top: the wall time of `import LIB` in a
+fresh process that has already imported everything `fedjax-appeal --help` imports (the
+checkout's `fedjax_appeal.cli.commands` and its subcommands).
 """
 
 from __future__ import annotations
@@ -38,6 +43,19 @@ COMMANDS = {
     "fedjax-appeal list": ["list"],
     'python -c "import fedjax_appeal"': None,
 }
+LAZY = {"matplotlib.pyplot": "import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot",
+        "scipy.stats": "import scipy.stats",
+        "tensorflow_datasets": "import tensorflow_datasets",
+        "tensorboardX": "import tensorboardX",
+        "wandb": "import wandb"}
+LAZY_LAUNCHER = """
+import sys, time
+from fedjax_appeal.cli.commands import all_commands
+all_commands()
+t = time.perf_counter()
+{statement}
+print(time.perf_counter() - t)
+"""
 LAUNCHER = """
 import atexit, json, sys
 sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in str(f)]
@@ -101,6 +119,19 @@ def main() -> None:
             w, info = walls[(name, label)], infos[(name, label)]
             rows.append(f"| `{name}` | {label} | {min(w):.3f} / {statistics.median(w):.3f} | "
                         f"{info['modules']} | {', '.join(info['heavy']) or 'none'} |")
+    lazy: dict[str, list[float]] = {}
+    for r in range(a.repeats + 1):
+        for name, statement in LAZY.items():
+            proc = subprocess.run([sys.executable, "-c", LAZY_LAUNCHER.format(
+                statement=statement)], capture_output=True, text=True, cwd=ROOT)
+            if proc.returncode != 0:
+                raise SystemExit(f"{name}: exit {proc.returncode}: {proc.stderr[-2000:]}")
+            if r:
+                lazy.setdefault(name, []).append(float(proc.stdout.split()[-1]))
+    rows += ["", "| library imported inside functions | its import after the CLI's, ms "
+             "(min / median) |", "|---|---|"]
+    rows += [f"| `{name}` | {1e3 * min(w):.0f} / {1e3 * statistics.median(w):.0f} |"
+             for name, w in lazy.items()]
     table = "\n".join(rows)
     print(table)
     if not a.no_append:

@@ -143,7 +143,7 @@ def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
 
 
 def _plot(path: Path, rows, summary, metric: str, title: str, top: int = 8) -> None:
-    # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")

@@ -140,7 +140,7 @@ def parse_auto_seeds(text: str) -> int | None:
 
 def spent(t: float, alpha: float, spending: str) -> float:
     """α(t): the error spent by information fraction t (see the module docstring)."""
-    # lazy: scipy.stats costs 630 ms of import (measured), paid only when a quantile is needed
+    # lazy: scipy.stats costs 600 ms of import (measured), paid only when a quantile is needed
     from scipy.stats import norm
 
     if t <= 0:
@@ -161,7 +161,7 @@ def t_bounds(d: SeedDesign) -> tuple[float, ...]:
     (`CALIBRATION_PATHS` paths of each batch's sum and within-batch sum of squares, seed
     `CALIBRATION_SEED`, normal differences of unit variance: the law does not depend on
     the scale)."""
-    # lazy: scipy.stats costs 630 ms of import (measured), paid only when a quantile is needed
+    # lazy: scipy.stats costs 600 ms of import (measured), paid only when a quantile is needed
     from scipy.stats import t
 
     n_max, paths = d.max_seeds, CALIBRATION_PATHS
@@ -206,7 +206,7 @@ def t_bounds(d: SeedDesign) -> tuple[float, ...]:
 @functools.lru_cache(maxsize=64)
 def nominal_levels(d: SeedDesign) -> tuple[float, ...]:
     """The two-sided nominal error of each look, P(|t_{n_k−1}| > c_k)."""
-    # lazy: scipy.stats costs 630 ms of import (measured), paid only when a quantile is needed
+    # lazy: scipy.stats costs 600 ms of import (measured), paid only when a quantile is needed
     from scipy.stats import t
 
     return tuple(float(2 * t.sf(c, n - 1)) for c, n in zip(t_bounds(d), d.looks, strict=True))

@@ -120,7 +120,7 @@ class Tracker:
 
             self._tb = SummaryWriter(logdir=str(log_dir))
         if "wandb" in kinds:
-            # lazy: an optional dependency (the `wandb` extra; 350 ms of import, measured)
+            # lazy: an optional dependency (the `wandb` extra; 370 ms of import, measured)
             import wandb
 
             self._wb = wandb.init(project=os.environ.get("WANDB_PROJECT", "fedjax-appeal"),

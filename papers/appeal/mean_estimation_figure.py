@@ -34,7 +34,7 @@ def mean_estimation(ctx: Context) -> None:
     w.writerows(rows)
 
     def plot(path: Path) -> None:
-        # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+        # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
         import matplotlib
 
         matplotlib.use("Agg")

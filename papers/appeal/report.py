@@ -152,7 +152,7 @@ def _plot_bands(path: Path, grid: dict, series, ylabel: str, **line_kw) -> None:
     an earlier one (e.g. several baselines at GM-Appeal 0) are drawn with a small vertical
     offset (a multiple of 2.5% of the panel's range) and named in a note under the panel;
     the legend sits outside the axes, right of the last panel."""
-    # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
@@ -380,7 +380,7 @@ def plot_clusters(path: Path, grid: dict, tag: str) -> None:
     panel column per table column. Each bar carries its variant's marker at its top, so a
     bar of height 0 still shows; the solo models' accuracy is a labelled black mark (its
     value written beside it); the legend sits outside, right of the last column."""
-    # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")

@@ -138,7 +138,7 @@ def _report(ctx: Context, out: dict[str, Any], grid: dict[str, list]) -> None:
     print(text)
 
     def plot(path: Path) -> None:
-        # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+        # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
         import matplotlib
 
         matplotlib.use("Agg")

@@ -206,7 +206,7 @@ def toy_fixed_points(lrs: tuple[float, ...] = (0.05, 0.005), rounds: int = 1500)
 
 def _plot_curves(path: Path, curves: dict[str, list[tuple[np.ndarray, np.ndarray]]],
                  xlabel: str, title: str) -> None:
-    # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")

@@ -190,7 +190,7 @@ _SATURATION = (
 
 
 def _plot(path: Path, curves: dict[str, list[list[dict]]], title: str) -> None:
-    # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")

@@ -162,7 +162,7 @@ def plot_tour(path: Path, fams: list[Family], out: dict[str, dict]) -> None:
     (clipped to the metric's range). Bottom: the paired difference first − second over
     rounds with its 95% t interval, the zero line and the final verdict; the paper's side
     of zero is shaded."""
-    # lazy: matplotlib costs 340 ms of import (measured), paid only when a figure is drawn
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
