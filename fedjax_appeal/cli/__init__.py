@@ -2,9 +2,9 @@
 
 commands (the table of subcommands, the parser, `main` and the entry-point group
 `fedjax_appeal.commands` through which other packages add theirs), one module per
-subcommand (run, listing, install_data, compare, sweep with sweep_auto), and what they
-share: options (the configuration's flags), process (output folder, several processes,
-runtime, signals), plugins (--plugin).
+subcommand (run, listing, install_data, compare, sweep with sweep_auto and sweep_files),
+and what they share: options (the configuration's flags), process (output folder, several
+processes, runtime, signals), plugins (--plugin).
 """
 
 import atexit

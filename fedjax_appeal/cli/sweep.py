@@ -16,8 +16,6 @@ warning.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import shutil
@@ -26,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 
 from ..core.config import SEED_LIMIT, ConfigError
 from ..execute.distributed import check_processes, is_main, make_mesh
@@ -55,12 +52,13 @@ from ..run.report import prefetch_plotting, to_jsonable
 from ..run.sequential import parse_auto_seeds
 from ..run.sweep import check_grid, groups_of, parse_grid_arg, sweep
 from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
-from ..run.validate import SWEEP_FILES, check_ignored, check_source_size, used_hparams
+from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
 from ..run.wallclock import command_split, split_text
 from .commands import Subcommand
 from .options import add_config_flags, given_keys, resolve
 from .process import add_process_flags, clear_old_run, peer_advice, prepare_out
 from .sweep_auto import cmd_sweep_auto
+from .sweep_files import plot_sweep, summary_md, sweep_csv, sweep_hparams, sweep_title
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -112,61 +110,6 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
-    keys_g: list[str] = []
-    keys_m: list[str] = []
-    for r in rows:
-        keys_g += [k for k in [*r["static"], *r["hparams"]] if k not in keys_g]
-        keys_m += [k for k in r["final"] if k not in keys_m and k != "round"]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["id", *keys_g, "seed", "rounds", *keys_m, "diverged_round"])
-    for r in rows:
-        g = {**r["static"], **r["hparams"]}
-        w.writerow([r["id"], *[g.get(k, "") for k in keys_g], r["seed"], r["final"]["round"],
-                    *[r["final"].get(k, "") for k in keys_m],
-                    "" if r["diverged_round"] is None else r["diverged_round"]])
-    return buf.getvalue()
-
-
-def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
-    """summary.md: configurations ranked by the final metric, mean ± sample std over seeds
-    (`records.sample_std`, ddof = 1, the std `compare` reports; n/a for one seed)."""
-    lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± sample std over seeds, "
-             "n/a for a single seed).", "",
-             f"| rank | configuration | {metric} | per seed |", "|---|---|---|---|"]
-    for i, e in enumerate(summary):
-        vals = ", ".join("nan" if v != v else f"{v:.4f}" for v in e["values"])
-        lines.append(f"| {i + 1} | {e['label']} | "
-                     f"{mean_std_text(e[f'{metric}_mean'], e[f'{metric}_std'])} | {vals} |")
-    return "\n".join(lines) + "\n"
-
-
-def _plot(path: Path, rows, summary, metric: str, title: str, top: int = 8) -> None:
-    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for e in summary[:top]:
-        rs = [r for r in rows if r["label"] == e["label"]]
-        xs = [h["round"] for h in rs[0]["history"]]
-        ys = np.array([[h.get(metric, np.nan) for h in r["history"]] for r in rs], float)
-        ax.plot(xs, ys.mean(0), marker="o", ms=3, label=e["label"])
-        if len(rs) > 1:
-            ax.fill_between(xs, ys.min(0), ys.max(0), alpha=0.15)
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"{metric} (mean over seeds; band: min-max)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def _resume_spec(args: argparse.Namespace) -> dict[str, Any]:
     """The spec of the sweep checkpoint named by --resume (empty without --resume)."""
     folder = getattr(args, "resume", "")
@@ -207,8 +150,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if auto:
-        return cmd_sweep_auto(args, cmd_sweep, {"csv": _csv, "summary": _summary_md,
-                                                "plot": _plot})
+        return cmd_sweep_auto(args, cmd_sweep, {"csv": sweep_csv, "summary": summary_md,
+                                                "plot": plot_sweep})
     if args.baseline is not None or args.seed_batch is not None:
         raise ConfigError("--baseline and --seed-batch go with --seeds auto[:MAX] (to compare "
                           "finished runs: fedjax-appeal compare --baseline)")
@@ -310,9 +253,9 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
     writers = {
         "sweep.json": lambda p: p.write_text(json.dumps(to_jsonable(results), indent=1,
                                                         allow_nan=False)),
-        "sweep.csv": lambda p: p.write_text(_csv(res.rows)),
-        "summary.md": lambda p: p.write_text(_summary_md(res.summary, metric, title)),
-        "sweep.png": lambda p: _plot(p, res.rows, res.summary, metric, title),
+        "sweep.csv": lambda p: p.write_text(sweep_csv(res.rows)),
+        "summary.md": lambda p: p.write_text(summary_md(res.summary, metric, title)),
+        "sweep.png": lambda p: plot_sweep(p, res.rows, res.summary, metric, title),
     }
     try:
         out = report.write_outputs(cfg.out, writers)
@@ -352,24 +295,8 @@ def _process_split(clock, timing: dict[str, Any]) -> dict[str, Any]:
                          sum(g["eval_s"] for g in groups), timing["data_s"])
 
 
-def sweep_hparams(cfg, hp, grid: dict[str, list]) -> dict[str, float]:
-    """sweep.json's `hparams`: the base values of the hyperparameters that some static
-    group of the sweep uses (`validate.used_hparams`), in `HParams` order."""
-    used = {k for cfg_g in groups_of(cfg, grid) for k in used_hparams(cfg_g)}
-    return {k: v for k, v in hp.to_dict().items() if k in used}
-
-
 # History metrics that only the appeal protocol computes.
 APPEAL_METRICS = ("gm_appeal", "preferred_acc", "appeal_", "solo_")
-
-
-def sweep_title(cfg, grid: dict[str, list]) -> str:
-    """'sweep: ALGORITHM(S) on DATASET(S) (PARTITION(S))', naming every gridded value."""
-    def name(key: str) -> str:
-        vals = grid.get(key)
-        return "/".join(str(v) for v in vals) if vals else str(getattr(cfg, key))
-
-    return f"sweep: {name('algorithm')} on {name('dataset')} ({name('partition')})"
 
 
 def subcommand() -> Subcommand:
