@@ -61,40 +61,37 @@ def test_each_shared_stage_uses_its_documented_key(extra_cfg, key):
     assert key in extra and set(extra) <= {*SHARED_STATE_KEYS, cfg.algorithm}
 
 
-# --- ClientUpdate.extra -----------------------------------------------------------------
+# --- ClientUpdate: typed reports ---------------------------------------------------------
 from fedjax_appeal.core.capabilities import supports  # noqa: E402
-from fedjax_appeal.core.parts import SHARED_CLIENT_KEYS, ClientUpdate  # noqa: E402
+from fedjax_appeal.core.parts import ClientUpdate  # noqa: E402
 
 
-def _client_keys(alg, data, monkeypatch) -> set:
-    """Every key of a `ClientUpdate.extra` that one traced round of `alg` builds."""
-    seen: set = set()
-    new, replace = ClientUpdate.__new__, ClientUpdate._replace
-
-    def recording_new(cls, *a, **k):
-        u = new(cls, *a, **k)
-        seen.update(u.extra)
-        return u
-
-    def recording_replace(self, **k):
-        u = replace(self, **k)
-        seen.update(u.extra)
-        return u
-
-    monkeypatch.setattr(ClientUpdate, "__new__", recording_new)
-    monkeypatch.setattr(ClientUpdate, "_replace", recording_replace)
+def _updates(alg, data) -> list[ClientUpdate]:
+    """Every `ClientUpdate` (abstract) that one traced round of `alg` builds."""
+    seen: list = []
     hp = HParams(client_lr=0.1).as_arrays()
     state = jax.eval_shape(alg.init, jax.random.key(0), data, hp)
-    jax.eval_shape(alg.round, state, data, jax.random.key(1), hp)
-    monkeypatch.undo()
+    orig_new = ClientUpdate.__new__
+
+    def recording_new(cls, *a, **k):
+        u = orig_new(cls, *a, **k)
+        seen.append(u)
+        return u
+
+    ClientUpdate.__new__ = recording_new
+    try:
+        jax.eval_shape(alg.round, state, data, jax.random.key(1), hp)
+    finally:
+        ClientUpdate.__new__ = orig_new
     return seen
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_client_updates_carry_shared_keys_and_the_algorithms_own_report(name, monkeypatch):
+def test_client_reports_are_the_typed_fields_and_none_unless_asked(name):
     """Over the combinations that add client reports (losses for Exp-alpha, FedNova's
-    normaliser, a chunked round's update norm, DP, compression), every key of a client's
-    `extra` is documented in `SHARED_CLIENT_KEYS` or is the algorithm's own name."""
+    normaliser, a chunked round's update norm, DP, compression), a round's updates carry
+    the loss reports only where the weight rule asks for them, FedNova's a_k only under
+    FedNova, and the algorithm's own report (if any) as one typed value."""
     sup = supports(name)
     combos = [{}, {"client_chunk": 2}]
     combos += [{"aggregation": "exp-alpha"}] if sup.aggregation else []
@@ -102,31 +99,36 @@ def test_client_updates_carry_shared_keys_and_the_algorithms_own_report(name, mo
     combos += [{"dp": "fixed"}] if sup.dp else []
     combos += [{"compress": "topk"}] if sup.uplink else []
     model, data, cfg = _setup(name)
-    keys: set = set()
     for kw in combos:
-        keys |= _client_keys(build(name, model, cfg.replace(algorithm=name, **kw)), data,
-                             monkeypatch)
-    assert keys <= {*SHARED_CLIENT_KEYS, name}, sorted(keys)
+        c = cfg.replace(algorithm=name, **kw)
+        ups = _updates(build(name, model, c), data)
+        for u in ups:
+            if kw.get("aggregation") == "exp-alpha":
+                assert u.loss_before is not None and u.loss_after is not None, kw
+            if name in ("fedavg", "fedprox") and not kw.get("aggregation"):
+                assert u.loss_before is None and u.loss_after is None, kw
+            if kw.get("aggregation") == "fednova" or name == "fednova":
+                assert u.fednova_a is not None, kw
+            else:
+                assert u.fednova_a is None, kw
+            if u.report is not None:  # an algorithm's own report: one typed value
+                assert isinstance(u.report, tuple) and hasattr(u.report, "_fields"), kw
 
 
-def test_an_undocumented_client_key_is_seen(monkeypatch):
-    """The check sees a key a local objective adds outside the documented set."""
-    from fedjax_appeal.aggregate.aggregation import weight_rule
+def test_a_misspelled_report_fails_at_trace_time():
+    """A weight rule reading a report under a wrong name is an AttributeError when the
+    round is traced, not a silently missing key."""
     from fedjax_appeal.algorithms.fedavg import sgd_local
+    from fedjax_appeal.core.parts import WeightRule
     from fedjax_appeal.extend import compose, options_for
 
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
     data = make_tiny_data(num_clients=6, unseen=2, seed=1)
     opts = options_for("fedavg", CFG)
-    base = sgd_local(model, opts)
-
-    def local(state, data, k, key, hp):
-        t = base(state, data, k, key, hp)
-        return t._replace(extra={**t.extra, "my_note": t.loss})
-
-    alg = compose("mine", model, opts, local=local, weights=weight_rule(opts))
-    keys = _client_keys(alg, data, monkeypatch)
-    assert "my_note" in keys and not keys <= {*SHARED_CLIENT_KEYS, "mine"}
-    # the algorithm's own name is where its report belongs
-    assert {*SHARED_CLIENT_KEYS, "fedavg"} >= _client_keys(
-        compose("fedavg", model, opts, local=base, weights=weight_rule(opts)), data, monkeypatch)
+    rule = WeightRule(lambda upd, idx, valid, state, hp: upd.loss_befor * valid,
+                      needs=frozenset({"loss_before"}))
+    alg = compose("mine", model, opts, local=sgd_local(model, opts), weights=rule)
+    hp = HParams(client_lr=0.1).as_arrays()
+    state = jax.eval_shape(alg.init, jax.random.key(0), data, hp)
+    with pytest.raises(AttributeError, match="loss_befor"):
+        jax.eval_shape(alg.round, state, data, jax.random.key(1), hp)

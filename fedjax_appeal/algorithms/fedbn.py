@@ -71,7 +71,7 @@ class FedBNState(NamedTuple):
 
 
 class FedBNReport(NamedTuple):
-    """What a FedBN client reports besides its update (`ClientUpdate.extra["fedbn"]`)."""
+    """What a FedBN client reports besides its update (`ClientUpdate.report`)."""
 
     bn_params: Any  # its BN affine parameters after the local steps
 
@@ -89,7 +89,7 @@ def fedbn_local(model: Model, opts: Options):
         delta = tree_sub(params, res.params)
         delta = with_bn(delta, jax.tree.map(jnp.zeros_like, bn_k))  # BN never aggregated
         return Trained((params, ms_k), (res.params, res.state), res.loss,
-                       {"fedbn": FedBNReport(bn_part(res.params))}, delta)
+                       FedBNReport(bn_part(res.params)), delta)
 
     return local
 
@@ -149,7 +149,7 @@ def fedbn_init(key, params, mstate, data, hp):
 def fedbn_post(old, new, upd, idx, valid, w, hp):
     st: FedBNState = new.extra["fedbn"]
     return new.replace(extra={**new.extra, "fedbn": FedBNState(
-        _scatter(st.bn_params, upd.extra["fedbn"].bn_params, idx, valid),
+        _scatter(st.bn_params, upd.report.bn_params, idx, valid),
         _scatter(st.bn_state, upd.model_state, idx, valid))})
 
 

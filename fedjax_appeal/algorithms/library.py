@@ -80,7 +80,7 @@ def client_update(model: Model, client_optimizer: optax.GradientTransformation, 
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=steps, batch_size=batch_size, regularizer=reg,
                         tx=with_hparams(client_optimizer, hp, "client"), unroll=unroll)
-        return Trained((state.params, state.model_state), (res.params, res.state), res.loss, {})
+        return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
 
     return local
 

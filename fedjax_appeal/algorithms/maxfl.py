@@ -81,7 +81,7 @@ def requirement_pre_init(model: Model, opts: Options):
 
 MAXFL_RULE = WeightRule(
     lambda upd, idx, valid, state, hp: maxfl_weights(
-        appeal_q(upd.extra["loss_before"], state.extra["rho"][idx]), valid, hp.maxfl_eps),
+        appeal_q(upd.loss_before, state.extra["rho"][idx]), valid, hp.maxfl_eps),
     needs=frozenset({"loss_before"}))
 
 

@@ -72,7 +72,7 @@ MW_RULE = WeightRule(  # F_k(w) is reported for `post`, not for the weights
 
 
 def mw_post(old, new, upd, idx, valid, w, hp):
-    logv = mw_update(old.extra["mwfed"].logv, idx, valid, upd.extra["loss_before"],
+    logv = mw_update(old.extra["mwfed"].logv, idx, valid, upd.loss_before,
                      old.extra["rho"], hp.mwfed_eta)
     return new.replace(extra={**new.extra, "mwfed": MWFedState(logv)})
 

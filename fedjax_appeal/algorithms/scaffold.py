@@ -4,7 +4,7 @@ Controlled Averaging for Federated Learning", Algorithm 1 with option II).
 State (`ScaffoldState`, in `state.extra["scaffold"]`): the server control variate c (like
 params) and one control variate per seen client c_k, stacked with a leading M axis (all
 zero at the start). Each client reports Delta c_k (`ScaffoldReport`, in
-`ClientUpdate.extra["scaffold"]`).
+`ClientUpdate.report`).
 
 Round (eta_l = `HParams.client_lr`, tau = `--local-steps`, N = seen clients):
   1. each sampled client runs tau SGD steps from w on F_k(y) + <c - c_k, y>, i.e.
@@ -42,7 +42,7 @@ class ScaffoldState(NamedTuple):
 
 
 class ScaffoldReport(NamedTuple):
-    """What a SCAFFOLD client reports besides its update (`ClientUpdate.extra["scaffold"]`)."""
+    """What a SCAFFOLD client reports besides its update (`ClientUpdate.report`)."""
 
     c_delta: Any  # Delta c_k = c_k+ - c_k, like params
 
@@ -65,10 +65,9 @@ def scaffold_local(model: Model, opts: Options):
         delta = tree_sub(state.params, res.params)
         scale = 1.0 / (opts.local_steps * hp.client_lr)
         # Delta c_k = c_k+ - c_k = -c + (w - w_k) / (tau eta_l)
-        extra = {"scaffold": ScaffoldReport(
-            jax.tree.map(lambda d, cc: d * scale - cc, delta, c))}
+        report = ScaffoldReport(jax.tree.map(lambda d, cc: d * scale - cc, delta, c))
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
-                       extra, delta)
+                       report, delta)
 
     return local
 
@@ -82,7 +81,7 @@ def scaffold_post(old, new, upd, idx, valid, w, hp):
     def mask(d):
         return jnp.where(valid.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0)
 
-    dc = jax.tree.map(mask, upd.extra["scaffold"].c_delta)
+    dc = jax.tree.map(mask, upd.report.c_delta)
     c = jax.tree.map(lambda a, d: a + jnp.sum(d, axis=0) / num, st.c, dc)
     c_clients = jax.tree.map(lambda a, d: a.at[idx].add(d), m, dc)
     return new.replace(extra={**new.extra, "scaffold": ScaffoldState(c, c_clients)})

@@ -39,18 +39,14 @@ class ServerState:
 # ("eval_key").
 SHARED_STATE_KEYS = ("rho", "solo", "selector", "appeal", "uplink", "hetero", "eval_key")
 
-# The keys of `ClientUpdate.extra` that shared stages read: the clients' losses before and
-# after training (weight rules that `need` them), FedNova's normaliser, and the squared
-# update norm of a chunked round's first pass. Any other key is an algorithm's name,
-# holding its own typed report.
-SHARED_CLIENT_KEYS = ("loss_before", "loss_after", "fednova_a", "delta_sq_norm")
-
-
 class ClientUpdate(NamedTuple):
     """What one client sends back after its local training (`client.reporting` builds it).
 
     Shapes are those of one client; vmapped over a cohort of m slots every leaf gets a
     leading axis [m] (invalid slots included: the round's `valid` mask says which count).
+    The optional reports are None (no leaves) unless a stage asks for them, so a round
+    carries only what its parts read; a misspelled report is an AttributeError at trace
+    time.
 
     Attributes:
       delta: the model update w - w_k, a pytree shaped like the params: w the model the
@@ -58,27 +54,32 @@ class ClientUpdate(NamedTuple):
         BatchNorm layers), w_k its model after the local steps (`client.Trained.delta` may
         replace it). Byzantine clients' noise and the uplink's compression are applied to
         it before aggregation. None in a chunked round's first pass, which keeps only
-        ||delta||^2 in `extra` (`execute.cohort`).
+        `delta_sq_norm` (`execute.cohort`).
       model_state: the client's model collections besides params after training (e.g.
         BatchNorm `batch_stats`), shaped like `ServerState.model_state`; {} if none.
       num_samples: [] int32, n_k, the client's number of train rows (the proportional
         weight).
       loss: [] float32, the mean minibatch training loss over the local steps.
-      extra: per-client values besides the update. Shared stages use the documented keys
-        `SHARED_CLIENT_KEYS`: "loss_before" = F_k(w) and "loss_after" = F_k(w_k) (full
-        train split, evaluation mode) when the weight rule `needs` them, FedNova's
-        normaliser "fednova_a" (the fednova algorithm and `--aggregation fednova`) and the
-        squared update norm "delta_sq_norm" of a chunked round. An algorithm's own report
-        is one typed value under its name (SCAFFOLD's `ScaffoldReport` under "scaffold",
-        FedBN's `FedBNReport` under "fedbn"). (The uplink's and the heterogeneous
-        clients' bookkeeping live in the state: `SHARED_STATE_KEYS`.)
+      loss_before: [] float32, F_k(w) over the full train split in evaluation mode, when
+        the weight rule `needs` it (Exp-alpha, MaxFL, q-FFL, MW-Fed); else None.
+      loss_after: [] float32, F_k(w_k), likewise (Exp-alpha); else None.
+      fednova_a: [] float32, FedNova's normaliser a_k (the fednova algorithm and
+        `--aggregation fednova`); else None.
+      delta_sq_norm: [] float32, ||Delta_k||^2, sent instead of `delta` in a chunked
+        round's first pass (q-FFL reads it); else None.
+      report: the algorithm's own report, one typed value it declares (SCAFFOLD's
+        `ScaffoldReport`, FedBN's `FedBNReport`); None for most algorithms.
     """
 
     delta: Any  # pytree like params: w - w_k (None in a chunked round's first pass)
     model_state: Any  # pytree like ServerState.model_state, after local training ({} if none)
     num_samples: jax.Array  # [] int32: n_k, train rows of the client
     loss: jax.Array  # [] float32: mean minibatch loss over the local steps
-    extra: dict  # name -> [] or pytree: algorithm-specific values (F_k(w) before/after, ...)
+    loss_before: jax.Array | None = None  # [] float32: F_k(w)
+    loss_after: jax.Array | None = None  # [] float32: F_k(w_k)
+    fednova_a: jax.Array | None = None  # [] float32: FedNova's a_k
+    delta_sq_norm: jax.Array | None = None  # [] float32: ||Delta_k||^2 (chunked first pass)
+    report: Any = None  # the algorithm's own typed report (a NamedTuple), or None
 
 
 # Part signatures (single client for LocalFn; everything else sees the whole cohort).
@@ -117,7 +118,7 @@ class WeightRule(NamedTuple):
     fn(updates, idx, valid, state, hp) -> w [m]: `idx` are the cohort's client indices (for
     rules with per-client server state, e.g. MaxFL's rho_k or MW-Fed's v_k), `valid` the
     slot mask (invalid slots must get 0).
-    needs: the loss reports the rule reads from `updates.extra`, a subset of
+    needs: the loss reports the rule reads from `updates`, a subset of
     `REPORTS` ("loss_before" = F_k(w) at the received model, "loss_after" = F_k(w_k));
     the composed local update computes exactly these (`client.reporting`).
     logits: optional `logits(updates, idx, valid, state, hp) -> z [m]` for rules that are a
@@ -160,7 +161,7 @@ class CohortExecutor(Protocol):
     (`one_pass`) or in two (`statistics`, then `weighted_delta` with the same keys), so that
     at most c client models are alive at a time. Every method returns what the clients
     send after `job.corrupt`; the chunked ones carry `delta=None` and each client's
-    ||Delta_k||^2 in `extra["delta_sq_norm"]` instead. The package's executors (one vmap,
+    ||Delta_k||^2 in `delta_sq_norm` instead. The package's executors (one vmap,
     lanes, chunks, a device mesh) are `execute.executor.Executor`.
     """
 
