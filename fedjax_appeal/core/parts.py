@@ -17,7 +17,14 @@ from .config import HParams
 
 @struct.dataclass
 class ServerState:
-    """Everything the server carries from one round to the next (a pytree)."""
+    """Everything the server carries from one round to the next (one pytree).
+
+    The first six fields are every algorithm's. The others hold the state of one stage
+    each, a value of the type that stage declares, and are None (no leaves) when the run
+    has no such stage, so a run carries only the state its parts keep; a misspelled field
+    is an AttributeError at trace time. A plugin keeps its state in `algo` (its own
+    NamedTuple); nothing here needs editing for it.
+    """
 
     params: Any  # model parameters (replicated across devices)
     model_state: Any  # model collections besides params, e.g. batch_stats ({} if none)
@@ -25,19 +32,24 @@ class ServerState:
     round: jax.Array  # [] int32, rounds done so far
     pool: jax.Array  # [M] bool, seen clients available for selection
     participation: jax.Array  # [M] int32, how often each client was in a cohort
-    # what stages and algorithms carry: shared stages under the keys `SHARED_STATE_KEYS`,
-    # an algorithm's own state as one typed value under its name ("scaffold":
-    # ScaffoldState, "fedbn", "fedfor", "fedbuff", "mwfed")
-    extra: dict
+    # the algorithm's own state, one typed value it declares (SCAFFOLD's ScaffoldState,
+    # FedBN's FedBNState, FedFor's, FedBuff's, MW-Fed's), or None
+    algo: Any = None
+    # [M + U] float32 requirements rho_k of the requirement algorithms (MaxFL, MW-Fed)
+    rho: jax.Array | None = None
+    # the seen clients' solo models (`requirement.SoloStats`, when rho_k = solo losses)
+    solo: Any = None
+    # the selector's memory (the diversity selectors' `DiversityMemory`), or None
+    selector: Any = None
+    # the protocol run around the algorithm (MaxFL's appeal: `appeal.AppealState`), or None
+    protocol: Any = None
+    # the uplink's memory (`uplink.UplinkMemory`: error feedback, adaptive clip), or None
+    uplink: Any = None
+    # the heterogeneous clients' draws (`hetero.HeteroState`), or None
+    hetero: Any = None
+    # [2] uint32 raw key data of the personalised evaluation (PerFedAvg, pFedMe), or None
+    eval_key: jax.Array | None = None
 
-
-# The keys of `ServerState.extra` that stages shared by several algorithms use (every other
-# key is an algorithm's name, holding its own typed state): the requirement algorithms'
-# requirements rho_k and solo models ("rho", "solo"), the selector's memory ("selector"),
-# the appeal protocol's state ("appeal"), the uplink's error feedback ("uplink"), the
-# heterogeneous clients' draws ("hetero") and the personalized evaluation's key
-# ("eval_key").
-SHARED_STATE_KEYS = ("rho", "solo", "selector", "appeal", "uplink", "hetero", "eval_key")
 
 class ClientUpdate(NamedTuple):
     """What one client sends back after its local training (`client.reporting` builds it).
@@ -95,16 +107,16 @@ TxFn = Callable[[HParams], optax.GradientTransformation]
 
 
 class Selector(NamedTuple):
-    """A cohort selector with optional memory in `state.extra["selector"]`.
+    """A cohort selector with optional memory in `state.selector`.
 
-    init(key, state, data, hp) -> dict          # initial selector memory (e.g. features)
+    init(key, state, data, hp) -> memory        # initial selector memory (e.g. features)
     select(key, state, data, hp) -> (idx [m], valid [m])
     update(state, updates, idx, valid, data, hp) -> state   # after the server step, or None
     metrics(key, state, idx, valid, data, hp) -> dict   # round metrics it adds/overrides,
         # or None; `key` is the one `select` drew with
     """
 
-    init: Callable[[jax.Array, ServerState, FederatedData, HParams], dict]
+    init: Callable[[jax.Array, ServerState, FederatedData, HParams], Any]
     select: SelectFn
     update: Callable[[ServerState, ClientUpdate, jax.Array, jax.Array, FederatedData, HParams],
                      ServerState] | None = None

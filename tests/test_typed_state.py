@@ -1,5 +1,7 @@
-"""`ServerState.extra` holds the shared stages' state under the documented
-`SHARED_STATE_KEYS` and each algorithm's own state as one typed value under its name."""
+"""The server state and the client updates are typed: every stage's state is one value of
+the type that stage declares, in its own field of `ServerState` (None when the run has no
+such stage), and every client report is a field of `ClientUpdate`; a misspelled name fails
+when the round is traced."""
 
 from __future__ import annotations
 
@@ -9,19 +11,23 @@ import pytest
 from conftest import make_tiny_data
 from test_fedbn import _bn_setup
 
+from fedjax_appeal.aggregate.uplink import UplinkMemory
 from fedjax_appeal.algorithms import ALGORITHMS, build
 from fedjax_appeal.core.config import HParams, RunConfig
 from fedjax_appeal.core.models import make_model
-from fedjax_appeal.core.parts import SHARED_STATE_KEYS
-from fedjax_appeal.protocols.appeal.appeal import with_appeal
+from fedjax_appeal.core.parts import ServerState
+from fedjax_appeal.local.hetero import HeteroState
+from fedjax_appeal.protocols.appeal.appeal import AppealState, with_appeal
+from fedjax_appeal.select.selectors import DiversityMemory
 
 CFG = RunConfig(clients=6, unseen_clients=2, cohort=3, local_steps=2, batch_size=4,
                 rho_steps=2, appeal="off")
+STAGES = ("algo", "rho", "solo", "selector", "protocol", "uplink", "hetero", "eval_key")
 
 
-def _extra(alg, data):
+def _state(alg, data) -> ServerState:
     hp = HParams(client_lr=0.1).as_arrays()
-    return jax.eval_shape(alg.init, jax.random.key(0), data, hp).extra
+    return jax.eval_shape(alg.init, jax.random.key(0), data, hp)
 
 
 def _setup(name: str):
@@ -33,32 +39,73 @@ def _setup(name: str):
     return model, make_tiny_data(num_clients=6, unseen=2, seed=1), CFG
 
 
+def test_the_stage_fields_are_the_states_fields():
+    """Besides the six fields every algorithm has, `ServerState` has one field per stage."""
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(ServerState)]
+    assert names == ["params", "model_state", "opt_state", "round", "pool", "participation",
+                     *STAGES]
+
+
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_extra_holds_shared_keys_and_the_algorithms_own_typed_state(name):
+def test_an_algorithms_own_state_is_one_typed_value_and_other_stages_are_off(name):
     model, data, cfg = _setup(name)
-    extra = _extra(build(name, model, cfg.replace(algorithm=name)), data)
-    assert set(extra) <= {*SHARED_STATE_KEYS, name}, sorted(extra)
-    if name in extra:  # an algorithm's own state: one typed value (a NamedTuple)
-        assert isinstance(extra[name], tuple) and hasattr(extra[name], "_fields")
+    st = _state(build(name, model, cfg.replace(algorithm=name)), data)
+    if st.algo is not None:  # an algorithm's own state: one typed value (a NamedTuple)
+        assert isinstance(st.algo, tuple) and hasattr(st.algo, "_fields")
+    # a plain configuration (random cohort, no uplink, no heterogeneity, no appeal)
+    assert st.selector is None and st.uplink is None and st.hetero is None
+    assert st.protocol is None
+    assert (st.rho is not None) == (name in ("maxfl", "incfl", "mwfed")), st.rho
+    assert (st.eval_key is not None) == (name in ("perfedavg", "pfedme"))
 
 
-@pytest.mark.parametrize("extra_cfg,key", [
-    (dict(selector="unionfl"), "selector"),
-    (dict(availability="bernoulli"), "hetero"),
-    (dict(compress="topk", compress_feedback=True), "uplink"),
-    (dict(appeal="on"), "appeal"),
-    (dict(algorithm="maxfl"), "rho"),
-    (dict(algorithm="perfedavg"), "eval_key"),
+@pytest.mark.parametrize("extra_cfg,field,kind", [
+    (dict(selector="unionfl"), "selector", DiversityMemory),
+    (dict(availability="bernoulli"), "hetero", HeteroState),
+    (dict(compress="topk", compress_feedback=True), "uplink", UplinkMemory),
+    (dict(dp="adaptive"), "uplink", UplinkMemory),
+    (dict(appeal="on"), "protocol", AppealState),
+    (dict(algorithm="maxfl"), "rho", jax.ShapeDtypeStruct),
+    (dict(algorithm="perfedavg"), "eval_key", jax.ShapeDtypeStruct),
 ])
-def test_each_shared_stage_uses_its_documented_key(extra_cfg, key):
+def test_each_shared_stage_keeps_its_typed_state_in_its_field(extra_cfg, field, kind):
     model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
     data = make_tiny_data(num_clients=6, unseen=2, seed=1)
     cfg = CFG.replace(**extra_cfg)
     alg = build(cfg.algorithm, model, cfg)
     if cfg.appeal == "on":
         alg = with_appeal(alg, model, cfg)
-    extra = _extra(alg, data)
-    assert key in extra and set(extra) <= {*SHARED_STATE_KEYS, cfg.algorithm}
+    st = _state(alg, data)
+    assert isinstance(getattr(st, field), kind), getattr(st, field)
+    others = [f for f in STAGES if f != field and getattr(st, f) is not None]
+    assert others == (["solo"] if field == "rho" else []), others  # maxfl: rho_k = solo
+
+
+def test_a_misspelled_state_field_fails_at_init_and_at_trace_time():
+    """A plugin setting or reading a field that does not exist fails loudly."""
+    from fedjax_appeal.aggregate.aggregation import weight_rule
+    from fedjax_appeal.algorithms.fedavg import sgd_local
+    from fedjax_appeal.extend import compose, options_for
+
+    model = make_model("logistic", "tiny", 3, (5,), jnp.float32, scale=1.0)
+    data = make_tiny_data(num_clients=6, unseen=2, seed=1)
+    opts = options_for("fedavg", CFG)
+    hp = HParams(client_lr=0.1).as_arrays()
+    bad_init = compose("mine", model, opts, local=sgd_local(model, opts),
+                       weights=weight_rule(opts), init_fields=lambda *_: {"agl": 1.0})
+    with pytest.raises(TypeError, match="agl"):
+        jax.eval_shape(bad_init.init, jax.random.key(0), data, hp)
+
+    def post(old, new, upd, idx, valid, w, hp):
+        return new.replace(algo=old.alog)
+
+    bad_read = compose("mine", model, opts, local=sgd_local(model, opts),
+                       weights=weight_rule(opts), post=post)
+    state = jax.eval_shape(bad_read.init, jax.random.key(0), data, hp)
+    with pytest.raises(AttributeError, match="alog"):
+        jax.eval_shape(bad_read.round, state, data, jax.random.key(1), hp)
 
 
 # --- ClientUpdate: typed reports ---------------------------------------------------------
