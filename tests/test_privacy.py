@@ -355,7 +355,7 @@ def test_adaptive_round_updates_clip_in_state():
     # every update is longer than 1e-4, so C <- C exp(-0.5 (b - 0.5))
     want = 1e-4 * np.exp(np.cumsum(-0.5 * (b - 0.5)))
     np.testing.assert_allclose(clips[1:], want[:-1], rtol=1e-4)
-    assert float(res.final_state.extra["uplink"]["clip"]) == pytest.approx(want[-1], rel=1e-4)
+    assert float(res.final_state.uplink.clip) == pytest.approx(want[-1], rel=1e-4)
     assert (res.round_metrics["dp_clipped"] == 1.0).all()
     assert (res.round_metrics["dp_overflow"] == 0).all()
 

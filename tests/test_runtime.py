@@ -129,6 +129,22 @@ def test_program_cache_stores_fresh_compiles_and_reads_them_back(tmp_path):
     assert again.key("prog", args) != again.key("prog", (jnp.arange(5.0),))
 
 
+def test_a_program_is_stored_when_its_lowering_reads_another_from_xlas_cache(tmp_path):
+    def make_args():  # runs a small program of its own (a broadcast)
+        return (jnp.full(7, 0.375),)
+
+    args = make_args()
+    jax.clear_caches()  # ... which XLA now reads back from its persistent cache
+
+    def lower():
+        return jax.jit(lambda v: jnp.cumprod(v) + 0.375).lower(*make_args())
+
+    pc = programs.ProgramCache(tmp_path, context=f"nested {tmp_path}")
+    exe = pc.compiled("prog", args, lower)
+    assert pc.stored == 1  # the broadcast read back is not this program's cache hit
+    np.testing.assert_allclose(exe(*args), np.cumprod(np.full(7, 0.375)) + 0.375)
+
+
 def test_a_torn_entry_is_compiled_afresh(tmp_path):
     args = (jnp.arange(4.0),)
     pc = programs.ProgramCache(tmp_path, context=f"torn {tmp_path}")

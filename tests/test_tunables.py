@@ -24,7 +24,7 @@ TEMP = "test_temp"
 
 def _softmax_rule(upd, idx, valid, state, hp):
     """Weights softmax(loss_before / T) over the cohort, T = the plugin's tunable."""
-    return masked_softmax(upd.extra["loss_before"] / hp.get(TEMP), valid)
+    return masked_softmax(upd.loss_before / hp.get(TEMP), valid)
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_hparams_extra_is_a_vmapped_pytree_leaf(plugin):
     valid = jnp.array([True, True, False])
 
     class Upd:
-        extra = {"loss_before": loss}
+        loss_before = loss
 
     w = jax.vmap(lambda h: _softmax_rule(Upd, None, valid, None, h))(stacked)
     for t, row in zip(temps, np.asarray(w), strict=True):

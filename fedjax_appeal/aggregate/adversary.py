@@ -30,9 +30,6 @@ LOSS_SCALE = option("byzantine_loss_scale", 10.0, "factor by which Byzantine cli
                     "the losses they report", applies=BYZANTINE, tunable=True,
                     group="federation")
 
-REPORTED_LOSSES = ("loss_before", "loss_after")
-
-
 def byzantine(upd: ClientUpdate, idx, valid, key, data, hp) -> ClientUpdate:
     """`make_round(corrupt=byzantine)`; a no-op when the data carry no Byzantine tags."""
     if "byzantine" not in data.info:
@@ -44,6 +41,9 @@ def byzantine(upd: ClientUpdate, idx, valid, key, data, hp) -> ClientUpdate:
                            hp.byzantine_noise * jax.random.normal(k, d.shape, d.dtype), 0.0)
              for d, k in zip(leaves, keys, strict=True)]
     scale = jnp.where(bad, hp.byzantine_loss_scale, 1.0)
-    extra = {k: (v * scale if k in REPORTED_LOSSES else v) for k, v in upd.extra.items()}
-    return upd._replace(delta=jax.tree.unflatten(treedef, noisy), extra=extra,
-                        loss=upd.loss * scale)
+    def inflate(v):  # the loss reports the rule asked for (None when it asked for none)
+        return None if v is None else v * scale
+
+    return upd._replace(delta=jax.tree.unflatten(treedef, noisy), loss=upd.loss * scale,
+                        loss_before=inflate(upd.loss_before),
+                        loss_after=inflate(upd.loss_after))

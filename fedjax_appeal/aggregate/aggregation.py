@@ -103,11 +103,11 @@ def log_samples(num_samples: jax.Array) -> jax.Array:
 
 def _exp_alpha_rule(scaled: bool) -> WeightRule:
     def logits(upd, idx, valid, state, hp):
-        return exp_alpha_logits(upd.extra["loss_before"], upd.extra["loss_after"],
+        return exp_alpha_logits(upd.loss_before, upd.loss_after,
                                 hp.exp_alpha, upd.num_samples if scaled else None)
 
     def rule(upd, idx, valid, state, hp):
-        return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
+        return exp_alpha(upd.loss_before, upd.loss_after, valid,
                          hp.exp_alpha, upd.num_samples if scaled else None)
 
     return WeightRule(rule, BOTH, logits)

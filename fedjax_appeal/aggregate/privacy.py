@@ -148,7 +148,7 @@ def poisson_selector(opts: Options) -> Selector:
         over = jnp.sum(c).astype(jnp.int32) - idx.shape[0]
         return {"dp_overflow": jnp.maximum(over, 0)}
 
-    return Selector(lambda key, state, data, hp: {}, select, metrics=metrics)
+    return Selector(lambda key, state, data, hp: None, select, metrics=metrics)
 
 
 def tree_norms(delta) -> jax.Array:

@@ -1,5 +1,5 @@
 """`FederatedAlgorithm` and `compose`: an algorithm is its local objective, its weight rule
-and its extra state; `compose` adds what every algorithm shares (model init, server
+and its own typed state; `compose` adds what every algorithm shares (model init, server
 optimizer, cohort selector, Byzantine hook, loss reports, executor)."""
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ RoundFn = Callable[[ServerState, FederatedData, jax.Array, HParams], tuple[Serve
 EvalFn = Callable[[ServerState, FederatedData, HParams], dict[str, Any]]
 # local(state, data, k, key, hp) -> Trained: one client's local objective
 LocalObjective = Callable[[ServerState, FederatedData, jax.Array, jax.Array, HParams], Trained]
-# init_extra(key, params, model_state, data, hp) -> dict: the algorithm's server state
-ExtraInit = Callable[[jax.Array, Any, Any, FederatedData, HParams], dict]
+# init_fields(key, params, model_state, data, hp) -> {field: value}: the fields of
+# `ServerState` the algorithm sets before round 1 (its own typed state under "algo", the
+# shared "rho", "solo", "eval_key")
+FieldsInit = Callable[[jax.Array, Any, Any, FederatedData, HParams], dict[str, Any]]
 
 
 class FederatedAlgorithm(NamedTuple):
@@ -141,7 +143,7 @@ def initial_model(model: Model) -> InitialFn:
 
 
 def compose(name: str | Applies, model: Model, opts: Options, *, local: LocalObjective,
-            weights: WeightRule, post: PostFn | None = None, init_extra: ExtraInit | None = None,
+            weights: WeightRule, post: PostFn | None = None, init_fields: FieldsInit | None = None,
             evaluate: EvalFn | None = None, average_state: bool = True,
             executor: CohortExecutor | None = None,
             pre_init: PreInitFn | None = None) -> FederatedAlgorithm:
@@ -149,7 +151,7 @@ def compose(name: str | Applies, model: Model, opts: Options, *, local: LocalObj
     options, `options_for`; each part is handed the view of the fields it declares).
 
     init: key -> (k_model, k_sel); params from `model.init(k_model)`; the algorithm's
-    `init_extra(key, params, model_state, data, hp)` (the whole init key, e.g. for the solo
+    `init_fields(key, params, model_state, data, hp)` (the whole init key, e.g. for the solo
     models of MaxFL); the `opts.server_opt` optimizer state; the `opts.selector` memory.
     round: `make_round` with the local objective wrapped by `client.reporting` (the loss
     reports `weights.needs`), the Byzantine hook, the server optimizer and `executor`
@@ -161,7 +163,9 @@ def compose(name: str | Applies, model: Model, opts: Options, *, local: LocalObj
       local: one client's local objective, returning `client.Trained`.
       weights: the aggregation `WeightRule`.
       post: `post(old, new, updates, idx, valid, w, hp)`, the algorithm's state update.
-      init_extra: the algorithm's entries of `state.extra`; with `pre_init`, it takes the
+      init_fields: the `ServerState` fields the algorithm sets, as a dict: its own typed
+        state (a NamedTuple it declares) under "algo", and the shared "rho", "solo" or
+        "eval_key" it uses (a name that is no field is a TypeError); with `pre_init`, it takes the
         pre-init output as a sixth argument.
       evaluate: the evaluator (default: the global model on every split).
       average_state: average the clients' model state (FedBN keeps it per client).
@@ -188,16 +192,15 @@ def compose(name: str | Applies, model: Model, opts: Options, *, local: LocalObj
         if pre is None and pre_init is not None:
             pre = pre_init(key, data, hp)
         params, mstate = pre["initial"] if pre is not None else model.init(k_model)
-        extra = None
-        if init_extra is not None:
-            extra = (init_extra(key, params, mstate, data, hp) if pre_init is None else
-                     init_extra(key, params, mstate, data, hp, pre))
+        fields = {}
+        if init_fields is not None:
+            fields = (init_fields(key, params, mstate, data, hp) if pre_init is None else
+                      init_fields(key, params, mstate, data, hp, pre))
         if hetero_on(hetero_opts):  # per-client steps, availability, deadline (local/hetero.py)
-            extra = {**(extra or {}), "hetero": init_hetero(key, data.num_clients)}
-        state = init_state(params, mstate, tx(hp), data.num_clients, extra)
+            fields = {**fields, "hetero": init_hetero(key, data.num_clients)}
+        state = init_state(params, mstate, tx(hp), data.num_clients, **fields)
         if up is not None:
-            state = state.replace(extra={**state.extra,
-                                         "uplink": up.init(params, data.num_clients, hp)})
+            state = state.replace(uplink=up.init(params, data.num_clients, hp))
         return attach_selector(state, selector, k_sel, data, hp)
 
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),

@@ -40,7 +40,7 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
 
     With `--local-steps-dist` other than fixed, client k takes tau_k steps
     (`local.hetero.client_steps`); with FedNova aggregation it reports its normaliser a_k
-    (`aggregate.fednova.local_norm`) in `extra["fednova_a"]` (`nova`: None = when
+    (`aggregate.fednova.local_norm`) in `Trained.fednova_a` (`nova`: None = when
     `--aggregation fednova`).
     """
     varied = opts.local_steps_dist != "fixed"
@@ -58,12 +58,12 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=opts.local_steps, batch_size=opts.batch_size, regularizer=reg,
                         tx=None if tx is None else tx(hp), num_steps=tau, unroll=unroll)
-        extra = {}
+        a = None
         if nova:
             steps = opts.local_steps if tau is None else tau
-            extra["fednova_a"] = local_norm(steps, hp.client_lr, hp.prox_mu if prox else 0.0)
+            a = local_norm(steps, hp.client_lr, hp.prox_mu if prox else 0.0)
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
-                       extra)
+                       fednova_a=a)
 
     return local
 

@@ -86,7 +86,7 @@ def _take(tree, i):
 
 
 class FedBuffState(NamedTuple):
-    """FedBuff's server state (`state.extra["fedbuff"]`): the clients in flight."""
+    """FedBuff's server state (`state.algo`): the clients in flight."""
 
     key: jax.Array  # the root key of the dispatches (raw key data)
     client: jax.Array  # [C] int32, the client of each slot
@@ -103,7 +103,7 @@ def fedbuff_init(train: TrainFn, params, model_state, key: jax.Array, pool: jax.
                  num_slots: int, base_time: float, hp) -> FedBuffState:
     """The in-flight buffer at time 0: C clients dispatched on version 0 (dispatches 0..C-1).
 
-    Returns `state.extra["fedbuff"]` (`FedBuffState`).
+    Returns `state.algo` (`FedBuffState`).
     """
     root = jax.random.fold_in(key, 0xFB)
     m = pool.shape[0]
@@ -133,7 +133,7 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
     the K clients aggregated, `cohort_weights` = s_i / K) plus `staleness_mean`,
     `staleness_max` and `sim_time` (simulated seconds at the K-th arrival).
     """
-    fb: FedBuffState = state.extra["fedbuff"]
+    fb: FedBuffState = state.algo
     root = jax.random.wrap_key_data(fb.key)
     version = state.round
     m = state.pool.shape[0]
@@ -178,9 +178,9 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
     new = new.replace(
         round=version + 1,
         participation=state.participation.at[who].add(1),
-        extra={**state.extra, "fedbuff": fb._replace(
+        algo=fb._replace(
             client=client, version=ver, finish=finish, delta=d_slot, model_state=m_slot,
-            loss=l_slot, now=t[-1], n=n)})
+            loss=l_slot, now=t[-1], n=n))
     metrics = {"cohort_loss": jnp.mean(loss),
                "cohort_size": jnp.asarray(buffer, jnp.int32),
                "available": jnp.sum(state.pool).astype(jnp.int32),
@@ -223,7 +223,7 @@ def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
         state = init_state(params, mstate, tx(hp), data.num_clients)
         fb = fedbuff_init(trainer(data), params, mstate, k_buf, state.pool, slots, base_time,
                           hp)
-        return state.replace(extra={"fedbuff": fb})
+        return state.replace(algo=fb)
 
     def round_fn(state, data, key, hp):
         return fedbuff_step(trainer(data), state, key, hp, buffer=opts.cohort,

@@ -15,7 +15,7 @@ i.e. every local gradient gets the constant term lambda g_t: a step against the 
 update's direction is penalised and one along it rewarded ("penalizes updates in the
 opposite direction of the global update", Tian et al.). lambda = `HParams.fedfor_lambda`;
 g_0 = 0 (the first round is plain FedAvg). The server keeps w_{t-1} - w_t in
-`FedForState.last_update` (`state.extra["fedfor"]`); clients stay stateless. Aggregation
+`FedForState.last_update` (`state.algo`); clients stay stateless. Aggregation
 and server optimizer are those of FedAvg (`--aggregation`, `--server-opt`).
 
 This is our reading of the method's local objective (its linear first-order term with the
@@ -51,7 +51,7 @@ def first_order(g, w_t, lam: jax.Array):
 
 
 class FedForState(NamedTuple):
-    """FedFor's server state (`state.extra["fedfor"]`)."""
+    """FedFor's server state (`state.algo`)."""
 
     last_update: Any  # w_{t-1} - w_t, like params (zero before the first round)
 
@@ -59,7 +59,7 @@ class FedForState(NamedTuple):
 def global_gradient(state, opts: Options, hp):
     """g_t = (w_{t-1} - w_t) / (tau eta_l) from the server's last global update."""
     scale = 1.0 / (opts.local_steps * hp.client_lr)
-    return jax.tree.map(lambda d: d * scale, state.extra["fedfor"].last_update)
+    return jax.tree.map(lambda d: d * scale, state.algo.last_update)
 
 
 def fedfor_local(model: Model, opts: Options):
@@ -74,8 +74,7 @@ def fedfor_local(model: Model, opts: Options):
 
 
 def fedfor_post(old, new, upd, idx, valid, w, hp):
-    return new.replace(extra={**new.extra,
-                              "fedfor": FedForState(tree_sub(old.params, new.params))})
+    return new.replace(algo=FedForState(tree_sub(old.params, new.params)))
 
 
 @register(FEDFOR)
@@ -83,5 +82,5 @@ def fedfor(model: Model, opts: Options, executor=None):
     return compose("fedfor", model, opts, local=fedfor_local(model, opts),
                    weights=weight_rule(opts),
                    post=fedfor_post, executor=executor,
-                   init_extra=lambda key, params, mstate, data, hp: {
-                       "fedfor": FedForState(jax.tree.map(jnp.zeros_like, params))})
+                   init_fields=lambda key, params, mstate, data, hp: {
+                       "algo": FedForState(jax.tree.map(jnp.zeros_like, params))})

@@ -54,20 +54,20 @@ def maxfl_weights(q: jax.Array, valid: jax.Array, eps: jax.Array) -> jax.Array:
 
 
 def requirement_init(model: Model, opts: Options):
-    """init_extra of MaxFL and MW-Fed: rho_k [M] (+ the solo models when rho_k is 'solo')."""
+    """init_fields of MaxFL and MW-Fed: rho_k [M] (+ the solo models when rho_k is 'solo')."""
     req = parse_requirement(opts.requirement)
     solo_opts = opts.view(SOLO_OPTIONS, "the solo models")
 
-    def init_extra(key, params, mstate, data, hp, pre=None):
-        extra, solo_loss = {}, None
+    def init_fields(key, params, mstate, data, hp, pre=None):
+        solo = None
         if req is None:  # reused by the appeal protocol (same key)
-            extra["solo"] = (seen_solo(model, solo_opts, params, mstate, data, key, hp)
-                             if pre is None else pre["solo_seen"])
-            solo_loss = extra["solo"].train_loss
-        extra["rho"] = requirement_values(req, solo_loss, data.num_clients, data.num_unseen)
-        return extra
+            solo = (seen_solo(model, solo_opts, params, mstate, data, key, hp)
+                    if pre is None else pre["solo_seen"])
+        loss = None if solo is None else solo.train_loss
+        return {"solo": solo,
+                "rho": requirement_values(req, loss, data.num_clients, data.num_unseen)}
 
-    return init_extra
+    return init_fields
 
 
 def requirement_pre_init(model: Model, opts: Options):
@@ -81,7 +81,7 @@ def requirement_pre_init(model: Model, opts: Options):
 
 MAXFL_RULE = WeightRule(
     lambda upd, idx, valid, state, hp: maxfl_weights(
-        appeal_q(upd.extra["loss_before"], state.extra["rho"][idx]), valid, hp.maxfl_eps),
+        appeal_q(upd.loss_before, state.rho[idx]), valid, hp.maxfl_eps),
     needs=frozenset({"loss_before"}))
 
 
@@ -94,7 +94,7 @@ MAXFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requiremen
 @register(MAXFL, MAXFL_SUPPORTS)
 def maxfl(model: Model, opts: Options, executor=None):
     return compose("maxfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, opts), executor=executor,
+                   init_fields=requirement_init(model, opts), executor=executor,
                    pre_init=requirement_pre_init(model, opts))
 
 
@@ -102,5 +102,5 @@ def maxfl(model: Model, opts: Options, executor=None):
 def incfl(model: Model, opts: Options, executor=None):
     """IncFL: the same update rule as MaxFL (its earlier version)."""
     return compose("incfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, opts), executor=executor,
+                   init_fields=requirement_init(model, opts), executor=executor,
                    pre_init=requirement_pre_init(model, opts))

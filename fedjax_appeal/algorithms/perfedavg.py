@@ -119,5 +119,5 @@ def one_step_adapt(model: Model, opts: Options):
 def perfedavg(model: Model, opts: Options, executor=None):
     return compose("perfedavg", model, opts, local=perfedavg_local(model, opts),
                    weights=weight_rule(opts), executor=executor,
-                   init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
+                   init_fields=lambda key, *_: {"eval_key": eval_key_data(key)},
                    evaluate=personal_evaluator(model, one_step_adapt(model, opts)))

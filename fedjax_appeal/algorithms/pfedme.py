@@ -93,5 +93,5 @@ def pfedme(model: Model, opts: Options, executor=None):
     weights = WeightRule(lambda upd, idx, valid, state, hp: hp.pfedme_beta * base.fn(
         upd, idx, valid, state, hp), base.needs)  # beta a_k
     return compose("pfedme", model, opts, local=local, weights=weights, executor=executor,
-                   init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
+                   init_fields=lambda key, *_: {"eval_key": eval_key_data(key)},
                    evaluate=personal_evaluator(model, adapt))

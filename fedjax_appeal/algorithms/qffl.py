@@ -30,7 +30,6 @@ from ..core.config import Options
 from ..core.fields import option
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..execute.cohort import DELTA_SQ_NORM
 from .base import compose, register
 from .fedavg import sgd_local
 
@@ -72,8 +71,8 @@ def qffl_rule(q_of) -> WeightRule:
     round sends no deltas, only their squared norms: see cohort.py)."""
 
     def fn(upd, idx, valid, state, hp):
-        sq = upd.extra[DELTA_SQ_NORM] if upd.delta is None else sq_norms(upd.delta)
-        return qffl_weights(upd.extra["loss_before"], sq, valid, q_of(hp), hp.client_lr)
+        sq = upd.delta_sq_norm if upd.delta is None else sq_norms(upd.delta)
+        return qffl_weights(upd.loss_before, sq, valid, q_of(hp), hp.client_lr)
 
     return WeightRule(fn, needs=frozenset({"loss_before"}))
 

@@ -92,6 +92,11 @@ def registrations() -> Iterator[None]:
     """Undo, when the block ends, every registration made inside it: each registry (the
     components, options, datasets, capabilities, ...) is left as it was before. For tests and
     scripts that register components for a while; a plugin's registrations last otherwise."""
+    from .fields import load_option_modules
+
+    # the built-ins first: declared inside the block, they would be undone with the rest
+    # and never declared again (their modules stay imported)
+    load_option_modules()
     saved = [(r, dict(r._items)) for r in (ref() for ref in _REGISTRIES) if r is not None]
     try:
         yield

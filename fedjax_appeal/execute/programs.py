@@ -170,8 +170,9 @@ class ProgramCache:
                 return _FirstCallChecked(exe, path, lower)
             except Exception:  # noqa: BLE001 - a stale or torn entry is compiled afresh
                 path.unlink(missing_ok=True)
-        with _PersistentCacheHits() as hits:
-            exe = lower().compile()
+        lowered = lower()  # may run small programs of its own (their arguments), outside
+        with _PersistentCacheHits() as hits:  # ... the count: only this program's compile
+            exe = lowered.compile()
         if hits.count:
             return exe
         try:

@@ -124,15 +124,18 @@ class Trained(NamedTuple):
       the received model with the client's own BN layers).
     end: (params, model_state) after its local steps (w_k).
     loss: [] mean minibatch loss over the local steps.
-    extra: algorithm-specific values sent to the server (control variates, BN params, ...).
+    report: the algorithm's own report to the server, one typed value it declares (a
+      NamedTuple: SCAFFOLD's control-variate change, FedBN's BN parameters), or None.
     delta: what the client sends instead of start - end (None = start - end).
+    fednova_a: [] FedNova's normaliser a_k when the round aggregates with FedNova, or None.
     """
 
     start: tuple
     end: tuple
     loss: jax.Array
-    extra: dict = {}
+    report: Any = None
     delta: Any = None
+    fednova_a: Any = None
 
 
 def reporting(model: Model, local: Callable[..., Trained], needs=frozenset()) -> Callable:
@@ -148,13 +151,14 @@ def reporting(model: Model, local: Callable[..., Trained], needs=frozenset()) ->
 
     def update(state, data, k, key, hp):
         t = local(state, data, k, key, hp)
-        extra = dict(t.extra)
+        loss_before = loss_after = None
         if "loss_before" in needs:
-            extra["loss_before"] = client_loss(model, *t.start, data.train, k)[0]
+            loss_before = client_loss(model, *t.start, data.train, k)[0]
         if "loss_after" in needs:
-            extra["loss_after"] = client_loss(model, *t.end, data.train, k)[0]
+            loss_after = client_loss(model, *t.end, data.train, k)[0]
         delta = tree_sub(t.start[0], t.end[0]) if t.delta is None else t.delta
         return ClientUpdate(delta=delta, model_state=t.end[1], num_samples=data.train.count[k],
-                            loss=t.loss, extra=extra)
+                            loss=t.loss, loss_before=loss_before, loss_after=loss_after,
+                            fednova_a=t.fednova_a, report=t.report)
 
     return update

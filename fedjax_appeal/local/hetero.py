@@ -1,7 +1,7 @@
 """Heterogeneous clients: per-client local steps tau_k and simulated compute times.
 
 Every draw is a pure function of the run's heterogeneity key (kept in
-`state.extra["hetero"]["key"]` as raw key data), the round r and the client id k:
+`HeteroState.key` as raw key data), the round r and the client id k:
 `fold_in(fold_in(fold_in(root, STREAM), r), k)`. The same client in the same round therefore
 draws the same tau_k and step time wherever it is asked (its local update, the round
 deadline, a sequential reference), whatever cohort slot it sits in.
@@ -24,6 +24,8 @@ drawn per client and round) and the straggler model of a synchronous round with 
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -74,15 +76,22 @@ def hetero_on(opts) -> bool:
             or opts.deadline > 0)
 
 
-def init_hetero(key: jax.Array, num_clients: int) -> dict:
-    """`state.extra["hetero"]`: the root key (raw data) and the availability trace."""
-    return {"key": jax.random.key_data(jax.random.fold_in(key, 0x4E7E)),
-            "on": jnp.ones((num_clients,), bool)}
+class HeteroState(NamedTuple):
+    """The heterogeneous clients' state (`ServerState.hetero`)."""
+
+    key: jax.Array  # [2] uint32: raw data of the run's heterogeneity key
+    on: jax.Array  # [M] bool: the Markov availability chain's current state (all on first)
+
+
+def init_hetero(key: jax.Array, num_clients: int) -> HeteroState:
+    """`state.hetero`: the root key (raw data) and the availability trace."""
+    return HeteroState(jax.random.key_data(jax.random.fold_in(key, 0x4E7E)),
+                       jnp.ones((num_clients,), bool))
 
 
 def root_key(state) -> jax.Array:
-    """The run's heterogeneity key, from `state.extra["hetero"]`."""
-    return jax.random.wrap_key_data(state.extra["hetero"]["key"])
+    """The run's heterogeneity key, from `state.hetero`."""
+    return jax.random.wrap_key_data(state.hetero.key)
 
 
 def draw_key(root: jax.Array, stream: int, rnd, k) -> jax.Array:

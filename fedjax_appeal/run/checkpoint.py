@@ -12,7 +12,10 @@ Format: a plain `.npz` (one array per state leaf, named by its pytree path under
 e.g. `state/params/Dense_0/kernel` or `state/opt_state/0/mu/Dense_0/bias`; per-round metrics
 `rm_<name>` and a JSON document `meta` stored as uint8 bytes), readable without pickle on
 any jax version (`np.load(path)["state/params/Dense_0/kernel"]`). Checkpoints of format 1,
-whose leaves are `leaf_00000`, ... in flattening order, still load. It
+whose leaves are `leaf_00000`, ... in flattening order, still load. Format 3 names the
+stages' states by their typed fields (`state/algo/c/...`, `state/hetero/key`); a format-2
+checkpoint of a run with such state (its leaves under `state/extra/...`) is refused in one
+line, one without (FedAvg's) still loads. It
 is written to a temporary file in the same folder, fsynced and moved into place with
 `os.replace`, so a run killed at any moment (SIGKILL included) leaves either the previous
 or the new checkpoint, never a torn one. We chose this over orbax-checkpoint because the
@@ -47,8 +50,10 @@ option("checkpoint_every", 0, "checkpoint every this many rounds (0 = on Ctrl-C 
 option("resume", "", "continue the run whose checkpoint is in this folder", group="scale")
 
 FILE = "checkpoint.npz"
-FORMAT = 2  # 2: leaves named by pytree path; 1: leaf_00000, ... (still read)
+FORMAT = 3  # 3: typed stage fields; 2: stages under extra/ (refused when present);
+# 1: leaf_00000, ... (still read)
 PREFIX = "state/"
+OLD_STAGES = "extra/"  # format 2's leaves of the stages' state (`ServerState.extra`)
 # RunConfig fields that may differ between a run and its resumption.
 RESUMABLE_CHANGES = ("rounds", "out", "resume", "checkpoint_every", "devices", "client_chunk",
                      "client_lanes", "layout", "data_dir", "fmnist_dir", "cache_dir", "log",
@@ -119,6 +124,9 @@ def _restore_leaves(z, meta: dict[str, Any], template, where: str, *, check_shap
     else:
         missing = [n for n in names if n not in stored][:1]
         extra = [n for n in stored if n not in names][:1]
+        if (missing or extra) and any(n.startswith(OLD_STAGES) for n in stored):
+            raise ConfigError(f"{where} was written by an earlier version that kept the "
+                              "stages' state under 'extra' (format 2); start a new run")
         if missing or extra:  # read by name: the order of the stored leaves does not matter
             what = (f"it lacks {missing[0]}" if missing else
                     f"it holds {extra[0]}, which the run does not have")

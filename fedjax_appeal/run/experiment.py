@@ -46,7 +46,7 @@ def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: Federate
     t0 = time.perf_counter()
     key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
     st = sim.final_state
-    args = (st.params, st.model_state, st.extra["appeal"], data, key, hp.as_arrays())
+    args = (st.params, st.model_state, st.protocol, data, key, hp.as_arrays())
     # one jitted function per model and options, of what it reads of the final state: a
     # later run of the same shapes (another arm, another seed) reuses its trace, lowering
     # and executable
@@ -67,7 +67,7 @@ class FinalModel(NamedTuple):
 
     params: Any
     model_state: Any
-    extra: dict  # {"appeal": the protocol's solo statistics and requirements}
+    protocol: Any  # the appeal protocol's `AppealState` (solo statistics, requirements)
 
 
 @shared
@@ -76,7 +76,7 @@ def personalizer(model, opts):
     (params, model_state, appeal info, data, key, hp), the same for every algorithm; one
     function per value of its arguments (`core.memo.shared`)."""
     def personalized(params, model_state, info, data, key, hp):
-        return personalize(model, opts, FinalModel(params, model_state, {"appeal": info}),
+        return personalize(model, opts, FinalModel(params, model_state, info),
                            data, key, hp)
 
     return jax.jit(personalized)

@@ -9,7 +9,7 @@
   - markov: a two-state on/off chain per client, P(on -> off) = avail_on_off,
     P(off -> on) = avail_off_on; round 0 draws from its stationary law
     P(on) = off_on / (on_off + off_on). The current state is carried in
-    `state.extra["hetero"]["on"]`.
+    `state.hetero.on`.
   The selector then picks from `state.pool & available` (the pool mask every selector
   already honours: unavailable clients can only fill surplus slots, marked invalid).
 * deadline (`--deadline` > 0): each selected client needs tau_k x step time simulated
@@ -107,8 +107,8 @@ def with_availability(selector: Selector, opts) -> Selector:
         return selector
 
     def pool_now(state, hp):
-        h = state.extra["hetero"]
-        on = available(opts.availability, hetero.root_key(state), state.round, h["on"], hp)
+        on = available(opts.availability, hetero.root_key(state), state.round, state.hetero.on,
+                       hp)
         return state.pool & on, on
 
     def select(key, state, data, hp):
@@ -124,7 +124,7 @@ def with_availability(selector: Selector, opts) -> Selector:
             return new
         prev = new.replace(round=new.round - 1)  # the round just played
         _, on = pool_now(prev, hp)
-        return new.replace(extra={**new.extra, "hetero": {**new.extra["hetero"], "on": on}})
+        return new.replace(hetero=new.hetero._replace(on=on))
 
     def metrics(key, state, idx, valid, data, hp):
         pool, _ = pool_now(state, hp)

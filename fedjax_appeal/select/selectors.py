@@ -10,13 +10,13 @@
     for Equitable Client Selection in Federated Learning"): facility location plus
     lam * min(b, sum_{i in S} phi(f_i)), resp. minus mu * |(union of the last u cohorts) & S|.
 
-Selector memory (`state.extra["selector"]`, diversity selectors only):
+Selector memory (`state.selector`, a `DiversityMemory`; diversity selectors only):
 
     features [M, p] float32   client features g_k (stale for clients not selected lately)
     loss [M] float32          F_k at the model the feature was computed at (SubTrunc f_k)
     received (params pytree)  the global model the current cohort received
     received_state            its model state
-    window [u, m] int32       UnionFL: the last u cohorts (-1 = empty slot)
+    window [u, m] int32       UnionFL: the last u cohorts (-1 = empty slot; else None)
 
 Features are the flattened full local gradient of F_k at the received global model over all
 the client's train rows (chunked as `client.client_loss`), or with `selector_features=delta`
@@ -49,6 +49,8 @@ visible in `timing["sec_per_round"]`.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -211,7 +213,17 @@ def power_of_choice(model: Model, opts: Options) -> Selector:
         top = jax.lax.top_k(score, m)[1]
         return cand[top], cvalid[top]
 
-    return Selector(init=lambda key, state, data, hp: {}, select=select)
+    return Selector(init=lambda key, state, data, hp: None, select=select)
+
+
+class DiversityMemory(NamedTuple):
+    """The diversity selectors' memory (`ServerState.selector`; see the module docstring)."""
+
+    features: jax.Array  # [M, p] float32 client features g_k
+    loss: jax.Array  # [M] float32 F_k at the model each feature was computed at
+    received: Any  # params pytree: the global model the current cohort received
+    received_state: Any  # its model state
+    window: jax.Array | None = None  # [u, m] int32 UnionFL's last u cohorts, else None
 
 
 def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
@@ -242,15 +254,12 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
     def init(key, state, data, hp):
         feats, loss = grad_features(state.params, state.model_state, data,
                                     jnp.arange(data.num_clients), hp)
-        mem = {"features": feats, "loss": loss, "received": state.params,
-               "received_state": state.model_state}
-        if union:
-            mem["window"] = jnp.full((opts.union_window, m), -1, jnp.int32)
-        return mem
+        window = jnp.full((opts.union_window, m), -1, jnp.int32) if union else None
+        return DiversityMemory(feats, loss, state.params, state.model_state, window)
 
     def select(key, state, data, hp):
-        mem = state.extra["selector"]
-        f = mem["features"]
+        mem: DiversityMemory = state.selector
+        f = mem.features
         n = f.shape[0]
         top = 2.0 * jnp.max(jnp.linalg.norm(f, axis=-1)) + 1e-12  # >= max_ij D_ij
         scale, c0 = (top, 1.0) if normalized else (1.0, top)
@@ -260,47 +269,48 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
             oracle = submodular.dense_oracle(submodular.pairwise_distances(f, scale, block=256))
         penalty = None
         if union:
-            w = mem["window"].reshape(-1)
+            w = mem.window.reshape(-1)
             in_window = jnp.zeros((n,), bool).at[jnp.where(w >= 0, w, n)].set(True, mode="drop")
             penalty = hp.union_mu * in_window.astype(jnp.float32)
         res = submodular.greedy(
             oracle, m, available=state.pool, cover=state.pool, c0=c0, normalize=normalized,
-            phi=phi_fn(jnp.maximum(mem["loss"], 0.0)) if trunc else None,
+            phi=phi_fn(jnp.maximum(mem.loss, 0.0)) if trunc else None,
             lam=hp.subtrunc_lambda, b=hp.subtrunc_b, penalty=penalty, key=key, r=r,
             lazy=r == 0)
         return res.idx, res.valid
 
     def update(new, upd, idx, valid, data, hp):
-        mem = dict(new.extra["selector"])
+        mem: DiversityMemory = new.selector
         everyone = jnp.arange(data.num_clients)
+        features, loss, window = mem.features, mem.loss, mem.window
         if opts.feature_refresh == 1:
             # paper-literal: every client's f_i and grad f_i at the new model, every round
             # (the cohort's refresh at the received model would be overwritten: skipped)
-            mem["features"], mem["loss"] = grad_features(new.params, new.model_state, data,
-                                                         everyone, hp)
+            features, loss = grad_features(new.params, new.model_state, data, everyone, hp)
         else:
             if delta_mode:
                 if upd.delta is None:  # a chunked round keeps no per-client deltas
                     raise ConfigError(DELTA_CHUNK_ERROR)
                 fs = jax.vmap(lambda d: project(flatten(d), opts.feature_dim))(upd.delta)
-                ls = jax.lax.map(lambda k: client_loss(model, mem["received"],
-                                                       mem["received_state"], data.train, k)[0],
+                ls = jax.lax.map(lambda k: client_loss(model, mem.received,
+                                                       mem.received_state, data.train, k)[0],
                                  idx, batch_size=_batch(m))
             else:
-                fs, ls = grad_features(mem["received"], mem["received_state"], data, idx, hp)
+                fs, ls = grad_features(mem.received, mem.received_state, data, idx, hp)
             slot = jnp.where(valid, idx, data.num_clients)  # invalid slots are dropped
-            mem["features"] = mem["features"].at[slot].set(fs, mode="drop")
-            mem["loss"] = mem["loss"].at[slot].set(ls, mode="drop")
+            features = features.at[slot].set(fs, mode="drop")
+            loss = loss.at[slot].set(ls, mode="drop")
             if opts.feature_refresh > 0:
-                mem["features"], mem["loss"] = jax.lax.cond(
+                stale = (features, loss)
+                features, loss = jax.lax.cond(
                     new.round % opts.feature_refresh == 0,
                     lambda: grad_features(new.params, new.model_state, data, everyone, hp),
-                    lambda: (mem["features"], mem["loss"]))
+                    lambda: stale)
         if union:
             row = jnp.where(valid, idx, -1).astype(jnp.int32)
-            mem["window"] = jnp.concatenate([row[None], mem["window"][:-1]], axis=0)
-        mem["received"], mem["received_state"] = new.params, new.model_state
-        return new.replace(extra={**new.extra, "selector": mem})
+            window = jnp.concatenate([row[None], window[:-1]], axis=0)
+        return new.replace(selector=DiversityMemory(features, loss, new.params,
+                                                    new.model_state, window))
 
     return Selector(init=init, select=select, update=update)
 
@@ -315,7 +325,7 @@ OPTIONS = (*fields_in("selection"), "clients", "cohort", "local_steps", "flip_pr
 
 def uniform_selector(m: int) -> Selector:
     """Uniform without replacement from `state.pool` (no memory)."""
-    return Selector(init=lambda key, state, data, hp: {},
+    return Selector(init=lambda key, state, data, hp: None,
                     select=lambda key, state, data, hp: uniform(key, state.pool, m))
 
 
@@ -328,7 +338,7 @@ def stratified_selector(opts):
                               "--imbalance-ratios or --label-flip-fraction")
         return stratified(key, state.pool, data.info["group"], counts)
 
-    return Selector(init=lambda key, state, data, hp: {}, select=select)
+    return Selector(init=lambda key, state, data, hp: None, select=select)
 
 
 def flip_selector(opts):
@@ -340,7 +350,7 @@ def flip_selector(opts):
         return flip_cohort(key, state.pool, opts.cohort, opts.label_flip_fraction,
                            opts.flip_protocol)
 
-    return Selector(init=lambda key, state, data, hp: {}, select=select)
+    return Selector(init=lambda key, state, data, hp: None, select=select)
 
 
 # `--selector` name -> builder(model, opts) -> Selector

@@ -559,9 +559,9 @@ def selection_gains(ctx: Context) -> None:
     hp = _hp()
     ctx.log(f"divfl seed {seed}: {cfg.rounds} rounds (final state kept) ...")
     res, sim = fedjax_appeal.run_config(cfg, hp)
-    mem = sim.final_state.extra["selector"]
-    f = np.asarray(mem["features"], np.float64)
-    phi = np.log1p(np.maximum(np.asarray(mem["loss"], np.float64), 0.0))
+    mem = sim.final_state.selector
+    f = np.asarray(mem.features, np.float64)
+    phi = np.log1p(np.maximum(np.asarray(mem.loss, np.float64), 0.0))
     sq = np.sum(f * f, 1)
     d = np.sqrt(np.maximum(sq[:, None] + sq[None] - 2 * f @ f.T, 0.0))
     np.fill_diagonal(d, 0.0)
@@ -587,7 +587,7 @@ def selection_gains(ctx: Context) -> None:
             row("normalized, exact greedy", traces["exact"], norm),
             row("normalized, stochastic r = 10 (20 draws)", stoch, norm)]
     data = {"seed": seed, "final_test_acc": res["history"][-1]["test_acc_seen"],
-            "final_losses": np.asarray(mem["loss"]).tolist(), "grad_norm_max": float(top / 2),
+            "final_losses": np.asarray(mem.loss).tolist(), "grad_norm_max": float(top / 2),
             "traces": traces, "lambda": lam, "b": b, "mu": mu}
     table = (
         "# selection-gains (diagnostic: why SubTrunc = DivFL in the raw objective)\n\n"

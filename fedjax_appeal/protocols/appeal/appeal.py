@@ -7,7 +7,7 @@ Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
   local SGD steps from the initial global model (`--solo-lr`, default the client lr, and
   the client batch size; TMLR App. D.1); its loss and accuracy on the client's train and
   test split and the mean of its training minibatch losses are kept in
-  `state.extra["appeal"]`, with the requirements rho_k of `--requirement`.
+  `state.protocol` (`AppealState`), with the requirements rho_k of `--requirement`.
 * ONE appeal definition, `--appeal-def` (`APPEAL_DEFS`): client k finds the global model w
   appealing iff L_k(w) < r_k (strict), with
 
@@ -46,7 +46,7 @@ Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -129,34 +129,43 @@ def _requirement(opts: Options, solo: SoloStats, rho: jax.Array) -> jax.Array:
                               parse_requirement(opts.requirement) is not None)
 
 
+class AppealState(NamedTuple):
+    """The appeal protocol's state (`ServerState.protocol`), fixed after init."""
+
+    solo_seen: SoloStats  # [M] the seen clients' solo models' losses and accuracies
+    rho_seen: jax.Array  # [M] float32 their requirements rho_k
+    solo_unseen: SoloStats | None = None  # [U] the unseen clients' (None without any)
+    rho_unseen: jax.Array | None = None  # [U] float32 their requirements, likewise
+
+
 def init_appeal(model: Model, opts: Options, state: ServerState, data: FederatedData,
-                key: jax.Array, hp: HParams, pre: dict | None = None) -> dict:
+                key: jax.Array, hp: HParams, pre: dict | None = None) -> AppealState:
     """Solo statistics and requirements of the seen (and unseen) clients; the solo models
     are read from `pre` (`requirement.solo_models`) when given."""
     req = parse_requirement(opts.requirement)
-    solo = pre["solo_seen"] if pre is not None else state.extra.get("solo")
+    solo = pre["solo_seen"] if pre is not None else state.solo
     if solo is None:
         solo = seen_solo(model, opts, state.params, state.model_state, data, key, hp)
-    out = {"solo_seen": solo,
-           "rho_seen": requirement_values(req, solo.train_loss, data.num_clients,
-                                          data.num_unseen)}
+    out = AppealState(solo, requirement_values(req, solo.train_loss, data.num_clients,
+                                               data.num_unseen))
     if data.num_unseen:
         us = (pre["solo_unseen"] if pre is not None else
               unseen_solo(model, opts, state.params, state.model_state, data, key, hp))
-        out["solo_unseen"] = us
-        out["rho_unseen"] = requirement_values(req, us.train_loss, data.num_clients,
-                                               data.num_unseen, unseen=True)
+        out = out._replace(solo_unseen=us,
+                           rho_unseen=requirement_values(req, us.train_loss, data.num_clients,
+                                                         data.num_unseen, unseen=True))
     return out
 
 
-def appeal_metrics(opts: Options, info: dict, ev: dict, suffix: str = ""
+def appeal_metrics(opts: Options, info: AppealState, ev: dict, suffix: str = ""
                    ) -> dict[str, jax.Array]:
     """GM-Appeal and preferred-model metrics of an evaluation `ev` (split -> ClientEval)."""
     out = {}
     for tag, tr, te in (("seen", "train", "test"), ("unseen", "unseen_train", "unseen_test")):
-        if f"solo_{tag}" not in info or te not in ev:
+        solo, rho = ((info.solo_seen, info.rho_seen) if tag == "seen" else
+                     (info.solo_unseen, info.rho_unseen))
+        if solo is None or te not in ev:
             continue
-        solo, rho = info[f"solo_{tag}"], info[f"rho_{tag}"]
         r = _requirement(opts, solo, rho)
         loss = ev[te].loss if appeal_loss_split(opts.appeal_def) == "test" else ev[tr].loss
         appeal, gm, pref = appeal_stats(loss, ev[te].acc, r, solo.test_acc)
@@ -218,8 +227,8 @@ def appeal_evaluator(evaluate, opts: Options):
     (`core.memo.shared`), so that arms evaluated alike share the program."""
     def appealed(state, data, hp):
         ev = evaluate(state, data, hp)
-        extra = appeal_metrics(opts, state.extra["appeal"], ev)
-        return {**ev, "metrics": {**ev.get("metrics", {}), **extra}}
+        more = appeal_metrics(opts, state.protocol, ev)
+        return {**ev, "metrics": {**ev.get("metrics", {}), **more}}
 
     appealed.__name__ = "evaluate"
     return appealed
@@ -238,16 +247,14 @@ def with_appeal(alg: FederatedAlgorithm, model: Model, opts: Options) -> Federat
         if pre_init is not None and pre is None:
             pre = pre_init(key, data, hp)
         state = alg.init(key, data, hp) if pre is None else alg.init(key, data, hp, pre)
-        return state.replace(extra={**state.extra,
-                                    "appeal": init_appeal(model, opts, state, data, key, hp,
-                                                          pre)})
+        return state.replace(protocol=init_appeal(model, opts, state, data, key, hp, pre))
 
     def round_fn(state, data, key, hp):
         appealed = None
         if opts.opt_out_after > 0:
-            info = state.extra["appeal"]
+            info: AppealState = state.protocol
             pool, appealed = appeal_pool(model, state, data,
-                                         _requirement(opts, info["solo_seen"], info["rho_seen"]),
+                                         _requirement(opts, info.solo_seen, info.rho_seen),
                                          opts.opt_out_after, opts.appeal_def)
             state = state.replace(pool=pool)
         new, metrics = alg.round(state, data, key, hp)
@@ -272,7 +279,7 @@ def personalize(model: Model, opts: Options, state: ServerState, data: Federated
     """
     from ...evaluate.evaluation import ClientEval
 
-    info = state.extra["appeal"]
+    info = state.protocol
     ev = {}
     pairs = [("train", "test", data.train, data.test)]
     if data.num_unseen:
