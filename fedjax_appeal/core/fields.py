@@ -11,7 +11,6 @@ hyperparameters results.json records and the components' `Options` all read it.
 from __future__ import annotations
 
 import collections
-import importlib
 import math
 import operator
 import sys
@@ -19,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .errors import ConfigError
-from .registry import Registry
+from .registry import Registry, load_option_modules  # noqa: F401 - its users import it here
 
 Reason = str | Callable[[Any], str]
 # The `--help` sections, in order: every option declares one (`group=`).
@@ -206,15 +205,6 @@ def in_range(value: float, bounds: Iterable[tuple[str, float]]) -> bool:
     """Whether `value` satisfies every (ge|gt|le|lt, bound) pair of a declared range."""
     ops = {"ge": operator.ge, "gt": operator.gt, "le": operator.le, "lt": operator.lt}
     return all(ops[k](value, b) for k, b in bounds)
-
-
-def load_option_modules() -> None:
-    """Import, once, the package's modules that declare the built-in options (its
-    `OPTION_MODULES`), so that every option is known before one is used or listed."""
-    pkg = sys.modules.get(__name__.split(".")[0])
-    for module in getattr(pkg, "OPTION_MODULES", ()):
-        if module not in sys.modules:
-            importlib.import_module(module)
 
 
 def mentioning(kind: str, name: str | None = None) -> tuple[str, ...]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
+import sys
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -87,13 +89,20 @@ class Registry(Mapping):
         return self._items[name]
 
 
+def load_option_modules() -> None:
+    """Import, once, the package's modules that declare the built-in options (its
+    `OPTION_MODULES`), so that every option is known before one is used or listed."""
+    pkg = sys.modules.get(__name__.split(".")[0])
+    for module in getattr(pkg, "OPTION_MODULES", ()):
+        if module not in sys.modules:
+            importlib.import_module(module)
+
+
 @contextlib.contextmanager
 def registrations() -> Iterator[None]:
     """Undo, when the block ends, every registration made inside it: each registry (the
     components, options, datasets, capabilities, ...) is left as it was before. For tests and
     scripts that register components for a while; a plugin's registrations last otherwise."""
-    from .fields import load_option_modules
-
     # the built-ins first: declared inside the block, they would be undone with the rest
     # and never declared again (their modules stay imported)
     load_option_modules()
