@@ -88,10 +88,11 @@ from _common import (  # noqa: E402
 )
 
 from fedjax_appeal.algorithms import build  # noqa: E402
-from fedjax_appeal.core.config import PARTITIONS, HParams, RunConfig  # noqa: E402
+from fedjax_appeal.core.config import HParams, RunConfig  # noqa: E402
 from fedjax_appeal.core.conv import CONV_IMPLS  # noqa: E402
 from fedjax_appeal.core.models import model_for  # noqa: E402
 from fedjax_appeal.data import load_federated  # noqa: E402
+from fedjax_appeal.data.partition import PARTITIONS  # noqa: E402
 from fedjax_appeal.data.pool import register_partition  # noqa: E402
 from fedjax_appeal.evaluate.evaluation import evaluate_split  # noqa: E402
 from fedjax_appeal.execute.distributed import make_mesh, replicate, split_cpu  # noqa: E402
@@ -204,8 +205,8 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     counts = np.asarray(data.train.count)
     steps = int(round(float(epoch_steps(counts, cfg.batch_size).mean())))
     steps = min(steps, w.max_local_steps or steps)
-    cfg = dataclasses.replace(cfg, local_steps=steps, rounds=rounds, local_unroll=local_unroll,
-                              conv_impl=conv_impl, client_lanes=client_lanes)
+    cfg = cfg.replace(local_steps=steps, rounds=rounds, local_unroll=local_unroll,
+                      conv_impl=conv_impl, client_lanes=client_lanes)
     # "auto" resolved as `fedjax-appeal run` resolves it for this layout (`assemble`)
     model = model_for(cfg.model, data, ds, conv_impl_for(cfg, devices))
     mesh = make_mesh(devices) if devices > 1 else None

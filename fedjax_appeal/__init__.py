@@ -30,16 +30,18 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-# the modules that declare the built-in components' own options (`core.fields`), imported
-# when options are listed or a configuration key is not a RunConfig field
+# the modules that declare the built-in components' options (`core.fields.option`), imported
+# before a configuration is made or its options are listed
 OPTION_MODULES = ("fedjax_appeal.algorithms", "fedjax_appeal.data",
-                  "fedjax_appeal.protocols.appeal.appeal")
+                  "fedjax_appeal.protocols.appeal.appeal", "fedjax_appeal.execute.layout",
+                  "fedjax_appeal.run.loop", "fedjax_appeal.run.checkpoint",
+                  "fedjax_appeal.run.report", "fedjax_appeal.run.tracking")
 
 # public name -> module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {
     # configuration
     "RunConfig": ".core.config", "HParams": ".core.config", "ConfigError": ".core.config",
-    "data_fields": ".core.config", "field_names": ".core.config",
+    "data_fields": ".data", "field_names": ".core.config",
     "did_you_mean": ".core.registry",
     # running
     "run_config": ".run.experiment", "simulate": ".run.simulate",

@@ -1,4 +1,5 @@
-"""What user code needs to add a component: the registries and the types they hold.
+"""What user code needs to add a component: the registries, the one way to declare an
+option, and the types components take and return.
 
 A plugin module (`fedjax-appeal run --plugin MODULE`, or `plugin = [...]` in a config file)
 imports from here and registers its parts; the CLI then accepts their names everywhere
@@ -10,31 +11,24 @@ Registries (name -> value):
   * `SELECTORS`: `--selector` -> `builder(model, opts) -> Selector(init, select, update)`.
   * `SERVER_OPTS`: `--server-opt` -> `fn(hp) -> optax.GradientTransformation`.
   * `ALGORITHMS`: `--algorithm` -> `builder(model, opts, executor=None) -> FederatedAlgorithm`
-    (usually `compose(name, model, opts, ...)`; register with `@register("name",
-    Supports(...))`, its capability flags: what it supports decides what is refused, see
-    `core/capabilities.py`).
+    (usually `compose(name, model, opts, ...)`; register with `@register(name,
+    Supports(...))`: what it is built from and supports, see `core/capabilities.py`).
   * `MODELS`: `--model` -> `fn(num_classes, norm) -> flax module`.
   * `DATASETS`: `--dataset` -> `fn(opts, rng) -> Dataset` (`@register_dataset("name")`).
   * `PARTITIONS`: `--partition` -> `fn(ds, total, opts, rng) -> [index array per client]`
     (`@register_partition("name")`).
-  * `TUNABLES`: a user hyperparameter -> `Tunable(default, help)`
-    (`register_tunable("name", default, help)`); read it as `hp.get("name")`.
 
-Static options (an int, a string, a bool or a float that fixes a program's structure: a
-number of inner steps, a variant) are declared beside the component that reads them with
-`register_option(name, default, help, choices, kind="algorithm", names=("mine",))`, as the
-built-in components declare theirs (`pfedme_k`, `poc_d`, `union_window`, ...): the option is
-then `--name` on run and sweep, a `--config` key, a static `--grid` axis, `cfg.name` and
-`opts.name` in the builders of the components named, and refused in one line for a run
-that builds none of them.
+Options, static or tunable, are declared with `option(name, default, help, ...,
+applies=...)` beside the component that reads them (`core/fields.py`): `applies` says where
+the option has an effect (`component("selector", "mine")`, `algorithm("mine")`,
+`when(test, reason)`, `part("sgd_local")`, `ALWAYS`; combined with `&` and `|`), and
+`tunable=True` makes it a vmappable hyperparameter of `HParams` (read as `hp.NAME`);
+otherwise it is static (`cfg.NAME`, and `opts.NAME` in the builders `applies` names).
+A run where `applies` fails refuses the option, given, in one line.
 
-`opts` is the component's read-only `Options`: the configuration fields its kind declares
-(`options_for(name, cfg)` for an algorithm: `SHARED_OPTIONS` plus its `Supports(options=...,
-reads=...)`); reading another field raises `UndeclaredOption`.
-
-Rule, selector and server-optimizer values are pure functions of arrays and `hp` (the
-vmappable `HParams`, whose `extra` dict holds the registered tunables), so a sweep vmaps
-over them like over the built-in ones.
+`opts` is the component's read-only `Options`; reading an option it is not given raises
+`UndeclaredOption`. `registrations()` undoes the registrations made inside a `with` block
+(tests, scripts).
 
 Also here, for experiment scripts that go below `run_config`: `build` (an algorithm from a
 RunConfig), `model_for`, `Model`, `FederatedData` / `ClientArrays`, `client_loss`,
@@ -51,14 +45,16 @@ from .algorithms import ALGORITHMS, build
 from .algorithms.base import SHARED_OPTIONS, compose, options_for, register
 from .algorithms.fedavg import sgd_local
 from .core.arrays import ClientArrays, FederatedData
-from .core.capabilities import Supports, Switch
-from .core.config import DATASETS, PARTITIONS, HParams, Options, RunConfig
+from .core.capabilities import Supports, algorithm, capable, part
+from .core.config import HParams, Options, RunConfig
 from .core.errors import UndeclaredOption
-from .core.fields import COMPONENT_OPTIONS, register_option, register_switched
+from .core.fields import ALWAYS, OPTIONS, Applies, component, option, when
 from .core.models import MODELS, Model, Normalize, model_for
 from .core.parts import ClientUpdate, Selector, ServerState, WeightRule
-from .core.tunables import TUNABLES, Tunable, register_tunable
-from .data.pool import register_dataset, register_partition
+from .core.registry import registrations
+from .core.tunables import TUNABLES
+from .data.partition import PARTITIONS
+from .data.pool import DATASETS, register_dataset, register_partition
 from .data.sources import Dataset
 from .local.client import Trained, client_loss, local_sgd, proximal
 from .protocols.appeal.appeal import APPEAL_DEFS, per_cluster
@@ -66,15 +62,12 @@ from .select.selection import uniform as uniform_cohort
 from .select.selection import weighted as weighted_cohort
 from .select.selectors import SELECTORS
 
-__all__ = ["AGGREGATIONS", "ALGORITHMS", "APPEAL_DEFS", "COMPONENT_OPTIONS", "DATASETS", "MODELS",
-           "PARTITIONS",
-           "SELECTORS", "SERVER_OPTS", "SHARED_OPTIONS", "TUNABLES", "ClientArrays",
-           "ClientUpdate", "Dataset", "FederatedData", "HParams", "Model", "Normalize",
-           "Options", "RunConfig", "Selector", "ServerState", "Supports", "Switch", "Trained",
-           "Tunable",
-           "UndeclaredOption", "WeightRule", "build", "client_loss", "compose", "local_sgd",
-           "masked_softmax", "model_for", "options_for", "per_cluster", "poisson_buffer",
-           "proportional", "proximal", "register", "register_dataset", "register_option",
-           "register_partition", "register_switched",
-           "register_tunable", "sgd_local", "uniform_cohort", "uniform_weights",
-           "weighted_cohort"]
+__all__ = ["AGGREGATIONS", "ALGORITHMS", "ALWAYS", "APPEAL_DEFS", "DATASETS", "MODELS",
+           "OPTIONS", "PARTITIONS", "SELECTORS", "SERVER_OPTS", "SHARED_OPTIONS", "TUNABLES",
+           "Applies", "ClientArrays", "ClientUpdate", "Dataset", "FederatedData", "HParams",
+           "Model", "Normalize", "Options", "RunConfig", "Selector", "ServerState", "Supports",
+           "Trained", "UndeclaredOption", "WeightRule", "algorithm", "build", "capable",
+           "client_loss", "component", "compose", "local_sgd", "masked_softmax", "model_for",
+           "option", "options_for", "part", "per_cluster", "poisson_buffer", "proportional",
+           "proximal", "register", "register_dataset", "register_partition", "registrations",
+           "sgd_local", "uniform_cohort", "uniform_weights", "weighted_cohort", "when"]

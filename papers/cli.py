@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 
+from fedjax_appeal import ConfigError
 from fedjax_appeal.cli import Subcommand
+
+from . import reproduce  # its tables and load_modules through it: tests replace them
+from .scorecard import run_all
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -59,31 +63,16 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def cmd(args: argparse.Namespace) -> int:
-    from fedjax_appeal import ConfigError
-
-    from .reproduce import (
-        CLAIMS,
-        EXPERIMENTS,
-        OPTIONS,
-        ROBUST,
-        SEEDS,
-        load_modules,
-        make_context,
-        run_context,
-    )
-
-    load_modules()
+    reproduce.load_modules()
     if args.name == "list":
-        for n, (_, h) in sorted(EXPERIMENTS.items()):
-            seeds = ",".join(map(str, SEEDS.get(n, ())))
-            print(f"{n:24s} {h}" + (" [--robustness]" if n in ROBUST else "")
-                  + (" [auto]" if n in CLAIMS else "") + f" (seeds {seeds})")
-            for k, oh in OPTIONS.get(n, {}).items():
+        for n, (_, h) in sorted(reproduce.EXPERIMENTS.items()):
+            seeds = ",".join(map(str, reproduce.SEEDS.get(n, ())))
+            print(f"{n:24s} {h}" + (" [--robustness]" if n in reproduce.ROBUST else "")
+                  + (" [auto]" if n in reproduce.CLAIMS else "") + f" (seeds {seeds})")
+            for k, oh in reproduce.OPTIONS.get(n, {}).items():
                 print(f"{'':24s}   --set {k}=...: {oh}")
         return 0
     if args.name == "all":
-        from .scorecard import run_all
-
         return run_all(args)
     if args.from_results:
         raise ConfigError("--from-results goes with `reproduce all`: run reproduce all "
@@ -91,17 +80,15 @@ def cmd(args: argparse.Namespace) -> int:
     if args.plan:
         raise ConfigError("--plan goes with `reproduce all`: drop it, or run reproduce all "
                           "--plan")
-    ctx = make_context(args, args.name)
-    run_context(ctx, EXPERIMENTS[args.name][0])
+    ctx = reproduce.make_context(args, args.name)
+    reproduce.run_context(ctx, reproduce.EXPERIMENTS[args.name][0])
     return 0
 
 
 
 def experiment_names() -> list[str]:
-    from .reproduce import EXPERIMENTS, load_modules
-
-    load_modules()
-    return sorted(EXPERIMENTS)
+    reproduce.load_modules()
+    return sorted(reproduce.EXPERIMENTS)
 
 
 def register() -> Subcommand:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jaxlib
 
 from fedjax_appeal import command_split, split_text, time_split
 
@@ -117,8 +118,6 @@ def cost_record(spent: Spent, started: float, clock: Any = None) -> dict[str, An
         split = time_split(time.perf_counter() - started, compile_s=spent.compile_s,
                            train_s=spent.train_s, eval_s=spent.eval_s, data_s=spent.data_s)
         text = split_text(split)
-    import jaxlib
-
     return {"time": split, "time_text": text,
             "runs": {"computed": spent.computed, "cached": spent.cached},
             "machine": machine(), "jax": jax.__version__,

@@ -23,6 +23,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from fedjax_appeal import ConfigError, sequential_report, sequential_text, size_text, size_verdict
+
 SECTION = "## Seeds until decided"
 
 
@@ -110,8 +112,6 @@ def runs_claim(first: str | tuple[str, ...], second: str | tuple[str, ...],
 def decide(ctx: Any, data: dict) -> Any:
     """The sequential report of `ctx.claim` on the results `data` just built (None when
     the claim is not in them)."""
-    from fedjax_appeal import sequential_report
-
     c = ctx.claim
     vals = c.values(data, list(ctx.seeds))
     if vals is None:
@@ -126,8 +126,6 @@ def paper_effect(ctx: Any, data: dict) -> float | None:
 
 def record(ctx: Any, rep: Any, paper: float | None) -> dict[str, Any]:
     """`seeds_until_decided` of results.json."""
-    from fedjax_appeal import size_verdict
-
     des = ctx.design
     size = size_verdict(rep.interval, paper, rep.want) if rep.stopped else None
     return {"claim": ctx.claim.label, "want": rep.want, "design": des.text(),
@@ -140,8 +138,6 @@ def record(ctx: Any, rep: Any, paper: float | None) -> dict[str, Any]:
 
 def section(ctx: Any, rep: Any, paper: float | None) -> str:
     """The "Seeds until decided" section of table.md."""
-    from fedjax_appeal import sequential_text, size_text, size_verdict
-
     c, des = ctx.claim, ctx.design
     dg = c.digits
     rows = ["| look | seeds | mean | 95% repeated interval | decision |",
@@ -175,8 +171,6 @@ def annotate(ctx: Any, files: dict[str, Any]) -> dict[str, Any]:
         return files
     rep = decide(ctx, data)
     if rep is None:
-        from fedjax_appeal import ConfigError
-
         raise ConfigError(f"reproduce {ctx.name}: its main claim ({ctx.claim.label}) is not "
                           "in the results of this run (a --set option that leaves its "
                           "setting or arms out?); give explicit --seeds instead of auto")
@@ -202,18 +196,12 @@ def run_until_decided(ctx: Any, fn: Callable[[Any], None]) -> Any:
         fn(ctx)
         rep = ctx.decision
         if rep is None:
-            from fedjax_appeal import ConfigError
-
             raise ConfigError(f"reproduce {ctx.name} wrote no results.json to decide on; "
                               "give explicit --seeds")
-        from fedjax_appeal import sequential_text
-
         ctx.log(f"{ctx.claim.label}: {sequential_text(rep, 1.0, ctx.claim.digits)}")
         if rep.stopped:
             return rep
         if rep.next_seeds <= n:  # fewer seeds in the results than this look ran
-            from fedjax_appeal import ConfigError
-
             raise ConfigError(f"reproduce {ctx.name} ran fewer than {n} seeds for its main "
                               "claim: give explicit --seeds")
     return ctx.decision

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedjax_appeal import deciding_interval, paired_report, size_text, size_verdict
+
 
 def paired(a: list[dict], b: list[dict], key: str, scale: float = 1.0) -> dict:
     """Per-seed differences a - b of `key` (runs matched by seed): "seeds", "diffs",
     "mean", "std" (the sample std, ddof = 1), "signs", and the 95% intervals "t_interval"
     and "perm_interval" (`fedjax_appeal.paired_report`)."""
-    from fedjax_appeal import paired_report
-
     bs = {r["seed"]: r[key] for r in b}
     seeds = [r["seed"] for r in a if r["seed"] in bs]
     d = np.array([(r[key] - bs[r["seed"]]) * scale for r in a if r["seed"] in bs])
@@ -45,8 +45,6 @@ def verdict_of(diffs: Sequence[float | None], want: str) -> str:
     """"held", "reversed" or "inconclusive" for per-seed differences (first − second) under
     the paper's sign `want` ("+" or "-"); a seed without a value (None, NaN: a diverged
     run, a target never reached) makes it inconclusive, never silently dropped."""
-    from fedjax_appeal import paired_report
-
     if not diffs or any(d is None or not math.isfinite(d) for d in diffs):
         return "inconclusive"
     return paired_report({i: float(d) for i, d in enumerate(diffs)},
@@ -62,8 +60,6 @@ def size_of(p: dict, paper: float | None, want: str) -> str | None:
     """The size verdict of a `paired` result against the paper's effect `paper` (same
     units): "consistent", "smaller", "larger" or None (`fedjax_appeal.size_verdict` on
     the interval that decides the direction)."""
-    from fedjax_appeal import deciding_interval, paired_report, size_verdict
-
     d = [float(x) for x in p["diffs"]]
     if not d or any(not math.isfinite(x) for x in d):
         return None
@@ -74,8 +70,6 @@ def size_of(p: dict, paper: float | None, want: str) -> str | None:
 def size_cell(p: dict, paper: float | None, want: str) -> str:
     """'smaller than the paper's -0.93, excluded at 95%' and the like, '—' without a paper
     number (`size_of`)."""
-    from fedjax_appeal import size_text
-
     return "—" if paper is None else size_text(size_of(p, paper, want), paper)
 
 

@@ -10,6 +10,7 @@ never rewrites the committed reports in `results/`; `--out results/NAME` does, w
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -24,8 +25,24 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_appeal import ConfigError, HParams, RunConfig, to_jsonable, write_outputs
+import fedjax_appeal  # run_config through the package: tests replace it
+from fedjax_appeal import (
+    ConfigError,
+    Heartbeat,
+    HParams,
+    RunConfig,
+    cache_dir,
+    check_out,
+    did_you_mean,
+    parse_auto_seeds,
+    program_cache_folder,
+    seed_design,
+    sequential_text,
+    to_jsonable,
+    write_outputs,
+)
 from papers.cost import Spent, cost_lines, cost_record
+from papers.decide import annotate, run_until_decided
 
 
 @dataclasses.dataclass
@@ -87,8 +104,6 @@ class Context:
 
     def phase(self, what: str):
         """`with ctx.phase("loading ..."):` names a step for the heartbeat (if any)."""
-        import contextlib
-
         return (contextlib.nullcontext() if self.heartbeat is None else
                 self.heartbeat.phase(what))
 
@@ -112,8 +127,6 @@ class Context:
         that share a configuration (e.g. the FedAvg/MaxFL runs of several appeal tables)
         compute it once; a run served from the cache returns None as simulation result.
         """
-        from fedjax_appeal import program_cache_folder, run_config
-
         path = self._cache_path(cfg, hp)
         if self.client_lr is not None:
             hp = hp.replace(client_lr=self.client_lr)
@@ -126,7 +139,7 @@ class Context:
         self.log(f"{what}: {cfg.rounds} rounds ...")
         kw.setdefault("program_cache", program_cache_folder())
         kw.setdefault("heartbeat", self.heartbeat)
-        results, sim = run_config(cfg, hp, **kw)
+        results, sim = fedjax_appeal.run_config(cfg, hp, **kw)
         self.spent.add_run(results)
         last = results["history"][-1]
         self.log(f"{what}: done, test_acc_seen {last.get('test_acc_seen', float('nan')):.4f}")
@@ -148,8 +161,6 @@ class Context:
         markdown text ends with a "Cost" section. With `--seeds auto` the look's decision
         is added first (`papers.decide.annotate`)."""
         if self.design is not None:
-            from papers.decide import annotate
-
             files = annotate(self, files)
         rec = self.cost()
         files = {name: ({**v, "cost": rec} if isinstance(v, dict) and name.endswith(".json")
@@ -179,8 +190,6 @@ def source_hash() -> str:
     """sha256 of the library's Python sources (`fedjax_appeal/`; the experiments here only
     choose the configurations: a run is fully described by its configuration and the library
     code): a cached run is reused only by the same library code."""
-    import fedjax_appeal
-
     h = hashlib.sha256()
     root = Path(fedjax_appeal.__file__).resolve().parent
     for f in sorted(root.rglob("*.py")):
@@ -201,8 +210,6 @@ def run_key(cfg: RunConfig, hp: HParams) -> str:
 
 def run_cache(explicit: str = "") -> Path:
     """Folder of finished experiment runs: `<cache>/runs` (see `data.sources.cache_dir`)."""
-    from fedjax_appeal import cache_dir
-
     return cache_dir(explicit or None) / "runs"
 
 
@@ -257,8 +264,6 @@ def experiment(name: str, help: str, options: dict[str, str] | None = None,
 
 def parse_options(name: str, items: Sequence[str]) -> dict[str, str]:
     """`--set KEY=VALUE` items of experiment `name`, checked against its declared options."""
-    from fedjax_appeal import did_you_mean
-
     declared = OPTIONS.get(name, {})
     out: dict[str, str] = {}
     for item in items:
@@ -302,8 +307,6 @@ def make_context(args: Any, name: str, out: Path | None = None,
     """The `papers.reproduce.Context` of `reproduce NAME` with these arguments (seeds or
     the `--seeds auto` design and main claim, options, output folder), every argument
     checked before any slow work; `out` replaces the default folder."""
-    from fedjax_appeal import check_out, did_you_mean
-
     if name not in EXPERIMENTS:
         names = sorted(EXPERIMENTS)
         guess = did_you_mean(name, names)
@@ -344,16 +347,12 @@ def make_context(args: Any, name: str, out: Path | None = None,
 def run_context(ctx, fn) -> None:
     """Run experiment `fn` in `ctx`: once, or with `--seeds auto` look by look
     (`papers.decide.run_until_decided`); prints where the report went."""
-    from fedjax_appeal import Heartbeat, sequential_text
-
     # a line while a step lasts long; steps the experiment does not name are "reproduce NAME"
     with Heartbeat(ctx.line) as ctx.heartbeat, ctx.heartbeat.phase(f"reproduce {ctx.name}"):
         if ctx.design is None:
             fn(ctx)
             print(f"wrote {ctx.out}")
             return
-        from papers.decide import run_until_decided
-
         rep = run_until_decided(ctx, fn)
     print(f"{ctx.claim.label}: {sequential_text(rep, 1.0, ctx.claim.digits)}")
     print(f"wrote {ctx.out}")
@@ -362,8 +361,6 @@ def run_context(ctx, fn) -> None:
 def auto_design(args: Any, has_claim: bool, name: str):
     """The `fedjax_appeal.SeedDesign` of `--seeds auto[:MAX]` and `--seed-batch` (None for
     explicit seeds), refused in one line where it cannot apply."""
-    from fedjax_appeal import parse_auto_seeds, seed_design
-
     try:
         top = parse_auto_seeds(args.seeds) if args.seeds is not None else None
     except ValueError as e:

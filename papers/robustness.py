@@ -40,8 +40,12 @@ from typing import Any
 
 import numpy as np
 
+import fedjax_appeal  # load_federated through the package: tests replace it
+from fedjax_appeal import data_fields, program_cache_folder, sweep
+from fedjax_appeal.extend import ALGORITHMS
 from papers import pairs
 from papers.reproduce import Context, markdown_table, mean_std, run_cache, run_key
+from papers.runner import hparams
 from papers.spec import Table
 
 METRIC_SCALE = {"test_acc": 100.0, "preferred_acc": 100.0}  # shown in %; appeal in [0, 1]
@@ -140,10 +144,6 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
     {metric: value}}]}}} (None for a setting not run in --quick mode), keeping every metric
     of the table.
     """
-    from fedjax_appeal import data_fields, load_federated, program_cache_folder, sweep
-    from fedjax_appeal.extend import ALGORITHMS
-    from papers.runner import hparams
-
     metrics = list(dict.fromkeys([*table.robustness.get("metrics", ()), *table.metrics]))
     out: dict[str, Any] = {}
     for col in table.settings:
@@ -180,7 +180,7 @@ def shared_lr_runs(ctx: Context, table: Table, lrs: Sequence[float],
                     if dkey not in cache:
                         cache.clear()
                         with ctx.phase(f"loading the data ({cfg.dataset})"):
-                            cache[dkey] = load_federated(cfg)
+                            cache[dkey] = fedjax_appeal.load_federated(cfg)
                     data, ds = cache[dkey]
                     ctx.log(f"{what}: sweeping client lr {list(lrs)}, {cfg.rounds} rounds")
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp,

@@ -12,7 +12,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from fedjax_appeal import HParams, data_fields, field_names
+import fedjax_appeal  # load_federated through the package: tests replace it
+from fedjax_appeal import HParams, common_shapes, data_fields, field_names, pad_federation, shape_of
+from fedjax_appeal.extend import ALGORITHMS
 from papers.reproduce import Context
 from papers.spec import Table
 
@@ -39,9 +41,6 @@ def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict], *
     `reverse` runs each seed's arms in reverse order (a second process on the same seeds
     meets the first halfway through the run cache); without `keep_going` a failed run
     raises instead of marking its arm failed."""
-    from fedjax_appeal import load_federated, pad_federation
-    from fedjax_appeal.extend import ALGORITHMS
-
     out: dict[str, Any] = {}
     for col in table.settings:
         spec = col.spec(ctx.quick)
@@ -85,7 +84,7 @@ def run_table(ctx: Context, table: Table, record: Callable[[dict, Any], dict], *
                     with ctx.phase(f"loading the data ({cfg.dataset}, {cfg.partition} "
                                    f"partition over {cfg.clients + cfg.unseen_clients} "
                                    "clients)"):
-                        data, ds = load_federated(cfg)
+                        data, ds = fedjax_appeal.load_federated(cfg)
                         if dkey in shapes:
                             data = pad_federation(data, shapes[dkey])
                     ctx.spent.add_data(time.perf_counter() - t)
@@ -111,8 +110,6 @@ def data_shapes(ctx: Context, label: str, runs: list[tuple]) -> dict[tuple, Any]
     not hold: the seeds then share the compiled programs (a table's seeds differ in their
     number of rows and largest client; the padding changes no value). Each federation is
     loaded once more here; one that fails to load is left to its run to report."""
-    from fedjax_appeal import common_shapes, load_federated, shape_of
-
     found: dict[tuple, Any] = {}
     t = time.perf_counter()
     with ctx.phase(f"reading the shapes of the federations of {label}"):
@@ -120,7 +117,7 @@ def data_shapes(ctx: Context, label: str, runs: list[tuple]) -> dict[tuple, Any]
             if dkey in found or ctx.cached(cfg, hp):
                 continue
             try:
-                data = load_federated(cfg)[0]
+                data = fedjax_appeal.load_federated(cfg)[0]
             except Exception:  # noqa: BLE001 - the run reports it
                 continue
             if not data.vocab_size:  # (token data run unpadded: `pad_federation`)

@@ -34,7 +34,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from papers.tour.logic import TUNED_ONLY
+from fedjax_appeal import (
+    ConfigError,
+    deciding_interval,
+    paired_report,
+    size_text,
+    size_verdict,
+    write_outputs,
+)
+from papers import reproduce  # its tables through it: tests replace them
+from papers.decide import paper_effect
+from papers.tour.logic import TUNED_ONLY, count_scorecard, count_sizes, scorecard_line
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
@@ -119,13 +129,6 @@ def main_row(ctx: Any, data: dict) -> dict[str, Any]:
     """The scorecard row of one finished table: its main claim's verdicts from the
     results it wrote (`seeds_until_decided` with `--seeds auto`, else the fixed-n paired
     report of the claim's per-seed differences)."""
-    from fedjax_appeal import (
-        deciding_interval,
-        paired_report,
-        size_verdict,
-    )
-    from papers.decide import paper_effect
-
     claim = ctx.claim
     seq = data.get("seeds_until_decided")
     paper = paper_effect(ctx, data)
@@ -150,8 +153,6 @@ def robust_text(claim: Any, path: Path) -> str | None:
     """'held at k of n shared lrs (m seeds)': the claim at each shared client lr of the
     table's robustness rerun (`path`), by the same 95% interval rule; None when there is
     no rerun or it does not hold this claim."""
-    from fedjax_appeal import paired_report
-
     if claim.shared_lrs is None or not path.is_file():
         return None
     per_lr = claim.shared_lrs(json.loads(path.read_text()))
@@ -171,10 +172,8 @@ def committed_rows(root: Path = RESULTS) -> list[dict[str, Any]]:
     """The scorecard rows of the committed reports, without running anything: for each
     table with a main claim, the report in `root/NAME` or `root/NAME-10` (a rerun on more
     seeds) that holds the claim on the most seeds; its cost from the report."""
-    from papers.reproduce import CLAIMS
-
     rows = []
-    for name, claim in CLAIMS.items():
+    for name, claim in reproduce.CLAIMS.items():
         best: tuple[int, dict[str, Any]] | None = None
         for folder in sorted(root.glob(f"{name}*")):
             if folder.name not in (name, f"{name}-10") or not (folder / "results.json"
@@ -201,9 +200,6 @@ def committed_rows(root: Path = RESULTS) -> list[dict[str, Any]]:
 
 def scorecard_markdown(rows: list[dict[str, Any]], title: str) -> str:
     """scorecard.md: the counts of both verdicts, then one row per table."""
-    from fedjax_appeal import size_text
-    from papers.tour.logic import count_scorecard, count_sizes, scorecard_line
-
     lines = ["| table | main claim (paper's direction) | seeds | ours: mean [interval] | "
              "held? | size | cost | robust at one shared client lr? |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -255,8 +251,6 @@ def committed_markdown(rows: list[dict[str, Any]]) -> str:
 def committed_scorecard(args: argparse.Namespace) -> int:
     """`reproduce all --from-results`: the scorecard of the committed reports (nothing
     runs), written to `--out` (default results/) as scorecard.md and scorecard.json."""
-    from fedjax_appeal import ConfigError, write_outputs
-
     if args.seeds or args.quick or args.plan or args.fresh:
         raise ConfigError("reproduce all --from-results reads the committed reports and runs "
                           "nothing: drop --seeds / --quick / --plan / --fresh")
@@ -279,9 +273,6 @@ def committed_scorecard(args: argparse.Namespace) -> int:
 
 def run_all(args: argparse.Namespace) -> int:
     """`reproduce all`: see the module docstring."""
-    from fedjax_appeal import ConfigError, write_outputs
-    from papers.reproduce import CLAIMS, EXPERIMENTS, SEEDS, make_context, run_context
-
     if args.options:
         raise ConfigError("reproduce all takes no --set (each table has its own options): "
                           "run that table alone with its --set")
@@ -291,12 +282,12 @@ def run_all(args: argparse.Namespace) -> int:
     if getattr(args, "from_results", False):
         return committed_scorecard(args)
     root = Path(args.out or Path("runs") / "reproduce")
-    names = [n for n in CLAIMS if n in EXPERIMENTS]
+    names = [n for n in reproduce.CLAIMS if n in reproduce.EXPERIMENTS]
     cmd = "fedjax-appeal reproduce all " + " ".join(
         a for a in (f"--seeds {args.seeds}" if args.seeds else "",
                     f"--seed-batch {args.seed_batch}" if args.seed_batch else "",
                     "--quick" if args.quick else "") if a)
-    ctxs = [make_context(args, n, root / (n + ("-quick" if args.quick else "")),
+    ctxs = [reproduce.make_context(args, n, root / (n + ("-quick" if args.quick else "")),
                          command=cmd.replace(" all", f" {n}"))
             for n in names]  # every argument checked before the first run
     for c in ctxs:
@@ -304,7 +295,7 @@ def run_all(args: argparse.Namespace) -> int:
     est = {}
     for c in ctxs:
         n = c.design.max_seeds if c.design is not None else len(c.seeds)
-        est[c.name] = estimate(c.name, n, len(SEEDS.get(c.name, ())) or 3)
+        est[c.name] = estimate(c.name, n, len(reproduce.SEEDS.get(c.name, ())) or 3)
     print(f"reproduce all: {len(ctxs)} tables into {root}/ (seeds: "
           f"{args.seeds or 'each table its own'})")
     for c in ctxs:
@@ -326,16 +317,16 @@ def run_all(args: argparse.Namespace) -> int:
               f"this and the tables after it: {duration(eta)}; elapsed "
               f"{duration(time.perf_counter() - t_all)}", flush=True)
         t0 = time.perf_counter()
-        fn = EXPERIMENTS[c.name][0]
+        fn = reproduce.EXPERIMENTS[c.name][0]
         try:
-            run_context(c, fn)
+            reproduce.run_context(c, fn)
             data = json.loads((c.out / "results.json").read_text())
             if c.design is None:
-                c.claim = CLAIMS[c.name]
+                c.claim = reproduce.CLAIMS[c.name]
             row = main_row(c, data)
         except (ConfigError, OSError, ValueError, RuntimeError) as e:
             traceback.print_exc()
-            row = {"table": c.name, "claim": CLAIMS[c.name].label,
+            row = {"table": c.name, "claim": reproduce.CLAIMS[c.name].label,
                    "failed": f"{type(e).__name__}: {e}".splitlines()[0][:120]}
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)

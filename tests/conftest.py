@@ -19,6 +19,7 @@ import pytest
 from fedjax_appeal.core.arrays import ClientArrays, FederatedData
 from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.core.models import Model, make_model
+from fedjax_appeal.execute.runtime import release_programs_if_crowded
 
 # Most of the suite's time is XLA compiling the same small programs again: every run builds
 # its round afresh, and many tests run the same tiny configuration. JAX's persistent
@@ -62,6 +63,16 @@ def pytest_configure(config):
     XLA_CACHE_ENV.update({"JAX_COMPILATION_CACHE_DIR": cache,
                           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
+
+
+@pytest.fixture(autouse=True)
+def _room_for_programs():
+    """A test worker compiles thousands of programs over a session, about 20 memory
+    mappings each: past half of `vm.max_map_count` they are dropped after the test
+    (`release_programs_if_crowded`), before the kernel refuses a mapping and XLA crashes
+    the worker."""
+    yield
+    release_programs_if_crowded()
 
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

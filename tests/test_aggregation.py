@@ -70,8 +70,8 @@ def test_weight_rule_exp_alpha_reads_losses():
         assert rule.needs == {"loss_before", "loss_after"}
         upd = ClientUpdate(delta=None, model_state={}, num_samples=jnp.array([1, 3]),
                            loss=jnp.zeros(2),
-                           extra={"loss_before": jnp.array([1.0, 1.0]),
-                                  "loss_after": jnp.array([0.0, 1.0])})
+                           loss_before=jnp.array([1.0, 1.0]),
+                           loss_after=jnp.array([0.0, 1.0]))
         hp = HParams(exp_alpha=1.0).as_arrays()
         w = np.asarray(rule.fn(upd, jnp.array([0, 1]), jnp.array([True, True]), None, hp))
         raw = np.exp([-1.0, 0.0]) * (np.array([1, 3]) if scaled else 1)
@@ -84,9 +84,9 @@ def _stats(m=7, seed=0):
     n = rng.integers(0, 20, m).astype(np.int32)
     n[2] = 0  # an empty client: weight 0 under the proportional rule
     upd = ClientUpdate(delta=None, model_state={}, num_samples=jnp.asarray(n),
-                       loss=jnp.zeros(m), extra={
-                           "loss_before": jnp.asarray(rng.uniform(0.5, 3.0, m), jnp.float32),
-                           "loss_after": jnp.asarray(rng.uniform(0.0, 2.0, m), jnp.float32)})
+                       loss=jnp.zeros(m),
+                       loss_before=jnp.asarray(rng.uniform(0.5, 3.0, m), jnp.float32),
+                       loss_after=jnp.asarray(rng.uniform(0.0, 2.0, m), jnp.float32))
     valid = jnp.asarray(rng.random(m) < 0.8).at[0].set(True).at[2].set(True)
     return upd, valid
 

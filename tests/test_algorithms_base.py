@@ -22,7 +22,7 @@ def test_global_test_accuracy_on_a_toy():
     model = make_model("logistic", "toy", 3, (5,), jnp.float32, scale=1.0)
     params, mstate = model.init(jax.random.key(1))
     state = ServerState(params, mstate, None, jnp.zeros((), jnp.int32), jnp.ones(3, bool),
-                        jnp.zeros(3, jnp.int32), {})
+                        jnp.zeros(3, jnp.int32))
     out = global_evaluator(model)(state, data, None)
     w = np.asarray(params["Dense_0"]["kernel"])
     b = np.asarray(params["Dense_0"]["bias"])

@@ -20,6 +20,7 @@ from fedjax_appeal.local.solo import (
 )
 from fedjax_appeal.protocols.appeal.appeal import (  # noqa: E402
     APPEAL_DEFS,
+    AppealState,
     appeal_metrics,
     appeal_pool,
     appeal_requirement,
@@ -88,10 +89,10 @@ def test_metrics_equal_numpy_by_hand(appeal_def):
     for r in range(4):
         state, _ = step(state, data, jax.random.key(r), hp)
     ev = jax.jit(alg.evaluate)(state, data, hp)["metrics"]
-    info = state.extra["appeal"]
+    info = state.protocol
     for tag, tr, te in (("seen", data.train, data.test),
                         ("unseen", data.unseen_train, data.unseen_test)):
-        solo = info[f"solo_{tag}"]
+        solo = getattr(info, f"solo_{tag}")
         te_loss, te_acc = _per_client_numpy(model, state.params, state.model_state, te)
         tr_loss, _ = _per_client_numpy(model, state.params, state.model_state, tr)
         loss = te_loss if appeal_def.startswith("test-") else tr_loss
@@ -109,7 +110,7 @@ def test_metrics_equal_numpy_by_hand(appeal_def):
         np.testing.assert_allclose(float(ev[f"test_loss_{tag}_mean"]), te_loss.mean(),
                                    rtol=1e-5)
     # the solo models of the unseen clients are trained on the unseen clients' data
-    assert info["solo_unseen"].test_acc.shape == (4,)
+    assert info.solo_unseen.test_acc.shape == (4,)
 
 
 def test_flexible_participation_leave_and_return():
@@ -121,8 +122,7 @@ def test_flexible_participation_leave_and_return():
     hp = HParams(client_lr=1e-4).as_arrays()  # tiny steps: w stays where we put it
     alg = with_appeal(build("fedavg", model, cfg), model, cfg)
     state = alg.init(jax.random.key(0), data, hp)
-    info = {**state.extra["appeal"], "rho_seen": jnp.array([1.2, 2.5])}
-    state = state.replace(extra={**state.extra, "appeal": info})
+    state = state.replace(protocol=state.protocol._replace(rho_seen=jnp.array([1.2, 2.5])))
     step = jax.jit(alg.round)
 
     def at(w, r):
@@ -155,10 +155,10 @@ def test_opt_out_trains_only_on_appealed_clients():
     hp = HParams(client_lr=0.1).as_arrays()
     alg = with_appeal(build("fedavg", model, cfg), model, cfg)
     state = alg.init(jax.random.key(0), data, hp)
-    info = {**state.extra["appeal"], "rho_seen": jnp.array([1.2, 0.1])}
+    info = state.protocol._replace(rho_seen=jnp.array([1.2, 0.1]))
     params = jax.tree.map(lambda a: jnp.full_like(a, 0.5), state.params)
     state = state.replace(params=params, round=jnp.int32(1),
-                          extra={**state.extra, "appeal": info})
+                          protocol=info)
     state, m = jax.jit(alg.round)(state, data, jax.random.key(0), hp)
     # only client 0 (F_0 = 1.125 < 1.2) trains: one step 0.5 -> 0.65
     assert float(jax.tree.leaves(state.params)[0].reshape(())) == pytest.approx(0.65, abs=1e-6)
@@ -177,12 +177,12 @@ def test_personalize_equals_finetuned_solo_stats():
     key = jax.random.key(9)
     out = jax.jit(lambda s, k: personalize(model, cfg, s, data, k, hp))(state, key)
     k_ft = jax.random.fold_in(key, 0xF17E)
-    info = state.extra["appeal"]
+    info = state.protocol
     for i, (tag, tr, te) in enumerate((("seen", data.train, data.test),
                                        ("unseen", data.unseen_train, data.unseen_test))):
         ft = solo_stats(model, state.params, state.model_state, tr, te,
                         jax.random.fold_in(k_ft, i), hp.client_lr, steps=4, batch_size=4)
-        solo = info[f"solo_{tag}"]
+        solo = getattr(info, f"solo_{tag}")
         appeal = np.asarray(ft.test_loss) < np.asarray(solo.test_loss)
         pref = np.where(appeal, np.asarray(ft.test_acc), np.asarray(solo.test_acc))
         assert float(out[f"gm_appeal_ft_{tag}"]) == pytest.approx(appeal.mean())
@@ -207,7 +207,7 @@ def test_each_appeal_def_on_three_clients_by_hand(appeal_def):
     n = jnp.ones(3)
     ev = {"train": ClientEval(jnp.array([0.6, 0.9, 1.5]), jnp.array([0.7, 0.7, 0.7]), n),
           "test": ClientEval(jnp.array([0.7, 1.3, 2.2]), jnp.array([0.6, 0.5, 0.4]), n)}
-    info = {"solo_seen": _SOLO, "rho_seen": _SOLO.train_loss}
+    info = AppealState(_SOLO, _SOLO.train_loss)
     out = appeal_metrics(cfg, info, ev)
     appeal, gm, pref = _BY_HAND[appeal_def]
     assert np.asarray(out["appeal_seen"]).tolist() == appeal
@@ -215,7 +215,7 @@ def test_each_appeal_def_on_three_clients_by_hand(appeal_def):
     assert float(out["preferred_acc_seen"]) == pytest.approx(pref)
     # a given --requirement replaces r_k under every definition
     given = appeal_metrics(cfg.replace(requirement="1.0"),
-                           {**info, "rho_seen": jnp.full(3, 1.0)}, ev)
+                           info._replace(rho_seen=jnp.full(3, 1.0)), ev)
     loss = [0.7, 1.3, 2.2] if appeal_def.startswith("test") else [0.6, 0.9, 1.5]
     assert np.asarray(given["appeal_seen"]).tolist() == [float(v < 1.0) for v in loss]
 

@@ -9,7 +9,9 @@ import pytest
 
 import fedjax_appeal.algorithms  # noqa: F401  (registers the algorithms whose flags appeal_on reads)
 from fedjax_appeal.cli import main
-from fedjax_appeal.core.config import RunConfig, appeal_on, check_types
+from fedjax_appeal.core.config import RunConfig
+from fedjax_appeal.protocols.appeal.requirement import appeal_on
+from fedjax_appeal.run.schema import check_types
 
 
 @pytest.mark.parametrize("kw, on", [

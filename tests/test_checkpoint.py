@@ -225,6 +225,19 @@ def test_named_checkpoint_of_any_pytree_and_structure_errors(tmp_path):
         load(tmp_path, wrong)
 
 
+def test_a_checkpoint_of_the_untyped_state_is_refused_in_one_line(tmp_path):
+    """A checkpoint whose stages' state sits under `extra/` (format 2) cannot fill the typed
+    fields: it is refused saying why, not as an unrelated structure mismatch."""
+    from fedjax_appeal.core.config import ConfigError
+    from fedjax_appeal.run.checkpoint import load
+
+    rho = jnp.arange(3.0)
+    Checkpointer(tmp_path, every=1).save({"params": jnp.ones(2), "extra": {"rho": rho}}, 2,
+                                         [{"round": 0}], {})
+    with pytest.raises(ConfigError, match=r"earlier version .* \(format 2\); start a new run$"):
+        load(tmp_path, {"params": jnp.ones(2), "rho": rho})
+
+
 def test_sweep_batch_named_and_old_format(tmp_path):
     from fedjax_appeal.run.checkpoint import SweepCheckpoint
 

@@ -18,7 +18,6 @@ import pytest
 from fedjax_appeal.aggregate.aggregation import masked_softmax
 from fedjax_appeal.core.parts import ClientUpdate
 from fedjax_appeal.execute.cohort import (
-    DELTA_SQ_NORM,
     chunked_one_pass,
     chunked_statistics,
     chunked_weighted_delta,
@@ -38,11 +37,11 @@ class State(NamedTuple):
 def local(state, data, k, key, hp):
     return ClientUpdate(delta={"w": jnp.asarray(DELTA)[k], "b": jnp.asarray(BIAS)[k]},
                         model_state={}, num_samples=jnp.int32(1) + k, loss=k * 0.5,
-                        extra={"z": jnp.asarray(LOGIT)[k]})
+                        report=jnp.asarray(LOGIT)[k])
 
 
 def logits(upd, idx, valid, state, hp):
-    return upd.extra["z"]
+    return upd.report
 
 
 def reference(idx, valid):
@@ -76,7 +75,7 @@ def test_one_pass_equals_softmax_weighted_sum(cohort, c):
     # the statistics are pass 1's: no deltas, ||Delta_k||^2 kept, one row per cohort slot
     stats = chunked_statistics(*args, c)
     assert upd.delta is None and upd.loss.shape == (len(idx),)
-    np.testing.assert_allclose(np.asarray(upd.extra[DELTA_SQ_NORM]),
+    np.testing.assert_allclose(np.asarray(upd.delta_sq_norm),
                                (DELTA[idx] ** 2).sum((1, 2)) + BIAS[idx] ** 2, rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), upd, stats)
     # and the two-pass aggregation with the same weights agrees

@@ -1,7 +1,6 @@
-"""Component options (`core.fields.register_option`): a static option of any type, declared
-beside the component that reads it, by the built-in components and by plugins alike; a run
-and a sweep take it like a RunConfig field, and a run that does not build the component
-refuses it in one line."""
+"""Component options (`core.fields.option`): a static option of any type, declared beside the
+component that reads it, by the built-in components and by plugins alike; a run and a sweep
+take it like any other key, and a run where its `applies` fails refuses it in one line."""
 
 from __future__ import annotations
 
@@ -12,11 +11,9 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.cli import main
-from fedjax_appeal.core.capabilities import Switch
 from fedjax_appeal.core.config import ConfigError, HParams, RunConfig, field_names
-from fedjax_appeal.core.fields import COMPONENT_OPTIONS, declared_for
-from fedjax_appeal.core.tunables import RESERVED
-from fedjax_appeal.extend import SELECTORS, Selector, register_option
+from fedjax_appeal.core.fields import OPTIONS, mentioning
+from fedjax_appeal.extend import SELECTORS, Selector, component, option, registrations, when
 from fedjax_appeal.run.experiment import run_config
 from fedjax_appeal.run.sweep import sweep
 from fedjax_appeal.run.validate import check_ignored, ignored_reason, validate
@@ -36,18 +33,14 @@ def _rotating(model, opts):
 
 @pytest.fixture
 def plugin():
-    names = (register_option("test_offset", 1, "first client of the rotating selector",
-                             kind="selector", names=("test-rotate",), group="selection",
-                             ge=0),
-             register_option("test_order", "up", "order of the rotating selector's cohort",
-                             ("up", "down"), kind="selector", names=("test-rotate",),
-                             group="selection"))
-    SELECTORS["test-rotate"] = _rotating
-    yield names
-    del SELECTORS["test-rotate"]
-    for n in names:
-        del COMPONENT_OPTIONS[n]
-        RESERVED.discard(n)
+    with registrations():
+        rotate = component("selector", "test-rotate")
+        names = (option("test_offset", 1, "first client of the rotating selector",
+                        applies=rotate, group="selection", ge=0),
+                 option("test_order", "up", "order of the rotating selector's cohort",
+                        ("up", "down"), applies=rotate, group="selection"))
+        SELECTORS["test-rotate"] = _rotating
+        yield names
 
 
 CFG = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", clients=N,
@@ -60,24 +53,25 @@ TINY = ["--dataset", "synthetic", "--partition", "natural", "--clients", str(N),
 
 
 def test_builtin_options_are_declared_in_their_components():
-    assert declared_for("algorithm", "pfedme") == ("pfedme_k",)
-    assert declared_for("algorithm", "perfedavg") == ("perfedavg_variant",)
-    assert set(declared_for("selector")) >= {"poc_d", "union_window", "union_base",
-                                             "subtrunc_phi"}
-    assert "subtrunc_phi" in declared_for("selector", "subtrunc")
-    assert "subtrunc_phi" not in declared_for("selector", "divfl")
-    assert declared_for("selector", "poc") == ("poc_d",)
-    assert declared_for("partition", "dirichlet") == ("alpha",)
-    assert set(declared_for("dp", "fixed")) == {"dp_sampling", "dp_delta",
-                                                "dp_publish_client_stats"}
-    assert declared_for("compress", "topk") == ("compress_fraction", "compress_feedback")
-    from fedjax_appeal.core.config import data_fields
+    assert mentioning("algorithm", "pfedme") == ("pfedme_k",)
+    assert mentioning("algorithm", "perfedavg") == ("perfedavg_variant",)
+    assert set(mentioning("selector")) >= {"poc_d", "union_window", "union_base",
+                                           "subtrunc_phi"}
+    assert "subtrunc_phi" in mentioning("selector", "subtrunc")
+    assert "subtrunc_phi" not in mentioning("selector", "divfl")
+    assert mentioning("selector", "poc") == ("poc_d",)
+    assert mentioning("partition", "dirichlet") == ("alpha",)
+    assert set(mentioning("dp", "fixed")) == {"dp_sampling", "dp_delta",
+                                              "dp_publish_client_stats"}
+    assert mentioning("compress", "topk") == ("compress_fraction", "compress_feedback")
+    from fedjax_appeal.data import data_fields
     assert {"alpha", "num_clusters", "classes_per_client"} <= set(data_fields())
     assert "dp_delta" not in data_fields()
     cfg = RunConfig(pfedme_k=3)
     assert cfg.pfedme_k == 3 and RunConfig().pfedme_k == 5
     assert cfg == RunConfig().replace(pfedme_k=3) and RunConfig(pfedme_k=5) == RunConfig()
     assert cfg.as_dict()["pfedme_k"] == 3 and "component_options" not in cfg.as_dict()
+    assert RunConfig(cohort=4, pfedme_k=3).replace(cohort=10) == cfg  # back to the default
     assert hash(cfg) == hash(RunConfig(pfedme_k=3))
     with pytest.raises(TypeError, match="pfedmek"):
         RunConfig(pfedmek=3)
@@ -131,29 +125,26 @@ def test_a_plugin_option_is_refused_in_one_line(plugin, tmp_path, capsys):
     assert "test_offset" in capsys.readouterr().err
 
 
-def test_register_option_refuses_a_taken_name_or_type():
+def test_option_refuses_a_taken_name_or_type():
     with pytest.raises(ConfigError, match="already a configuration key"):
-        register_option("cohort", 1, "x", kind="selector", names=("random",))
+        option("cohort", 1, "x", applies=component("selector", "random"))
     with pytest.raises(ConfigError, match="bool, int, float or str"):
-        register_option("test_list", [1], "x", kind="selector", names=("random",))
-    with pytest.raises(ConfigError, match="names=, a tuple of the components"):
-        register_option("test_names", 1, "x", kind="selector", names="random")
-    with pytest.raises(ConfigError, match="give kind= and names="):
-        register_option("test_names", 1, "x")  # no owner: nothing would ever refuse it
-    on = Switch(lambda cfg, sup: True, "x")
-    with pytest.raises(ConfigError, match="not both"):
-        register_option("test_names", 1, "x", kind="selector", names=("random",), switch=on)
-    assert "test_names" not in COMPONENT_OPTIONS
+        option("test_list", [1], "x", applies=component("selector", "random"))
+    with pytest.raises(ConfigError, match="must be a Python identifier"):
+        option("test names", 1, "x")
+    with pytest.raises(ConfigError, match="group must be one of"):
+        option("test_names", 1, "x", group="nowhere")
+    assert "test_names" not in OPTIONS
 
 
 def test_a_switched_option_is_refused_while_its_part_is_off(tmp_path, capsys):
-    """An option declared with `switch=` (a plugin's, like the built-in label flipping's
-    `flip_ratio`) is refused in one line, with its part's reason, by a run in which the
+    """An option whose `applies` is a condition (a plugin's, like the built-in label
+    flipping's `flip_ratio`) is refused in one line, with its reason, by a run in which the
     condition is off, and taken where it is on."""
-    name = register_option("test_flip_extra", 2, "x", switch=Switch(
-        lambda cfg, sup: cfg.label_flip_fraction > 0, "it needs flipped clients"), ge=0)
     base = CFG.replace(selector="random")
-    try:
+    with registrations():
+        name = option("test_flip_extra", 2, "x", applies=when(
+            lambda cfg: cfg.label_flip_fraction > 0, "it needs flipped clients"), ge=0)
         assert ignored_reason(name, base) == "it needs flipped clients"
         assert ignored_reason(name, base.replace(label_flip_fraction=0.5)) is None
         with pytest.raises(ConfigError, match="^--test-flip-extra has no effect here: it "
@@ -167,46 +158,37 @@ def test_a_switched_option_is_refused_while_its_part_is_off(tmp_path, capsys):
         assert ignored_reason("imbalance_major", base.replace(imbalance_ratios="1.0")) is None
         assert "solo models" in ignored_reason("rho_steps", base.replace(appeal="off"))
         assert ignored_reason("rho_steps", base.replace(appeal="on")) is None
-    finally:
-        COMPONENT_OPTIONS.pop(name)
-
+    assert name not in OPTIONS and not hasattr(RunConfig(), name)  # undone with the block
 
 
 def test_the_local_sgd_unroll_is_declared_with_fedavg_and_read_by_plugins_built_on_it():
-    """`local_unroll` is declared beside FedAvg's local SGD for the built-in algorithms
-    built on it (exactly those whose `Supports.tuning` lists it); a plugin algorithm that
-    lists it in its own `Supports.tuning` takes it, one that does not refuses it."""
-    import dataclasses
-
+    """`local_unroll` is declared once, beside FedAvg's local SGD, as an option of that part:
+    it applies to the algorithms built on it (those whose `Supports.parts` list
+    "sgd_local"); a plugin algorithm that lists the part takes it, one that does not
+    refuses it."""
     from fedjax_appeal.algorithms.base import ALGORITHMS
-    from fedjax_appeal.algorithms.fedavg import SGD_LOCAL_ALGORITHMS, fedavg
-    from fedjax_appeal.core.capabilities import SUPPORTS, Supports, owners
+    from fedjax_appeal.algorithms.fedavg import fedavg
+    from fedjax_appeal.core.capabilities import SUPPORTS, Supports
     from fedjax_appeal.extend import register
 
-    assert "local_unroll" in COMPONENT_OPTIONS
-    assert "local_unroll" not in {f.name for f in dataclasses.fields(RunConfig)}
-    assert owners("local_unroll") == sorted(SGD_LOCAL_ALGORITHMS)
-    assert "local_unroll" in declared_for("algorithm", "maxfl")
+    built_on = sorted(n for n in ALGORITHMS if "sgd_local" in SUPPORTS[n].parts)
+    assert built_on == ["afl", "fedavg", "fednova", "fedprox", "incfl", "maxfl", "mwfed",
+                        "qffl"]
+    assert not OPTIONS["local_unroll"].tunable
+    assert "local_unroll" in mentioning("part", "sgd_local")
     assert ignored_reason("local_unroll", RunConfig(algorithm="scaffold")) == (
-        "it configures --algorithm " + " or ".join(sorted(SGD_LOCAL_ALGORITHMS)))
-    for tuning, refused in (((), True), (("local_unroll",), False)):
-        register("test-sgd", Supports(tuning=tuning))(fedavg)
-        try:
+        "it configures --algorithm " + " or ".join(built_on))
+    for parts, refused in (((), True), (("sgd_local",), False)):
+        with registrations():
+            register("test-sgd", Supports(parts=parts))(fedavg)
             reason = ignored_reason("local_unroll", RunConfig(algorithm="test-sgd"))
             assert (reason is not None) is refused, reason
-        finally:
-            del SUPPORTS["test-sgd"]
-            del ALGORITHMS["test-sgd"]
 
 
-def test_a_part_declares_the_options_of_another_component_it_overrides(plugin):
-    """`register_switched`: the built-in overrides (the imbalanced pool over the Dirichlet
-    alpha, UnionFL on DivFL over SubTrunc's options) and a plugin's own are refused with the
-    declared reason while the switch is off, and a bad declaration is refused."""
-    from fedjax_appeal.core.fields import OVERRIDDEN
-    from fedjax_appeal.extend import Switch, register_switched
-    from fedjax_appeal.run.validate import switched_options
-
+def test_an_option_overridden_by_another_part_says_so(plugin):
+    """An option that another part of the run replaces says so in its own `applies` (the
+    imbalanced pool over the Dirichlet alpha, UnionFL on DivFL over SubTrunc's options),
+    combined with `&`, like a plugin's own condition."""
     assert ignored_reason("alpha", RunConfig(imbalance_ratios="1.0")).startswith(
         "it is the Dirichlet concentration")
     assert ignored_reason("alpha", RunConfig()) is None
@@ -214,14 +196,13 @@ def test_a_part_declares_the_options_of_another_component_it_overrides(plugin):
                                                                 union_base="divfl"))
     assert ignored_reason("subtrunc_b", RunConfig(selector="unionfl",
                                                   union_base="subtrunc")) is None
-    names = register_switched(("test_order",), Switch(
-        lambda cfg, sup: cfg.cohort > 2, "the rotation's order needs a cohort above 2"))
-    try:
-        assert names in {sw.options for sw in switched_options()}
-        assert ignored_reason("test_order", CFG.replace(cohort=2)) == (
-            "the rotation's order needs a cohort above 2")
-        assert ignored_reason("test_order", CFG) is None
-    finally:
-        del OVERRIDDEN[names]
-    with pytest.raises(ConfigError, match="tuple of option names"):
-        register_switched("alpha", Switch(lambda cfg, sup: True, "x"))
+    rotate = component("selector", "test-rotate")
+    option("test_order", "up", "order of the rotating selector's cohort", ("up", "down"),
+           applies=rotate & when(lambda cfg: cfg.cohort > 2,
+                                 "the rotation's order needs a cohort above 2"),
+           group="selection")
+    assert ignored_reason("test_order", CFG.replace(cohort=2)) == (
+        "the rotation's order needs a cohort above 2")
+    assert ignored_reason("test_order", CFG) is None
+    assert ignored_reason("test_order", CFG.replace(selector="random")) == (
+        "it configures --selector test-rotate")

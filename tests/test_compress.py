@@ -103,7 +103,7 @@ def test_round_keeps_residuals_of_participants_only_and_counts_bits():
     k = compress.topk_count(0.2, d)
     np.testing.assert_array_equal(res.round_metrics["bits_up"],
                                   [3 * k * (32 + 5)] * 2)  # 3 clients, ceil(log2 18) = 5
-    resid = np.asarray(res.final_state.extra["uplink"]["client"][0].residual)
+    resid = np.asarray(res.final_state.uplink.client[0].residual)
     assert resid.shape == (8, d)
     went = np.asarray(res.final_state.participation) > 0
     assert (np.abs(resid[~went]).sum(1) == 0).all()  # never selected: no residual

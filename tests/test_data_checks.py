@@ -73,21 +73,19 @@ def test_fewer_classes_than_a_builtin_dataset_has(tmp_path, capsys):
 
 
 def test_registered_datasets_are_checked(tmp_path, capsys):
-    from fedjax_appeal.extend import DATASETS, register_dataset
+    from fedjax_appeal.extend import register_dataset, registrations
 
-    @register_dataset("nan_features")
-    def nan_features(cfg, rng):
-        x = np.ones((40, 3), np.float32)
-        x[5, 1] = np.nan
-        return sources.Dataset("nan_features", x, np.arange(40) % 2, 2, None, 1.0, 0.0, 1.0)
+    with registrations():
+        @register_dataset("nan_features")
+        def nan_features(cfg, rng):
+            x = np.ones((40, 3), np.float32)
+            x[5, 1] = np.nan
+            return sources.Dataset("nan_features", x, np.arange(40) % 2, 2, None, 1.0, 0.0, 1.0)
 
-    try:
         out = _files(tmp_path)
         assert_refused(["run", "--dataset", "nan_features", *SMALL, "--out", str(out)], out,
                        capsys, "nan_features: 1 rows of x hold NaN or infinite values "
                                "(first: row 5)")
-    finally:
-        del DATASETS["nan_features"]
 
 
 def test_tfds_labels_are_checked(tmp_path, capsys, monkeypatch):

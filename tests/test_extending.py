@@ -14,10 +14,7 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.cli import main
-from fedjax_appeal.cli.commands import registries as registries_of_cli
-from fedjax_appeal.core.capabilities import SUPPORTS
-from fedjax_appeal.core.fields import COMPONENT_OPTIONS
-from fedjax_appeal.core.tunables import TUNABLES
+from fedjax_appeal.core.registry import registrations
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
 
@@ -30,12 +27,8 @@ def plugin(tmp_path_factory):
     assert len(blocks) == 1
     path = tmp_path_factory.mktemp("plugin") / "my_fl.py"
     path.write_text(blocks[0])
-    registries = [*registries_of_cli().values(), TUNABLES, SUPPORTS, COMPONENT_OPTIONS]
-    before = [set(r) for r in registries]
-    yield path
-    for reg, names in zip(registries, before, strict=True):
-        for name in set(reg) - names:
-            del reg[name]
+    with registrations():
+        yield path
 
 
 RUN = ["--dataset", "blobs", "--partition", "natural", "--model", "logistic", "--clients", "12",
@@ -68,6 +61,36 @@ def test_the_guide_plugin_runs_end_to_end(plugin, tmp_path):
     assert res5["config"]["rr_stride"] == 5
     np.testing.assert_array_equal(np.asarray(res5["round_metrics"]["cohort_idx"]),
                                   [(r * 4 + 5 * np.arange(4)) % 12 for r in range(6)])
+
+
+def test_the_guide_algorithm_is_named_once_and_refused_option_by_option(plugin, tmp_path,
+                                                                         capsys):
+    """The guide's algorithm (two static options and a tunable, all declared with `option`)
+    names itself once; each option is refused for another algorithm like a built-in one,
+    and taken, recorded and given to the builder for its own."""
+    from fedjax_appeal.algorithms.base import options_for
+    from fedjax_appeal.core.config import RunConfig
+    from fedjax_appeal.run.validate import ignored_reason, used_hparams
+
+    assert plugin.read_text().count('"fedavg-localmom"') == 1
+    for flags in (["--local-momentum", "0.5"], ["--local-nesterov"],
+                  ["--local-accumulate", "2"]):
+        out = tmp_path / flags[0][2:]
+        assert main(["run", "--plugin", str(plugin), *RUN, *flags, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.endswith(
+            f"{flags[0]} has no effect here: it configures --algorithm fedavg-localmom; drop it "
+            "or change the combination")
+        assert not out.exists()
+    mine = RunConfig(algorithm="fedavg-localmom", local_nesterov=True, local_accumulate=2)
+    assert all(ignored_reason(k, mine) is None
+               for k in ("local_momentum", "local_nesterov", "local_accumulate"))
+    assert "local_momentum" in used_hparams(mine) and "local_momentum" not in used_hparams(
+        RunConfig())
+    opts = options_for("fedavg-localmom", mine)
+    assert (opts.local_nesterov, opts.local_accumulate) == (True, 2)
+    # the guide's weight-rule tunable is refused like a built-in one
+    assert ignored_reason("loss_temp", RunConfig()) == "it configures --aggregation loss-weighted"
 
 
 def test_the_guide_option_is_refused_without_its_selector(plugin, tmp_path, capsys):

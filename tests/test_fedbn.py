@@ -52,27 +52,27 @@ def test_fedbn_keeps_bn_per_client_and_averages_the_rest():
     # sequential reference with the round's own keys
     _, k_loc, _ = jax.random.split(key, 3)
     keys = jax.random.split(k_loc, 2)
-    bn0 = jax.tree.map(lambda a: a[0], s0.extra["fedbn"].bn_params)
-    ms0 = jax.tree.map(lambda a: a[0], s0.extra["fedbn"].bn_state)
+    bn0 = jax.tree.map(lambda a: a[0], s0.algo.bn_params)
+    ms0 = jax.tree.map(lambda a: a[0], s0.algo.bn_state)
     p0 = with_bn(s0.params, bn0)
     refs = [local_sgd(model, p0, ms0, data.train, int(k), kk, hp.client_lr, steps=3,
                       batch_size=4) for k, kk in zip(idx, keys, strict=True)]
     for j, k in enumerate(idx):
-        got_ms = jax.tree.map(lambda a, k=k: a[k], s1.extra["fedbn"].bn_state)
+        got_ms = jax.tree.map(lambda a, k=k: a[k], s1.algo.bn_state)
         for a, b in zip(jax.tree.leaves(got_ms), jax.tree.leaves(refs[j].state), strict=True):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
-        got_bn = jax.tree.map(lambda a, k=k: a[k], s1.extra["fedbn"].bn_params)
+        got_bn = jax.tree.map(lambda a, k=k: a[k], s1.algo.bn_params)
         ref_bn = bn_part(refs[j].params)
         for name in ref_bn:
             np.testing.assert_allclose(np.asarray(got_bn[name]), np.asarray(ref_bn[name]),
                                        rtol=1e-5, atol=1e-6)
     # the client outside the cohort keeps its initial BN
     out = ({0, 1, 2} - set(idx.tolist())).pop()
-    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda a: a[out], s1.extra["fedbn"].bn_state)),
+    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda a: a[out], s1.algo.bn_state)),
                     jax.tree.leaves(ms0), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # very different data -> very different BN statistics (never averaged)
-    means = np.asarray(s1.extra["fedbn"].bn_state["batch_stats"]["BatchNorm_0"]["mean"])
+    means = np.asarray(s1.algo.bn_state["batch_stats"]["BatchNorm_0"]["mean"])
     assert np.abs(means[idx[0]] - means[idx[1]]).max() > 1.0
     # non-BN params: FedAvg average of the deltas (server sgd, lr 1); global BN untouched
     from flax import traverse_util

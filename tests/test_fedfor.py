@@ -42,5 +42,5 @@ def test_fedfor_local_steps_by_hand():
     np.testing.assert_allclose(np.asarray(s1.params["Dense_0"]["kernel"])[:, 0], w1, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(s2.params["Dense_0"]["kernel"])[:, 0], w2, rtol=1e-5)
     np.testing.assert_allclose(
-        np.asarray(s2.extra["fedfor"].last_update["Dense_0"]["kernel"])[:, 0], w1 - w2,
+        np.asarray(s2.algo.last_update["Dense_0"]["kernel"])[:, 0], w1 - w2,
         rtol=1e-5)

@@ -180,7 +180,7 @@ def test_markov_availability_trace_matches_a_sequential_chain():
         assert np.all(on[idx] | (w == 0))  # unavailable clients never aggregate
         if on.sum() >= 2:
             assert np.all(on[idx])  # and are never picked while enough are available
-        np.testing.assert_array_equal(np.asarray(states[r + 1].extra["hetero"]["on"]), on)
+        np.testing.assert_array_equal(np.asarray(states[r + 1].hetero.on), on)
 
 
 def test_availability_statistics():
@@ -273,8 +273,8 @@ def test_fedbuff_matches_an_event_driven_python_reference():
     params = {"w": jnp.array([0.3, -0.2], jnp.float32)}
     state = init_state(params, {}, tx, m)
     key = jax.random.key(5)
-    state = state.replace(extra={"fedbuff": fedbuff_init(quad_train, params, {}, key,
-                                                         state.pool, slots, base, hp)})
+    state = state.replace(algo=fedbuff_init(quad_train, params, {}, key, state.pool, slots,
+                                            base, hp))
     step = jax.jit(lambda s, k: fedbuff_step(quad_train, s, k, hp, buffer=buf, base_time=base,
                                              tx=tx))
     got = []

@@ -55,7 +55,8 @@ def test_data_fields_are_exactly_what_the_data_layer_reads():
     import ast
     from pathlib import Path
 
-    from fedjax_appeal.core.config import RunConfig, data_fields, field_names
+    from fedjax_appeal.core.config import RunConfig, field_names
+    from fedjax_appeal.data import data_fields
 
     read = set()
     for path in (Path(ROOT) / "fedjax_appeal" / "data").glob("*.py"):
@@ -134,3 +135,74 @@ def test_the_core_check_sees_imports_inside_functions(tmp_path):
         "from ..data.arrays import FederatedData", "from ..execute import cohort",
         "from .. import run", "import fedjax_appeal.select.selectors",
         "from fedjax_appeal.local import client", "import fedjax_appeal"]
+
+
+# Modules whose imports inside functions do not say why yet: module -> at most how many. Those of
+# accounting.py (`.privacy`), uplink.py and appeal.py move to the top, privacy.py's scipy
+# imports get their comment, with the next change of these files.
+UNEXPLAINED = {"fedjax_appeal/aggregate/accounting.py": 2,
+               "fedjax_appeal/aggregate/privacy.py": 2,
+               "fedjax_appeal/aggregate/uplink.py": 1,
+               "fedjax_appeal/protocols/appeal/appeal.py": 1}
+
+
+def unexplained_imports(path) -> list[str]:
+    """The imports of `path` made inside a function without a `# lazy...` comment above
+    them in that function (the comment says why: a measured cost, an optional dependency):
+    `line: import`. The optional `dp_accounting` (its own check names the extra) counts as
+    explained."""
+    import ast
+
+    text = path.read_text()
+    lines = text.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(text)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            above = lines[fn.lineno - 1:node.lineno]
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            if any("# lazy" in line for line in above) or any(
+                    n.startswith("dp_accounting") for n in names):
+                continue
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(found), key=lambda f: int(f.split(":")[0]))
+
+
+def test_imports_sit_at_the_top_or_say_why():
+    from pathlib import Path
+
+    seen = {}
+    for pkg in ("fedjax_appeal", "papers"):
+        for path in sorted((Path(ROOT) / pkg).rglob("*.py")):
+            found = unexplained_imports(path)
+            if found:
+                seen[str(path.relative_to(ROOT))] = found
+    assert all(len(v) <= UNEXPLAINED.get(k, 0) for k, v in seen.items()), seen
+
+
+def test_the_import_check_sees_an_import_without_its_reason(tmp_path):
+    (tmp_path / "m.py").write_text(textwrap.dedent("""
+        import os
+
+        def plot():
+            # lazy: matplotlib costs 330 ms of import (measured)
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            return plt
+
+        def ok():
+            import dp_accounting
+            return dp_accounting
+
+        def bad():
+            import json
+            from . import helpers
+            return json, helpers
+    """))
+    assert unexplained_imports(tmp_path / "m.py") == ["17: import json",
+                                                      "18: from . import helpers"]

@@ -7,7 +7,8 @@ import jax
 import jax.extend
 import pytest
 
-from fedjax_appeal.cli.commands import cpu_devices_for, make_parser
+from fedjax_appeal.cli.commands import make_parser
+from fedjax_appeal.cli.process import cpu_devices_for
 from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.execute import layout
 from fedjax_appeal.execute.layout import choose, cpu_split, largest_divisor, resolve_layout

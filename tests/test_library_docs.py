@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import XLA_CACHE_ENV
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "library.md"
 
@@ -55,24 +59,29 @@ def test_the_early_stopping_example_stops_after_three_evaluations_without_gain()
 
 @pytest.mark.slow
 @pytest.mark.data
-def test_the_day_one_and_sweep_blocks_run(capsys):
+def test_the_day_one_and_sweep_blocks_run(tmp_path):
+    """Both blocks in one fresh process (as a reader runs them, and so that the many
+    programs they compile stay out of the test worker's memory)."""
     small = {"*fa.fashion_mnist()": "*(a[:3000] for a in fa.fashion_mnist())",
              "unseen_clients=100": "unseen_clients=5", "clients=100": "clients=20",
              "local_steps=10": "local_steps=2", "batch_size=32": "batch_size=8",
              "cohort=10": "cohort=4"}
-    ns: dict = {}
     day_one = shrink(block("Day one: your model, your optimizers"),
                      {**small, "rounds=50, eval_every=10": "rounds=2, eval_every=1"})
-    exec(compile(day_one, str(PAGE), "exec"), ns)
-    out = capsys.readouterr().out.splitlines()
-    assert [line.split()[0] for line in out[:3]] == ["0", "1", "2"]
-    assert re.fullmatch(r"train \d+ s, evaluate \d+ s", out[3])
     sweep = shrink(block("A sweep over client lr x momentum: one program"),
                    {"local_steps=10": "local_steps=2", "batch_size=32": "batch_size=8",
                     "cohort=10": "cohort=4", "[0.02, 0.05, 0.1]": "[0.02, 0.05]",
                     "rounds=10, eval_every=10": "rounds=2, eval_every=2"})
-    exec(compile(sweep, str(PAGE), "exec"), ns)
-    out = capsys.readouterr().out.splitlines()
+    (tmp_path / "blocks.py").write_text(day_one + "\nprint('--- sweep')\n" + sweep)
+    env = {**os.environ, **XLA_CACHE_ENV, "JAX_PLATFORMS": "cpu"}
+    r = subprocess.run([sys.executable, "blocks.py"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, second = r.stdout.split("--- sweep\n")
+    out = first.splitlines()
+    assert [line.split()[0] for line in out[:3]] == ["0", "1", "2"]
+    assert re.fullmatch(r"train \d+ s, evaluate \d+ s", out[3])
+    out = second.splitlines()
     assert out[:4] == [f"{{'client.learning_rate': {lr}, 'client.momentum': {m}}} "
                        f"{line.rsplit(' ', 1)[1]}" for (lr, m), line in zip(
                            [(0.02, 0.0), (0.02, 0.9), (0.05, 0.0), (0.05, 0.9)], out,

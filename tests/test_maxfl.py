@@ -38,7 +38,7 @@ def _w(state):
 def _start(alg, data, hp, w0, rho):
     state = alg.init(jax.random.key(0), data, hp)
     params = jax.tree.map(lambda a: jnp.full_like(a, w0), state.params)
-    return state.replace(params=params, extra={**state.extra, "rho": jnp.asarray(rho)})
+    return state.replace(params=params, rho=jnp.asarray(rho))
 
 
 def _q(loss, rho):

@@ -23,15 +23,15 @@ def test_mwfed_weights_and_update_by_hand():
     hp = HParams(client_lr=0.1, mwfed_eta=0.3).as_arrays()
     alg = build("mwfed", model, cfg)
     state = set_w(alg.init(jax.random.key(0), data, hp), 0.5)
-    assert state.extra["rho"].shape == (3,)
-    state = state.replace(extra={**state.extra, "rho": jnp.array([1.0, 3.0, 0.4]),
-                                 "mwfed": MWFedState(jnp.array([0.5, 0.0, -0.2]))})
+    assert state.rho.shape == (3,)
+    state = state.replace(rho=jnp.array([1.0, 3.0, 0.4]),
+                          algo=MWFedState(jnp.array([0.5, 0.0, -0.2])))
     state, m = jax.jit(alg.round)(state, data, jax.random.key(1), hp)
     idx = np.asarray(m["cohort_idx"])
     vn = np.array([np.exp(0.5) * 1, 1.0 * 3, np.exp(-0.2) * 2])
     np.testing.assert_allclose(np.asarray(m["cohort_weights"]), (vn / vn.sum())[idx], rtol=1e-5)
     # requirement unmet (F > rho) for clients 0 and 2: log v += 0.3
-    np.testing.assert_allclose(np.asarray(state.extra["mwfed"].logv), [0.8, 0.0, 0.1],
+    np.testing.assert_allclose(np.asarray(state.algo.logv), [0.8, 0.0, 0.1],
                                atol=1e-6)
     assert scalar_w(state) == pytest.approx(0.5 - vn @ np.array([-0.15, 0.4, 0.1]) / vn.sum(),
                                       abs=1e-6)

@@ -16,19 +16,14 @@ import pytest
 from fedjax_appeal.aggregate import accounting, privacy, uplink
 from fedjax_appeal.aggregate.aggregation import weight_rule
 from fedjax_appeal.algorithms import ALGORITHMS, build, compose, register
-from fedjax_appeal.algorithms.base import SHARED_OPTIONS, options_for
-from fedjax_appeal.core.capabilities import SUPPORTS, Supports
-from fedjax_appeal.core.config import (
-    DATASETS,
-    HParams,
-    Options,
-    RunConfig,
-    data_fields,
-    field_names,
-    fields_in,
-)
+from fedjax_appeal.algorithms.base import SHARED_OPTIONS, options_for, own_options
+from fedjax_appeal.core.capabilities import Supports, algorithm
+from fedjax_appeal.core.config import HParams, Options, RunConfig, fields_in
 from fedjax_appeal.core.errors import UndeclaredOption
-from fedjax_appeal.data import Dataset, load_federated
+from fedjax_appeal.core.fields import option
+from fedjax_appeal.core.registry import registrations
+from fedjax_appeal.data import Dataset, data_fields, load_federated
+from fedjax_appeal.data.pool import register_dataset
 from fedjax_appeal.local import compress, hetero
 from fedjax_appeal.local.client import Trained, local_sgd
 from fedjax_appeal.protocols.appeal import appeal, requirement
@@ -81,26 +76,28 @@ def test_declared_options_are_configuration_fields():
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_gets_the_shared_and_its_own_options(name):
     opts = options_for(name, RunConfig(algorithm=name))
-    sup = SUPPORTS[name]
-    own = {n for n in (*sup.options, *sup.reads, *sup.tuning) if n in field_names(RunConfig)}
-    assert set(opts.names) == set(SHARED_OPTIONS) | own
-    others = {n for a in SUPPORTS for n in (*SUPPORTS[a].options, *SUPPORTS[a].tuning)
-              if n in field_names(RunConfig)} - set(opts.names)
+    own = set(own_options(name))
+    assert set(opts.names) == set(SHARED_OPTIONS) | set(mentioning_selectors()) | own
+    others = {n for a in ALGORITHMS for n in own_options(a)} - set(opts.names)
     for field in others:  # another algorithm's own option is not visible
         with pytest.raises(UndeclaredOption, match=name):
             getattr(opts, field)
 
 
+def mentioning_selectors():
+    from fedjax_appeal.core.fields import mentioning
+
+    return mentioning("selector")
+
+
 @pytest.fixture
 def plugin_names():
-    """Names a test registers, removed afterwards."""
-    names: list[tuple] = []
-    yield names
-    for reg, name in names:
-        del reg[name]
+    """Registrations of the test, undone afterwards."""
+    with registrations():
+        yield
 
 
-def _plugin(seen: list, reads_undeclared: bool):
+def _plugin(seen: list, reads_undeclared: bool, name: str = "eval_every"):
     def builder(model, opts, executor=None):
         seen.append(opts)
 
@@ -111,7 +108,7 @@ def _plugin(seen: list, reads_undeclared: bool):
                            res.loss)
 
         if reads_undeclared:
-            _ = opts.eval_every
+            _ = getattr(opts, name)
         return compose("probe", model, opts, local=local, weights=weight_rule(opts),
                        executor=executor)
 
@@ -121,7 +118,6 @@ def _plugin(seen: list, reads_undeclared: bool):
 def test_a_plugin_builder_gets_a_plain_view_and_runs(tiny_model, plugin_names):
     seen: list[Options] = []
     register("probe-view", Supports())(_plugin(seen, reads_undeclared=False))
-    plugin_names += [(ALGORITHMS, "probe-view"), (SUPPORTS, "probe-view")]
     cfg = tiny_run_config(algorithm="probe-view", local_steps=3)
     alg = build("probe-view", tiny_model, cfg)
     assert isinstance(seen[0], Options) and seen[0].local_steps == 3
@@ -134,12 +130,12 @@ def test_a_plugin_builder_gets_a_plain_view_and_runs(tiny_model, plugin_names):
 
 def test_an_undeclared_read_of_a_plugin_fails_loudly(tiny_model, plugin_names):
     register("probe-undeclared", Supports())(_plugin([], reads_undeclared=True))
-    register("probe-declared", Supports(reads=("eval_every",)))(_plugin([], reads_undeclared=True))
-    plugin_names += [(ALGORITHMS, "probe-undeclared"), (SUPPORTS, "probe-undeclared"),
-                     (ALGORITHMS, "probe-declared"), (SUPPORTS, "probe-declared")]
+    declared = algorithm("probe-declared")
+    option("probe_every", 2, "an option of the probe", applies=declared)
+    register(declared)(_plugin([], reads_undeclared=True, name="probe_every"))
     with pytest.raises(UndeclaredOption, match="'probe-undeclared' reads .*'eval_every'"):
         build("probe-undeclared", tiny_model, tiny_run_config())
-    build("probe-declared", tiny_model, tiny_run_config())  # declared in Supports.reads
+    build("probe-declared", tiny_model, tiny_run_config())  # its own declared option
 
 
 def test_the_data_layer_and_datasets_see_only_data_fields(plugin_names):
@@ -147,7 +143,49 @@ def test_the_data_layer_and_datasets_see_only_data_fields(plugin_names):
         _ = opts.cohort  # a federation field that does not change the data
         return Dataset("probe", np.zeros((4, 2), np.float32), np.zeros(4, int), 2)
 
-    DATASETS["probe-data"] = probe
-    plugin_names.append((DATASETS, "probe-data"))
+    register_dataset("probe-data")(probe)
     with pytest.raises(UndeclaredOption, match="the data layer reads .*'cohort'"):
         load_federated(RunConfig(dataset="probe-data"))
+
+
+def test_an_undeclared_read_is_refused_when_built_before_any_data_load(plugin_names, tmp_path,
+                                                                        capsys):
+    """docs/library.md's custom algorithm (FedAvg's local SGD, `sgd_local`, in a plugin):
+    without declaring the part it is built on, a run is refused in one line naming the
+    declaration to add, before its data are loaded; with it, the run is valid."""
+    from fedjax_appeal.aggregate.aggregation import weight_rule as rule
+    from fedjax_appeal.algorithms.fedavg import sgd_local
+    from fedjax_appeal.cli import main
+    from fedjax_appeal.core.errors import ConfigError
+    from fedjax_appeal.data.pool import register_dataset
+    from fedjax_appeal.run.validate import validate
+
+    loads = []
+
+    @register_dataset("probe-loads")
+    def probe(opts, rng):
+        loads.append(1)
+        return Dataset("probe-loads", np.zeros((40, 2), np.float32), np.arange(40) % 2, 2,
+                       np.arange(40) % 4, 1.0, 0.0, 1.0)
+
+    def my_fedavg(model, opts, executor=None):
+        return compose("probe-sgd", model, opts, local=sgd_local(model, opts),
+                       weights=rule(opts), executor=executor)
+
+    register("probe-sgd")(my_fedavg)
+    cfg = RunConfig(algorithm="probe-sgd", dataset="probe-loads", partition="natural",
+                    clients=4, unseen_clients=0, cohort=2, min_samples=2)
+    want = ("--algorithm probe-sgd reads the option 'local_unroll', which is not declared for "
+            "it: declare the part it is built on: register('probe-sgd', "
+            "Supports(parts=('sgd_local',)))")
+    with pytest.raises(ConfigError) as e:
+        validate(cfg, HParams())
+    assert str(e.value) == want
+    out = tmp_path / "r"
+    assert main(["run", "--algorithm", "probe-sgd", "--dataset", "probe-loads", "--partition",
+                 "natural", "--clients", "4", "--unseen-clients", "0", "--cohort", "2",
+                 "--min-samples", "2", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"fedjax-appeal: error: {want}\n"
+    assert loads == [] and not out.exists()
+    register("probe-sgd", Supports(parts=("sgd_local",)))(my_fedavg)
+    validate(cfg, HParams())  # the declared part's option is read

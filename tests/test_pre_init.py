@@ -60,12 +60,12 @@ def test_pre_init_gives_the_inline_init_state():
         pre = jax.jit(alg.pre_init)(key, data, hp)
         staged = jax.jit(alg.init)(key, data, hp, pre)
         _leaves_equal(inline, staged)
-        info = staged.extra["appeal"]
-        _leaves_equal(info["solo_seen"], pre["solo_seen"])
-        _leaves_equal(info["solo_unseen"], pre["solo_unseen"])
+        info = staged.protocol
+        _leaves_equal(info.solo_seen, pre["solo_seen"])
+        _leaves_equal(info.solo_unseen, pre["solo_unseen"])
         if name != "fedavg":  # the requirement reads the same solo models
-            _leaves_equal(staged.extra["solo"], pre["solo_seen"])
-            np.testing.assert_array_equal(np.asarray(staged.extra["rho"]),
+            _leaves_equal(staged.solo, pre["solo_seen"])
+            np.testing.assert_array_equal(np.asarray(staged.rho),
                                           np.asarray(pre["solo_seen"].train_loss))
 
 

@@ -4,7 +4,6 @@ and an FMNIST DP run that learns."""
 
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
 from math import comb
 
@@ -356,7 +355,7 @@ def test_adaptive_round_updates_clip_in_state():
     # every update is longer than 1e-4, so C <- C exp(-0.5 (b - 0.5))
     want = 1e-4 * np.exp(np.cumsum(-0.5 * (b - 0.5)))
     np.testing.assert_allclose(clips[1:], want[:-1], rtol=1e-4)
-    assert float(res.final_state.extra["uplink"]["clip"]) == pytest.approx(want[-1], rel=1e-4)
+    assert float(res.final_state.uplink.clip) == pytest.approx(want[-1], rel=1e-4)
     assert (res.round_metrics["dp_clipped"] == 1.0).all()
     assert (res.round_metrics["dp_overflow"] == 0).all()
 
@@ -422,4 +421,4 @@ def test_fmnist_dp_run_learns():
     assert last["test_acc_seen"] > 0.45  # chance is 0.1
     eps = results["privacy"]["dp_epsilon_pld"]
     assert 0 < eps < 20 and eps == pytest.approx(last["dp_epsilon_pld"])
-    assert dataclasses.asdict(cfg)["dp"] == "fixed"
+    assert cfg.as_dict()["dp"] == "fixed"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from fedjax_appeal.cli.commands import main
-from fedjax_appeal.core.capabilities import SUPPORTS
 from fedjax_appeal.core.config import HParams, RunConfig, field_names
+from fedjax_appeal.core.fields import OPTIONS
 from fedjax_appeal.run.compare import band, summarise
 from fedjax_appeal.run.records import (
     NOT_A_SETTING,
@@ -97,7 +97,8 @@ def test_results_hparams_of_fedavg_and_maxfl_differ(tmp_path):
         got[alg] = res["hparams"]
         assert list(res["hparams"]) == used_hparams(cfg)
         assert res["hparams"] == recorded_hparams(cfg, HParams())
-        own = {k for k in field_names(HParams) if k in SUPPORTS[alg].options}
+        own = {k for k in field_names(HParams)
+               if ("algorithm", alg) in OPTIONS[k].applies.mentions}  # declared for it
         assert own <= set(res["hparams"])
     assert set(got["maxfl"]) - set(got["fedavg"]) == {"solo_lr", "maxfl_eps"}
     assert got["maxfl"]["maxfl_eps"] == pytest.approx(HParams().maxfl_eps)

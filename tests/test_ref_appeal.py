@@ -118,8 +118,8 @@ def test_byzantine_noise_distribution_and_scaled_losses():
     upd = ClientUpdate(delta={"a": jnp.asarray(base[:, :p // 2]),
                               "b": jnp.asarray(base[:, p // 2:].reshape(m, 4, -1))},
                        model_state={}, num_samples=jnp.full((m,), 2), loss=jnp.ones(m),
-                       extra={"loss_before": jnp.full((m,), 2.0),
-                              "loss_after": jnp.full((m,), 1.0), "other": jnp.ones(m)})
+                       loss_before=jnp.full((m,), 2.0), loss_after=jnp.full((m,), 1.0),
+                       fednova_a=jnp.ones(m), report=jnp.ones(m))
     hp = HParams(byzantine_noise=sigma, byzantine_loss_scale=scale).as_arrays()
     out = byzantine(upd, idx, jnp.ones(m, bool), jax.random.key(0), data, hp)
     got = np.concatenate([np.asarray(out.delta["a"]),
@@ -134,10 +134,11 @@ def test_byzantine_noise_distribution_and_scaled_losses():
         assert abs(np.mean(row ** 4) / row.var() ** 2 - 3.0) < 0.5
     assert abs(np.corrcoef(noise[0], noise[2])[0, 1]) < 5 / np.sqrt(p)  # independent draws
     f = np.where(bad, scale, 1.0)
-    np.testing.assert_allclose(np.asarray(out.extra["loss_before"]), 2.0 * f)
-    np.testing.assert_allclose(np.asarray(out.extra["loss_after"]), 1.0 * f)
+    np.testing.assert_allclose(np.asarray(out.loss_before), 2.0 * f)
+    np.testing.assert_allclose(np.asarray(out.loss_after), 1.0 * f)
     np.testing.assert_allclose(np.asarray(out.loss), f)
-    np.testing.assert_allclose(np.asarray(out.extra["other"]), 1.0)
+    np.testing.assert_allclose(np.asarray(out.fednova_a), 1.0)  # other reports untouched
+    np.testing.assert_allclose(np.asarray(out.report), 1.0)
 
 
 def test_history_metrics_by_hand():

@@ -80,12 +80,11 @@ def _select(kind, objective, phi, feats, loss, pool, lam, b, mu=0.0, window=None
     sel = make_selector(model, cfg)
     params, ms = model.init(jax.random.key(0))
     state = init_state(params, ms, server_optimizer("sgd", hp), N)
-    mem = dict(sel.init(jax.random.key(1), state, data, hp))
-    mem["features"] = jnp.asarray(feats)
-    mem["loss"] = jnp.asarray(loss)
+    mem = sel.init(jax.random.key(1), state, data, hp)._replace(
+        features=jnp.asarray(feats), loss=jnp.asarray(loss))
     if window is not None:
-        mem["window"] = jnp.asarray(window, jnp.int32)
-    state = state.replace(pool=jnp.asarray(pool), extra={"selector": mem})
+        mem = mem._replace(window=jnp.asarray(window, jnp.int32))
+    state = state.replace(pool=jnp.asarray(pool), selector=mem)
     idx, valid = jax.jit(sel.select)(jax.random.key(2), state, data, hp)
     assert np.all(np.asarray(valid))
     return np.asarray(idx).tolist()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from fedjax_appeal.aggregate.aggregation import AGGREGATIONS
 from fedjax_appeal.aggregate.server import SERVER_OPTS
 from fedjax_appeal.algorithms import ALGORITHMS
 from fedjax_appeal.cli.commands import main
-from fedjax_appeal.core.config import DATASETS, PARTITIONS, ConfigError, HParams, RunConfig
+from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
 from fedjax_appeal.core.models import MODELS
 from fedjax_appeal.core.registry import Registry
+from fedjax_appeal.extend import DATASETS, PARTITIONS
 from fedjax_appeal.run.validate import validate
 from fedjax_appeal.select.selectors import SELECTORS
 
@@ -55,3 +59,18 @@ def test_list_prints_every_registry(capsys):
     for registry in (ALGORITHMS, DATASETS, PARTITIONS, MODELS, SERVER_OPTS, SELECTORS,
                      AGGREGATIONS):
         assert ", ".join(registry.choices()) in out
+
+
+def test_a_block_opened_before_the_builtins_are_loaded_keeps_them():
+    """`registrations()` undoes what its block registered, never the built-in options that
+    a first use inside the block declared (their modules stay imported)."""
+    code = ("from fedjax_appeal.core.registry import registrations\n"
+            "from fedjax_appeal.core.fields import OPTIONS\n"
+            "with registrations():\n"
+            "    from fedjax_appeal.cli import main\n"
+            "    assert main(['list']) == 0\n"
+            "assert 'algorithm' in OPTIONS and 'rounds' in OPTIONS, sorted(OPTIONS)\n"
+            "assert main(['list']) == 0\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedjax_appeal.core.config import appeal_on
+from fedjax_appeal.protocols.appeal.requirement import appeal_on
 from papers.expalpha import runs as R
 from papers.expalpha import settings as ST
 from papers.expalpha import specs as ES

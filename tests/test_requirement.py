@@ -31,7 +31,7 @@ def test_solo_requirement_is_solo_train_loss():
     k_model, _ = jax.random.split(key)
     params, mstate = model.init(k_model)
     ref = seen_solo(model, cfg, params, mstate, data, key, hp)
-    np.testing.assert_allclose(np.asarray(state.extra["rho"]), np.asarray(ref.train_loss),
+    np.testing.assert_allclose(np.asarray(state.rho), np.asarray(ref.train_loss),
                                rtol=1e-5)
     # solo training lowers each client's train loss below the initial model's
     from fedjax_appeal.evaluate.evaluation import evaluate_split
@@ -50,16 +50,16 @@ def test_solo_lr_fixes_the_requirements_whatever_the_client_lr():
         for lr in (0.2, 0.01):
             hp = HParams(client_lr=lr, solo_lr=0.1).as_arrays()
             rho[alg, lr] = np.asarray(jax.jit(build(alg, model, cfg.replace(algorithm=alg))
-                                              .init)(key, data, hp).extra["rho"])
+                                              .init)(key, data, hp).rho)
     np.testing.assert_allclose(rho["maxfl", 0.2], rho["maxfl", 0.01], rtol=1e-6)
     np.testing.assert_allclose(rho["maxfl", 0.2], rho["mwfed", 0.01], rtol=1e-6)
     # solo_lr = 0 means the client lr: then the requirement moves with the client lr
     hp = HParams(client_lr=0.1, solo_lr=0.0).as_arrays()
     st = build("maxfl", model, cfg).init(key, data, hp)
-    np.testing.assert_allclose(np.asarray(st.extra["rho"]), rho["maxfl", 0.2], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(st.rho), rho["maxfl", 0.2], rtol=1e-6)
     hp = HParams(client_lr=0.2, solo_lr=0.0).as_arrays()
     st = build("maxfl", model, cfg).init(key, data, hp)
-    assert not np.allclose(np.asarray(st.extra["rho"]), rho["maxfl", 0.2])
+    assert not np.allclose(np.asarray(st.rho), rho["maxfl", 0.2])
 
 
 def test_requirement_constant_and_files(tmp_path):
@@ -67,14 +67,14 @@ def test_requirement_constant_and_files(tmp_path):
     hp = HParams().as_arrays()
     cfg = RunConfig(clients=5, unseen_clients=2, cohort=2, algorithm="maxfl")
     st = build("maxfl", model, cfg.replace(requirement="0.75")).init(jax.random.key(0), data, hp)
-    assert np.asarray(st.extra["rho"]).tolist() == [0.75] * 5 and "solo" not in st.extra
+    assert np.asarray(st.rho).tolist() == [0.75] * 5 and st.solo is None
     vals = np.array([0.1, 0.2, 0.3, 0.4, 0.5])
     np.save(tmp_path / "r.npy", vals)
     np.savetxt(tmp_path / "r.txt", np.concatenate([vals, [9.0, 8.0]]))
     for f in ("r.npy", "r.txt"):
         st = build("maxfl", model, cfg.replace(requirement=str(tmp_path / f))).init(
             jax.random.key(0), data, hp)
-        np.testing.assert_allclose(np.asarray(st.extra["rho"]), vals, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(st.rho), vals, rtol=1e-6)
     np.save(tmp_path / "bad.npy", vals[:3])
     with pytest.raises(ConfigError, match="3 values"):
         build("maxfl", model, cfg.replace(requirement=str(tmp_path / "bad.npy"))).init(

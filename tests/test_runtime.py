@@ -129,6 +129,22 @@ def test_program_cache_stores_fresh_compiles_and_reads_them_back(tmp_path):
     assert again.key("prog", args) != again.key("prog", (jnp.arange(5.0),))
 
 
+def test_a_program_is_stored_when_its_lowering_reads_another_from_xlas_cache(tmp_path):
+    def make_args():  # runs a small program of its own (a broadcast)
+        return (jnp.full(7, 0.375),)
+
+    args = make_args()
+    jax.clear_caches()  # ... which XLA now reads back from its persistent cache
+
+    def lower():
+        return jax.jit(lambda v: jnp.cumprod(v) + 0.375).lower(*make_args())
+
+    pc = programs.ProgramCache(tmp_path, context=f"nested {tmp_path}")
+    exe = pc.compiled("prog", args, lower)
+    assert pc.stored == 1  # the broadcast read back is not this program's cache hit
+    np.testing.assert_allclose(exe(*args), np.cumprod(np.full(7, 0.375)) + 0.375)
+
+
 def test_a_torn_entry_is_compiled_afresh(tmp_path):
     args = (jnp.arange(4.0),)
     pc = programs.ProgramCache(tmp_path, context=f"torn {tmp_path}")
@@ -271,3 +287,17 @@ def test_entries_without_access_times_are_adopted_so_the_bounded_cache_can_write
     cache.put("jit_h-89ab", b"z")
     assert cache.get("jit_h-89ab") == b"z"
     assert runtime.adopt_entries(tmp_path) == 0
+
+
+@pytest.mark.skipif(runtime.memory_maps() is None, reason="needs /proc (Linux)")
+def test_crowded_process_drops_its_compiled_programs_and_recompiles_them_alike():
+    fns = [jax.jit(lambda x, i=i: jnp.sin(x) * i + jnp.cumsum(x)) for i in range(60)]
+    first = [f(jnp.arange(8.0) + i) for i, f in enumerate(fns)]
+    held, limit = runtime.memory_maps()
+    assert not runtime.release_programs_if_crowded(fraction=1.0)  # far from the limit
+    assert runtime.release_programs_if_crowded(fraction=held / limit / 2)
+    freed = held - runtime.memory_maps()[0]
+    assert freed > 60 * 5, freed  # every program held several mappings
+    again = [f(jnp.arange(8.0) + i) for i, f in enumerate(fns)]
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -49,10 +49,10 @@ def test_scaffold_matches_sequential_reference():
     assert len({tuple(sorted(s)) for s in cohorts}) > 1  # different cohorts were drawn
     w, c, ck = _scaffold_reference(-0.3, rows, cohorts, 0.05, 3, 0.7)
     assert scalar_w(state) == pytest.approx(w, abs=1e-5)
-    assert float(jax.tree.leaves(state.extra["scaffold"].c)[0].reshape(())) == pytest.approx(
+    assert float(jax.tree.leaves(state.algo.c)[0].reshape(())) == pytest.approx(
         c, abs=1e-5)
     np.testing.assert_allclose(np.asarray(jax.tree.leaves(
-        state.extra["scaffold"].c_clients)[0]).reshape(-1),
+        state.algo.c_clients)[0]).reshape(-1),
                                ck, atol=1e-5)
 
 
@@ -64,6 +64,6 @@ def test_scaffold_invalid_slots_leave_control_variates_alone(tiny_data, tiny_mod
     state = state.replace(pool=jnp.array([True, False, True, False, False, False]))
     state, m = jax.jit(alg.round)(state, tiny_data, jax.random.key(1), hp)
     assert int(m["cohort_size"]) == 2
-    cc = jax.tree.leaves(state.extra["scaffold"].c_clients)[0]
+    cc = jax.tree.leaves(state.algo.c_clients)[0]
     moved = np.abs(np.asarray(cc)).reshape(6, -1).max(axis=1) > 0
     assert moved.tolist() == [True, False, True, False, False, False]

@@ -19,9 +19,8 @@ from fedjax_appeal.core.config import (
     Registry,
     RunConfig,
     declarations,
-    load_config_file,
-    range_text,
 )
+from fedjax_appeal.run.schema import load_config_file, range_text
 from fedjax_appeal.run.sweep import FORBIDDEN, check_grid
 from fedjax_appeal.run.validate import validate
 

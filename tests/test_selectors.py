@@ -62,10 +62,8 @@ def test_unionfl_selector_avoids_window(data10, tiny_model):
     sel = make_selector(tiny_model, cfg)
     select = jax.jit(sel.select)
     first = np.asarray(select(jax.random.key(0), state, data10, hp)[0])
-    mem = dict(state.extra["selector"])
-    mem["window"] = jnp.asarray([first.tolist(), [-1, -1, -1]], jnp.int32)
-    second = np.asarray(select(jax.random.key(0), state.replace(
-        extra={**state.extra, "selector": mem}), data10, hp)[0])
+    mem = state.selector._replace(window=jnp.asarray([first.tolist(), [-1, -1, -1]], jnp.int32))
+    second = np.asarray(select(jax.random.key(0), state.replace(selector=mem), data10, hp)[0])
     assert not set(second.tolist()) & set(first.tolist())
 
 
@@ -89,14 +87,14 @@ def test_features_are_full_gradients_refreshed_for_the_cohort(data10, tiny_model
     hp = HParams().as_arrays()
     alg = build("fedavg", tiny_model, cfg)
     state = alg.init(jax.random.key(0), data10, hp)
-    f0 = np.asarray(state.extra["selector"]["features"])
+    f0 = np.asarray(state.selector.features)
     # client 4's feature: its full-data gradient (one batch of all its rows)
     x, y = data10.train.client_numpy(4)
     g = jax.grad(lambda p: tiny_model.loss(p, {}, jnp.asarray(x), jnp.asarray(y),
                                            train=False)[0])(state.params)
     np.testing.assert_allclose(f0[4], np.asarray(flatten(g)), rtol=1e-4, atol=1e-6)
     new, met = jax.jit(alg.round)(state, data10, jax.random.key(1), hp)
-    f1 = np.asarray(new.extra["selector"]["features"])
+    f1 = np.asarray(new.selector.features)
     cohort = np.asarray(met["cohort_idx"])
     for k in range(10):  # the cohort's features were recomputed at the received model
         if k in cohort:
@@ -105,7 +103,7 @@ def test_features_are_full_gradients_refreshed_for_the_cohort(data10, tiny_model
         else:
             np.testing.assert_array_equal(f1[k], f0[k])
     # the UnionFL window now holds this cohort, then the empty row
-    np.testing.assert_array_equal(np.asarray(new.extra["selector"]["window"]),
+    np.testing.assert_array_equal(np.asarray(new.selector.window),
                                   [cohort.tolist(), [-1, -1, -1]])
 
 
@@ -137,16 +135,16 @@ def test_raw_objective_picks_match_reference_on_unscaled_distances(data10, tiny_
         cfg = _cfg(selector=name, selector_objective="raw", union_window=1)
         alg = build("fedavg", tiny_model, cfg)
         state = alg.init(jax.random.key(0), data10, hp)
-        mem = dict(state.extra["selector"])
+        mem = state.selector
         win = np.full(10, False)
         if name == "unionfl":
-            mem["window"] = jnp.asarray([[1, 4, 6]], jnp.int32)
+            mem = mem._replace(window=jnp.asarray([[1, 4, 6]], jnp.int32))
             win[[1, 4, 6]] = True
-            state = state.replace(extra={**state.extra, "selector": mem})
-        f = np.asarray(mem["features"], np.float64)
+            state = state.replace(selector=mem)
+        f = np.asarray(mem.features, np.float64)
         d = np.linalg.norm(f[:, None] - f[None], axis=-1)
         c0 = 2 * np.linalg.norm(f, axis=1).max()
-        phi = np.log1p(np.asarray(mem["loss"], np.float64)) if name == "subtrunc" else None
+        phi = np.log1p(np.asarray(mem.loss, np.float64)) if name == "subtrunc" else None
         ref = ref_greedy(d, 3, None, c0, phi, 0.8 if phi is not None else 0.0, 0.9,
                          0.05 * win if name == "unionfl" else None)
         idx, _ = make_selector(tiny_model, cfg).select(jax.random.key(0), state, data10, hp)
@@ -164,14 +162,14 @@ def test_feature_refresh_1_recomputes_every_client_at_the_new_model(data10, tiny
     alg = build("fedavg", tiny_model, cfg)
     state = alg.init(jax.random.key(0), data10, hp)
     new, _ = jax.jit(alg.round)(state, data10, jax.random.key(1), hp)
-    mem = new.extra["selector"]
-    assert not np.allclose(np.asarray(mem["features"]),
-                           np.asarray(state.extra["selector"]["features"]))
+    mem = new.selector
+    assert not np.allclose(np.asarray(mem.features),
+                           np.asarray(state.selector.features))
     for k in range(10):  # everyone's loss and full gradient at the model after the round
         loss, g = client_grad(tiny_model, new.params, new.model_state, data10.train, k)
-        np.testing.assert_allclose(np.asarray(mem["features"][k]), np.asarray(flatten(g)),
+        np.testing.assert_allclose(np.asarray(mem.features[k]), np.asarray(flatten(g)),
                                    rtol=1e-4, atol=1e-6)
-        np.testing.assert_allclose(float(mem["loss"][k]), float(loss), rtol=1e-5)
+        np.testing.assert_allclose(float(mem.loss[k]), float(loss), rtol=1e-5)
 
 
 def test_scale_helpers_candidates_jl_dim_cached_norms_and_row_projection():

@@ -27,7 +27,8 @@ import numpy as np
 import pytest
 from conftest import XLA_CACHE_ENV
 
-from fedjax_appeal.cli.commands import cpu_devices_for, make_parser
+from fedjax_appeal.cli.commands import make_parser
+from fedjax_appeal.cli.process import cpu_devices_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ["--dataset", "synthetic", "--partition", "natural", "--clients", "8",

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from fedjax_appeal.core.config import RunConfig, data_options
+from fedjax_appeal.core.config import RunConfig
 from fedjax_appeal.core.sequence import BOS, EOS, PAD
-from fedjax_appeal.data import load_federated
+from fedjax_appeal.data import data_options, load_federated
 from fedjax_appeal.data.text import (
     TextDataset,
     Tokenizer,

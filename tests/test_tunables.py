@@ -1,4 +1,4 @@
-"""User tunables (`extend.register_tunable`): a plugin's hyperparameter lives in
+"""User tunables (`extend.option(..., tunable=True)`): a plugin's hyperparameter lives in
 `HParams.extra`, a vmapped sweep batches it, and run / sweep / config files / `--hp` accept
 it like a built-in field; an unknown name is one line."""
 
@@ -14,7 +14,7 @@ import pytest
 from fedjax_appeal.cli import main
 from fedjax_appeal.core.config import ConfigError, HParams, RunConfig
 from fedjax_appeal.core.parts import WeightRule
-from fedjax_appeal.extend import AGGREGATIONS, TUNABLES, masked_softmax, register_tunable
+from fedjax_appeal.extend import AGGREGATIONS, masked_softmax, option, registrations
 from fedjax_appeal.run.experiment import run_config
 from fedjax_appeal.run.sweep import sweep
 from fedjax_appeal.run.validate import validate
@@ -24,17 +24,17 @@ TEMP = "test_temp"
 
 def _softmax_rule(upd, idx, valid, state, hp):
     """Weights softmax(loss_before / T) over the cohort, T = the plugin's tunable."""
-    return masked_softmax(upd.extra["loss_before"] / hp.get(TEMP), valid)
+    return masked_softmax(upd.loss_before / hp.get(TEMP), valid)
 
 
 @pytest.fixture
 def plugin():
     """Register the tunable and a weight rule reading it; removed afterwards."""
-    register_tunable(TEMP, 1.0, "temperature of the test softmax rule")
-    AGGREGATIONS["temp-softmax"] = WeightRule(_softmax_rule, needs=frozenset({"loss_before"}))
-    yield
-    del AGGREGATIONS["temp-softmax"]
-    del TUNABLES[TEMP]
+    with registrations():
+        option(TEMP, 1.0, "temperature of the test softmax rule", tunable=True)
+        AGGREGATIONS["temp-softmax"] = WeightRule(_softmax_rule,
+                                                  needs=frozenset({"loss_before"}))
+        yield
 
 
 CFG = RunConfig(algorithm="fedavg", dataset="synthetic", partition="natural", clients=6,
@@ -60,7 +60,7 @@ def test_hparams_extra_is_a_vmapped_pytree_leaf(plugin):
     valid = jnp.array([True, True, False])
 
     class Upd:
-        extra = {"loss_before": loss}
+        loss_before = loss
 
     w = jax.vmap(lambda h: _softmax_rule(Upd, None, valid, None, h))(stacked)
     for t, row in zip(temps, np.asarray(w), strict=True):
@@ -88,12 +88,12 @@ def test_unknown_tunable_is_one_line(plugin, tmp_path, capsys):
     assert main(["sweep", *TINY, "--grid", "tmep=1,2", "--out", str(tmp_path / "r")]) == 2
     assert f"registered tunable ({TEMP})" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="already a configuration key"):
-        register_tunable("qffl_q", 0.1)  # a built-in component's tunable
+        option("qffl_q", 0.1, "x", tunable=True)  # a built-in component's tunable
     assert not (tmp_path / "r").exists()
     with pytest.raises(ConfigError, match="already a configuration key"):
-        register_tunable("client_lr", 0.1)
+        option("client_lr", 0.1, "x", tunable=True)
     with pytest.raises(ConfigError, match="finite number"):
-        register_tunable("other_temp", float("nan"))
+        option("other_temp", float("nan"), "x", tunable=True)
 
 
 @pytest.mark.slow

@@ -6,14 +6,34 @@ from __future__ import annotations
 
 import pytest
 
-from fedjax_appeal.aggregate.server import server_opt_reads
-from fedjax_appeal.core.capabilities import SUPPORTS, owners
+from fedjax_appeal.aggregate.server import SERVER_OPTS
+from fedjax_appeal.algorithms import ALGORITHMS
+from fedjax_appeal.core.capabilities import supports
 from fedjax_appeal.core.config import ConfigError, HParams, RunConfig, field_names
+from fedjax_appeal.core.fields import OPTIONS
 from fedjax_appeal.run.validate import check_ignored, used_hparams
 
 
+def _own(alg: str) -> set[str]:
+    """The hyperparameters declared for algorithm `alg` (by name or a part it is built on)."""
+    parts = {("part", p) for p in supports(alg).parts}
+    return {k for k in field_names(HParams)
+            if ("algorithm", alg) in OPTIONS[k].applies.mentions
+            or parts & OPTIONS[k].applies.mentions}
+
+
+def owners(key: str) -> list[str]:
+    return [a for a in ALGORITHMS if key in _own(a)]
+
+
+def server_opt_reads() -> dict[str, set[str]]:
+    """Server optimizer -> the hyperparameters declared for it, and the server lr."""
+    return {name: {"server_lr"} | {k for k in field_names(HParams) if ("server_opt", name)
+                                   in OPTIONS[k].applies.mentions} for name in SERVER_OPTS}
+
+
 def _algorithm_hparams(alg: str) -> set[str]:
-    return {k for k in field_names(HParams) if k in SUPPORTS[alg].options}
+    return _own(alg)
 
 
 @pytest.mark.parametrize("alg", ["fedavg", "maxfl", "fedprox", "qffl", "fedbuff", "pfedme"])

@@ -11,28 +11,24 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Switch
-from ..core.fields import register_option
+from ..core.capabilities import capable, supports
+from ..core.fields import option, when
 from ..core.round import ClientUpdate
-from ..core.tunables import register_tunable
 
-# Byzantine clients: their tunables are refused without them, or for an algorithm that
-# has none
-BYZANTINE = Switch(lambda cfg, sup: cfg.byzantine_fraction > 0 and sup.byzantine,
-                   "it configures Byzantine clients (--byzantine-fraction > 0)")
-BYZANTINE_FRACTION = register_option(
-    "byzantine_fraction", 0.0, "fraction of seen clients that are Byzantine (inflated "
-    "reported loss, noisy updates)", every_run=True, group="federation", ge=0, le=1,
-    data=True)
-NOISE = register_tunable("byzantine_noise", 1.0, "std of the Gaussian noise Byzantine clients "
-                                                 "add to updates", group="federation",
-                         switch=BYZANTINE)
-LOSS_SCALE = register_tunable("byzantine_loss_scale", 10.0, "factor by which Byzantine clients "
-                                                            "inflate the losses they report",
-                              group="federation", switch=BYZANTINE)
-
-REPORTED_LOSSES = ("loss_before", "loss_after")
-
+# Byzantine clients: their fraction switches them on (for an algorithm with the hook), and
+# their tunables apply only then
+BYZANTINE_FRACTION = option(
+    "byzantine_fraction", 0.0, "fraction of seen clients that are Byzantine (inflated losses, "
+    "noisy updates)", group="federation", ge=0, le=1, data=True,
+    needs=capable("byzantine", "{alg} has no Byzantine hook", "use --byzantine-fraction 0 or a "
+                  "synchronous algorithm", unless=lambda cfg: cfg.byzantine_fraction == 0))
+BYZANTINE = when(lambda cfg: cfg.byzantine_fraction > 0 and supports(cfg.algorithm).byzantine,
+                 "it configures Byzantine clients (--byzantine-fraction > 0)")
+NOISE = option("byzantine_noise", 1.0, "std of the Gaussian noise Byzantine clients add to "
+               "updates", applies=BYZANTINE, tunable=True, group="federation")
+LOSS_SCALE = option("byzantine_loss_scale", 10.0, "factor by which Byzantine clients inflate "
+                    "the losses they report", applies=BYZANTINE, tunable=True,
+                    group="federation")
 
 def byzantine(upd: ClientUpdate, idx, valid, key, data, hp) -> ClientUpdate:
     """`make_round(corrupt=byzantine)`; a no-op when the data carry no Byzantine tags."""
@@ -45,6 +41,9 @@ def byzantine(upd: ClientUpdate, idx, valid, key, data, hp) -> ClientUpdate:
                            hp.byzantine_noise * jax.random.normal(k, d.shape, d.dtype), 0.0)
              for d, k in zip(leaves, keys, strict=True)]
     scale = jnp.where(bad, hp.byzantine_loss_scale, 1.0)
-    extra = {k: (v * scale if k in REPORTED_LOSSES else v) for k, v in upd.extra.items()}
-    return upd._replace(delta=jax.tree.unflatten(treedef, noisy), extra=extra,
-                        loss=upd.loss * scale)
+    def inflate(v):  # the loss reports the rule asked for (None when it asked for none)
+        return None if v is None else v * scale
+
+    return upd._replace(delta=jax.tree.unflatten(treedef, noisy), loss=upd.loss * scale,
+                        loss_before=inflate(upd.loss_before),
+                        loss_after=inflate(upd.loss_after))

@@ -9,14 +9,24 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import capable, with_capability
+from ..core.fields import component, option
 from ..core.parts import WeightRule
 from ..core.registry import Registry
-from ..core.tunables import register_tunable
 from .fednova import FEDNOVA_RULE
 
-EXP_ALPHA = register_tunable("exp_alpha", 0.2, "Exp-alpha temperature alpha in rho_i ∝ "
-                                               "exp((F_i(w_i) - F_i(w))/alpha) (--aggregation "
-                                               "exp-alpha|exp-alpha-n)", gt=0)
+# The weight rules that read `hp.exp_alpha` (plain, and scaled by the data sizes n_i).
+EXP_ALPHA_RULES = ("exp-alpha", "exp-alpha-n")
+EXP_ALPHA = option("exp_alpha", 0.2, "Exp-alpha temperature alpha in rho_i ∝ "
+                   "exp((F_i(w_i) - F_i(w))/alpha) (--aggregation exp-alpha|exp-alpha-n)",
+                   applies=component("aggregation", *EXP_ALPHA_RULES), tunable=True, gt=0)
+option("aggregation", "proportional", "aggregation weight rule",
+       registry="aggregation", group="algorithm",
+       applies=capable("aggregation", "{alg} computes its own aggregation weights"),
+       needs=capable("fednova", unless=lambda cfg: cfg.aggregation != "fednova",
+                     reason=lambda cfg: "--aggregation fednova needs --algorithm "
+                     f"{', '.join(with_capability('fednova'))} (their clients report FedNova's "
+                     f"a_k); not {cfg.algorithm}"))
 
 
 def masked_normalize(raw: jax.Array, valid: jax.Array) -> jax.Array:
@@ -93,21 +103,15 @@ def log_samples(num_samples: jax.Array) -> jax.Array:
 
 def _exp_alpha_rule(scaled: bool) -> WeightRule:
     def logits(upd, idx, valid, state, hp):
-        return exp_alpha_logits(upd.extra["loss_before"], upd.extra["loss_after"],
+        return exp_alpha_logits(upd.loss_before, upd.loss_after,
                                 hp.exp_alpha, upd.num_samples if scaled else None)
 
     def rule(upd, idx, valid, state, hp):
-        return exp_alpha(upd.extra["loss_before"], upd.extra["loss_after"], valid,
+        return exp_alpha(upd.loss_before, upd.loss_after, valid,
                          hp.exp_alpha, upd.num_samples if scaled else None)
 
     return WeightRule(rule, BOTH, logits)
 
-
-# The weight rules that read `hp.exp_alpha` (plain, and scaled by the data sizes n_i).
-EXP_ALPHA_RULES = ("exp-alpha", "exp-alpha-n")
-# `--aggregation` name -> the options only that rule reads (`run.validate.component_options`
-# refuses them for a run that aggregates otherwise)
-OWN_OPTIONS = {name: ("exp_alpha",) for name in EXP_ALPHA_RULES}
 
 # `--aggregation` name -> WeightRule (the rules of FedAvg-style algorithms)
 AGGREGATIONS = Registry("aggregation", {

@@ -11,7 +11,7 @@ their p-weighted mean:
 
 As a weight rule on Delta_k this is w_k = p_k tau_eff / a_k (over the valid cohort slots),
 so any server optimizer applies to the normalised pseudo-gradient. With equal tau_k it is
-FedAvg's proportional rule. The local objective reports a_k in `extra["fednova_a"]`
+FedAvg's proportional rule. The local objective reports a_k in `fednova_a`
 (`algorithms.fedavg.sgd_local`).
 """
 
@@ -49,4 +49,4 @@ def fednova_weights(a: jax.Array, num_samples: jax.Array, valid: jax.Array) -> j
 
 
 FEDNOVA_RULE = WeightRule(lambda upd, idx, valid, state, hp: fednova_weights(
-    upd.extra["fednova_a"], upd.num_samples, valid))
+    upd.fednova_a, upd.num_samples, valid))

@@ -46,28 +46,32 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ..core.capabilities import capable, with_capability
 from ..core.config import ConfigError, Options
-from ..core.fields import register_option
+from ..core.fields import component, option
 from ..core.parts import Selector
-from ..core.tunables import register_tunable
 
-# the hyperparameters of user-level DP-FedAvg
-CLIP = register_tunable("dp_clip", 1.0, "DP: L2 clip norm C of each client's update (the "
-                                        "initial C with --dp adaptive)", group="uplink", gt=0)
-NOISE = register_tunable("dp_noise", 1.0, "DP: noise multiplier z; the sum of clipped updates "
-                                          "gets N(0, z^2 C^2) noise (with --dp adaptive z is "
-                                          "the accounted multiplier, shared with the clip "
-                                          "count)", group="uplink", ge=0)
-QUANTILE = register_tunable("dp_quantile", 0.5, "DP adaptive clipping: target quantile gamma "
-                                                "of the update norms", group="uplink", ge=0,
-                            le=1)
-CLIP_LR = register_tunable("dp_clip_lr", 0.2, "DP adaptive clipping: learning rate eta_C of "
-                                              "the geometric update C <- C exp(-eta_C (b - "
-                                              "gamma))", group="uplink", ge=0)
-COUNT_NOISE = register_tunable("dp_count_noise", 0.0, "DP adaptive clipping: std sigma_b of "
-                                                      "the noise on the clip count (0 = "
-                                                      "expected cohort / 20, the paper's "
-                                                      "choice)", group="uplink", ge=0)
+# user-level DP-FedAvg: on with `--dp fixed|adaptive` (for the algorithms that support it),
+# and its options apply only then (the adaptive clipping's only with `--dp adaptive`)
+option("dp", "off", "user-level DP-FedAvg: off, fixed (clip norm --dp-clip) or adaptive",
+       ("off", "fixed", "adaptive"), group="uplink", needs=capable(
+           "dp", unless=lambda cfg: cfg.dp == "off", reason=lambda cfg: f"--dp {cfg.dp} supports "
+           f"--algorithm {' or '.join(with_capability('dp'))}: {cfg.algorithm}'s weights or "
+           "uploads are not bounded by the clip norm C"))
+DP_ON, ADAPTIVE = component("dp", "fixed", "adaptive"), component("dp", "adaptive")
+CLIP = option("dp_clip", 1.0, "DP: L2 clip norm C of each client's update (the initial C "
+              "with --dp adaptive)", applies=DP_ON, tunable=True, group="uplink", gt=0)
+NOISE = option("dp_noise", 1.0, "DP: noise multiplier z; the sum of clipped updates gets "
+               "N(0, z^2 C^2) noise (with --dp adaptive z is the accounted multiplier, shared "
+               "with the clip count)", applies=DP_ON, tunable=True, group="uplink", ge=0)
+QUANTILE = option("dp_quantile", 0.5, "DP adaptive clipping: target quantile gamma of the "
+                  "update norms", applies=ADAPTIVE, tunable=True, group="uplink", ge=0, le=1)
+CLIP_LR = option("dp_clip_lr", 0.2, "DP adaptive clipping: learning rate eta_C of the "
+                 "geometric update C <- C exp(-eta_C (b - gamma))", applies=ADAPTIVE,
+                 tunable=True, group="uplink", ge=0)
+COUNT_NOISE = option("dp_count_noise", 0.0, "DP adaptive clipping: std sigma_b of the noise on "
+                     "the clip count (0 = expected cohort / 20, the paper's choice)",
+                     applies=ADAPTIVE, tunable=True, group="uplink", ge=0)
 
 # Models with state besides params (BatchNorm statistics), which clients upload unclipped.
 STATEFUL_MODELS = ("cnn_bn", "resnet20")
@@ -80,21 +84,14 @@ OVERFLOW_BOUND = 1e-12
 # The configuration fields of the Poisson cohort (`poisson_selector`) and of the DP checks
 # (`check`), for `RunConfig.view`.
 SELECTOR_OPTIONS = ("cohort",)
-# Options of DP-FedAvg (`--dp fixed` / `adaptive`): given with `--dp off`, or an adaptive
-# one with fixed clipping, they are refused (`run.validate.check_ignored`).
-_DP_ON = ("fixed", "adaptive")  # the `--dp` names that read the options below
-register_option("dp_sampling", "poisson", "DP cohort: poisson (each client joins with rate "
-                "q = cohort/clients; --cohort is the expected size) or fixed (exactly "
-                "--cohort clients)", ("poisson", "fixed"), kind="dp", names=_DP_ON,
-                group="uplink")
-register_option("dp_delta", 1e-5, "DP: the delta at which epsilon is reported", kind="dp",
-                names=_DP_ON, group="uplink", gt=0, lt=1, hint="use less than 1 / --clients")
-register_option("dp_publish_client_stats", False, "DP: also write the statistics the "
-                "guarantee does not cover (train-split losses, per-client results, cohort ids "
-                "and sizes, clipped share); results.json lists them under "
-                "privacy.outside_guarantee", kind="dp", names=_DP_ON, group="uplink")
-_DP = ("dp_sampling", "dp_delta", "dp_clip", "dp_noise", "dp_publish_client_stats")
-OWN_OPTIONS = {"fixed": _DP, "adaptive": (*_DP, "dp_quantile", "dp_clip_lr", "dp_count_noise")}
+option("dp_sampling", "poisson", "DP cohort: poisson (each client joins with rate q = "
+       "cohort/clients; --cohort is the expected size) or fixed (exactly --cohort clients)",
+       ("poisson", "fixed"), applies=DP_ON, group="uplink")
+option("dp_delta", 1e-5, "DP: the delta at which epsilon is reported", applies=DP_ON,
+       group="uplink", gt=0, lt=1, hint="use less than 1 / --clients")
+option("dp_publish_client_stats", False, "DP: also write the statistics the guarantee does not "
+       "cover (train-split losses, per-client results, cohort ids and sizes, clipped share); "
+       "results.json lists them under privacy.outside_guarantee", applies=DP_ON, group="uplink")
 CHECK_OPTIONS = ("dp", "dp_sampling", "availability", "aggregation", "selector",
                  "flip_protocol", "model", "byzantine_fraction", "client_chunk", "cohort")
 
@@ -151,7 +148,7 @@ def poisson_selector(opts: Options) -> Selector:
         over = jnp.sum(c).astype(jnp.int32) - idx.shape[0]
         return {"dp_overflow": jnp.maximum(over, 0)}
 
-    return Selector(lambda key, state, data, hp: {}, select, metrics=metrics)
+    return Selector(lambda key, state, data, hp: None, select, metrics=metrics)
 
 
 def tree_norms(delta) -> jax.Array:

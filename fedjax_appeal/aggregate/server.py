@@ -19,14 +19,19 @@ from __future__ import annotations
 import optax
 
 from ..core.config import HParams
+from ..core.fields import component, option
 from ..core.registry import Registry
-from ..core.tunables import register_tunable
 
+option("server_opt", "sgd", "server optimizer", registry="server_opt",
+       group="algorithm")
 # the server optimizers' hyperparameters (FedAvgM / FedAdam / FedYogi)
-MOMENTUM = register_tunable("server_momentum", 0.9, "server momentum (FedAvgM) / Adam beta1")
-BETA2 = register_tunable("server_beta2", 0.99, "server Adam/Yogi beta2")
-EPS = register_tunable("server_eps", 1e-3, "server Adam/Yogi epsilon (the adaptivity tau of "
-                                           "Reddi et al.)")
+ADAPTIVE = component("server_opt", "adam", "yogi")
+MOMENTUM = option("server_momentum", 0.9, "server momentum (FedAvgM) / Adam beta1",
+                  applies=component("server_opt", "momentum", "nesterov", "adam", "yogi"),
+                  tunable=True)
+BETA2 = option("server_beta2", 0.99, "server Adam/Yogi beta2", applies=ADAPTIVE, tunable=True)
+EPS = option("server_eps", 1e-3, "server Adam/Yogi epsilon (the adaptivity tau of Reddi et al.)",
+             applies=ADAPTIVE, tunable=True)
 
 SERVER_OPTS = Registry("server optimizer", {
     "sgd": lambda hp: optax.sgd(hp.server_lr),
@@ -43,29 +48,3 @@ def server_optimizer(name: str, hp: HParams) -> optax.GradientTransformation:
     """The optax transform `name` of `SERVER_OPTS` with the hyperparameters of `hp`."""
     return SERVER_OPTS.get(name)(hp)
 
-
-class _Reads:
-    """Stands in for `HParams` and notes every field a builder reads."""
-
-    def __init__(self):
-        self.names: set[str] = set()
-
-    def __getattr__(self, name: str) -> float:
-        self.names.add(name)
-        return 0.5
-
-
-def server_opt_reads() -> dict[str, frozenset[str]]:
-    """Server optimizer name -> the `HParams` fields its builder reads (`sgd`: server_lr;
-    `adam`: server_lr, server_momentum, server_beta2, server_eps; ...), found by calling each
-    registered builder once on a recorder. A builder that fails on the recorder is left out
-    (nothing is said about the fields it reads)."""
-    out = {}
-    for name in SERVER_OPTS:
-        rec = _Reads()
-        try:
-            SERVER_OPTS[name](rec)
-        except Exception:  # noqa: BLE001 - a plugin builder that needs a real HParams
-            continue
-        out[name] = frozenset(rec.names)
-    return out

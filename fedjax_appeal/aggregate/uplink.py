@@ -5,12 +5,12 @@
     upd, mem, metrics = uplink.send(upd, idx, valid, key, mem, hp)
     pseudo, w, mem, metrics = uplink.aggregate(upd, w, valid, key, mem, hp)
 
-with `mem = state.extra["uplink"]`:
+with `mem = state.uplink`, an `UplinkMemory`:
 
     client   every client's compressor state stacked [N, ...] (error-feedback residuals),
              gathered for the cohort by client id and scattered back for the valid slots
-             (clients outside the cohort keep theirs); absent without compression
-    clip     [] the current clip norm C (adaptive DP clipping only)
+             (clients outside the cohort keep theirs); None without compression
+    clip     [] the current clip norm C (adaptive DP clipping only; else None)
 
 `send` compresses each client's flattened Delta_k (`local/compress.py`) and reports
 `bits_up`, the bits the valid slots sent this round. `aggregate` (DP only; None leaves the
@@ -38,10 +38,17 @@ OPTIONS = (*fields_in("uplink"), "cohort")
 CHECK_OPTIONS = ("compress", "client_chunk")
 
 
+class UplinkMemory(NamedTuple):
+    """The uplink's state across rounds (`ServerState.uplink`; see the module docstring)."""
+
+    client: Any = None  # [N, ...] every client's compressor state, or None
+    clip: jax.Array | None = None  # [] float32 adaptive clip norm C, or None
+
+
 class Uplink(NamedTuple):
     """init(params, num_clients, hp) -> mem; send / aggregate as in the module docstring."""
 
-    init: Callable[[Any, int, Any], dict]
+    init: Callable[[Any, int, Any], UplinkMemory]
     send: Callable | None
     aggregate: Callable | None
 
@@ -61,14 +68,14 @@ def make_uplink(opts: Options) -> Uplink | None:
     denom = float(opts.cohort)  # q N, the expected cohort size (fixed-denominator estimator)
 
     def init(params, n, hp):
-        mem = {}
+        client = clip = None
         if comp_on:
             d = ravel_pytree(params)[0].shape[0]
             state = compress.from_config(comp_opts, d).init(d)
-            mem["client"] = jax.tree.map(lambda a: jnp.broadcast_to(a, (n, *a.shape)), state)
+            client = jax.tree.map(lambda a: jnp.broadcast_to(a, (n, *a.shape)), state)
         if adaptive:
-            mem["clip"] = jnp.asarray(hp.dp_clip, jnp.float32)
-        return mem
+            clip = jnp.asarray(hp.dp_clip, jnp.float32)
+        return UplinkMemory(client, clip)
 
     def send(upd, idx, valid, key, mem, hp):
         first = jax.tree.map(lambda a: a[0], upd.delta)
@@ -76,16 +83,16 @@ def make_uplink(opts: Options) -> Uplink | None:
         d = flat0.shape[0]
         comp = compress.from_config(comp_opts, d)
         flat = jax.vmap(lambda t: ravel_pytree(t)[0])(upd.delta)
-        own = jax.tree.map(lambda a: a[idx], mem["client"])
+        own = jax.tree.map(lambda a: a[idx], mem.client)
         sent, new = jax.vmap(comp.update)(flat, own, jax.random.split(key, idx.shape[0]))
         new = jax.tree.map(lambda n_, o: jnp.where(_rows(valid, n_), n_, o), new, own)
-        mem = {**mem, "client": jax.tree.map(lambda full, rows: full.at[idx].set(rows),
-                                             mem["client"], new)}
+        mem = mem._replace(client=jax.tree.map(lambda full, rows: full.at[idx].set(rows),
+                                               mem.client, new))
         bits = jnp.float32(comp.bits(d)) * jnp.sum(valid).astype(jnp.float32)
         return upd._replace(delta=jax.vmap(unravel)(sent)), mem, {"bits_up": bits}
 
     def aggregate(upd, w, valid, key, mem, hp):
-        clip = mem["clip"] if adaptive else hp.dp_clip
+        clip = mem.clip if adaptive else hp.dp_clip
         sigma_b = privacy.count_noise(hp, opts.cohort)
         sigma = privacy.delta_noise_multiplier(hp.dp_noise, sigma_b, adaptive)
         k_sum, k_count = jax.random.split(key)
@@ -96,7 +103,7 @@ def make_uplink(opts: Options) -> Uplink | None:
                    "dp_noise_std": sigma * clip / denom}
         if adaptive:
             new_clip, b = privacy.adaptive_clip(clip, norms, valid, k_count, hp, sigma_b, denom)
-            mem = {**mem, "clip": new_clip}
+            mem = mem._replace(clip=new_clip)
             metrics["dp_unclipped_share"] = b
         return pseudo, valid.astype(jnp.float32) / denom, mem, metrics
 

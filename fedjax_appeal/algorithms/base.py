@@ -1,9 +1,10 @@
 """`FederatedAlgorithm` and `compose`: an algorithm is its local objective, its weight rule
-and its extra state; `compose` adds what every algorithm shares (model init, server
+and its own typed state; `compose` adds what every algorithm shares (model init, server
 optimizer, cohort selector, Byzantine hook, loss reports, executor)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -18,7 +19,7 @@ from ..aggregate.uplink import make_uplink
 from ..core.arrays import FederatedData
 from ..core.capabilities import SUPPORTS, Supports, supports
 from ..core.config import HParams, Options, RunConfig
-from ..core.fields import declared_for
+from ..core.fields import Applies, mentioning, option
 from ..core.memo import shared
 from ..core.models import Model
 from ..core.registry import Registry
@@ -52,8 +53,10 @@ RoundFn = Callable[[ServerState, FederatedData, jax.Array, HParams], tuple[Serve
 EvalFn = Callable[[ServerState, FederatedData, HParams], dict[str, Any]]
 # local(state, data, k, key, hp) -> Trained: one client's local objective
 LocalObjective = Callable[[ServerState, FederatedData, jax.Array, jax.Array, HParams], Trained]
-# init_extra(key, params, model_state, data, hp) -> dict: the algorithm's server state
-ExtraInit = Callable[[jax.Array, Any, Any, FederatedData, HParams], dict]
+# init_fields(key, params, model_state, data, hp) -> {field: value}: the fields of
+# `ServerState` the algorithm sets before round 1 (its own typed state under "algo", the
+# shared "rho", "solo", "eval_key")
+FieldsInit = Callable[[jax.Array, Any, Any, FederatedData, HParams], dict[str, Any]]
 
 
 class FederatedAlgorithm(NamedTuple):
@@ -102,8 +105,8 @@ def global_evaluator(model: Model) -> EvalFn:
     return evaluate
 
 
-# The configuration fields every algorithm's builder reads (`options_for`), besides its own
-# `Supports.options` and `Supports.reads`: its local training, weight rule, server
+# The configuration fields every algorithm's builder reads (`options_for`), besides the
+# options that apply to it (`own_options`): its local training, weight rule, server
 # optimizer and cohort layout, and what `compose` adds (selector, uplink / DP, client
 # heterogeneity).
 SHARED_OPTIONS = tuple(dict.fromkeys((
@@ -112,13 +115,21 @@ SHARED_OPTIONS = tuple(dict.fromkeys((
     *privacy.SELECTOR_OPTIONS, *uplink.OPTIONS, *accounting.OPTIONS, *hetero.OPTIONS)))
 
 
+def own_options(name: str) -> tuple[str, ...]:
+    """The static options whose `applies` names algorithm `name`, a part it is built on
+    (`Supports.parts`) or a capability it declares: what its builder reads besides
+    `SHARED_OPTIONS`."""
+    sup = supports(name)
+    flags = [f.name for f in dataclasses.fields(Supports) if getattr(sup, f.name) is True]
+    return (*mentioning("algorithm", name), *(o for p in sup.parts for o in mentioning("part", p)),
+            *(o for f in flags for o in mentioning("capability", f)))
+
+
 def options_for(name: str, cfg: RunConfig | Options) -> Options:
     """The options algorithm `name`'s builder receives: a read-only view of `cfg` with
-    `SHARED_OPTIONS`, the fields its `Supports` declares (`options`, `reads`, `tuning`)
-    and the options declared for it or for a selector (`core.fields.register_option`)."""
-    sup = supports(name)
-    return cfg.view((*SHARED_OPTIONS, *declared_for("selector"), *sup.options, *sup.reads,
-                     *sup.tuning, *declared_for("algorithm", name)), f"algorithm {name!r}")
+    `SHARED_OPTIONS`, its own options (`own_options`) and the selectors' options."""
+    return cfg.view((*SHARED_OPTIONS, *mentioning("selector"), *own_options(name)),
+                    f"algorithm {name!r}")
 
 
 @shared
@@ -131,8 +142,8 @@ def initial_model(model: Model) -> InitialFn:
     return initial
 
 
-def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
-            weights: WeightRule, post: PostFn | None = None, init_extra: ExtraInit | None = None,
+def compose(name: str | Applies, model: Model, opts: Options, *, local: LocalObjective,
+            weights: WeightRule, post: PostFn | None = None, init_fields: FieldsInit | None = None,
             evaluate: EvalFn | None = None, average_state: bool = True,
             executor: CohortExecutor | None = None,
             pre_init: PreInitFn | None = None) -> FederatedAlgorithm:
@@ -140,19 +151,21 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
     options, `options_for`; each part is handed the view of the fields it declares).
 
     init: key -> (k_model, k_sel); params from `model.init(k_model)`; the algorithm's
-    `init_extra(key, params, model_state, data, hp)` (the whole init key, e.g. for the solo
+    `init_fields(key, params, model_state, data, hp)` (the whole init key, e.g. for the solo
     models of MaxFL); the `opts.server_opt` optimizer state; the `opts.selector` memory.
     round: `make_round` with the local objective wrapped by `client.reporting` (the loss
     reports `weights.needs`), the Byzantine hook, the server optimizer and `executor`
     (default: `Executor(opts.client_chunk, None, opts.client_lanes)`, one device).
 
     Args:
-      name: the algorithm's registered name.
+      name: the algorithm's registered name (or its `algorithm(name)` predicate).
       model, opts: the model and the builder's options (a `RunConfig` view).
       local: one client's local objective, returning `client.Trained`.
       weights: the aggregation `WeightRule`.
       post: `post(old, new, updates, idx, valid, w, hp)`, the algorithm's state update.
-      init_extra: the algorithm's entries of `state.extra`; with `pre_init`, it takes the
+      init_fields: the `ServerState` fields the algorithm sets, as a dict: its own typed
+        state (a NamedTuple it declares) under "algo", and the shared "rho", "solo" or
+        "eval_key" it uses (a name that is no field is a TypeError); with `pre_init`, it takes the
         pre-init output as a sixth argument.
       evaluate: the evaluator (default: the global model on every split).
       average_state: average the clients' model state (FedBN keeps it per client).
@@ -161,11 +174,12 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
       pre_init: the algorithm-independent part of its init (`FederatedAlgorithm.pre_init`),
         from the initial model `initial_model(model)`.
     """
+    name = algorithm_name(name)
     hetero_opts = opts.view(hetero.OPTIONS, "client heterogeneity")
     up = make_uplink(opts.view(uplink.OPTIONS, "the uplink"))  # None when both are off
     selector = (poisson_selector(opts.view(privacy.SELECTOR_OPTIONS, "the DP cohort"))
                 if opts.dp != "off" and opts.dp_sampling == "poisson" else
-                make_selector(model, opts.view((*selectors.OPTIONS, *declared_for("selector")),
+                make_selector(model, opts.view((*selectors.OPTIONS, *mentioning("selector")),
                                               f"selector {opts.selector!r}")))
     selector = with_availability(selector, hetero_opts)  # identity unless asked
     server_opt = opts.server_opt
@@ -178,16 +192,15 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
         if pre is None and pre_init is not None:
             pre = pre_init(key, data, hp)
         params, mstate = pre["initial"] if pre is not None else model.init(k_model)
-        extra = None
-        if init_extra is not None:
-            extra = (init_extra(key, params, mstate, data, hp) if pre_init is None else
-                     init_extra(key, params, mstate, data, hp, pre))
+        fields = {}
+        if init_fields is not None:
+            fields = (init_fields(key, params, mstate, data, hp) if pre_init is None else
+                      init_fields(key, params, mstate, data, hp, pre))
         if hetero_on(hetero_opts):  # per-client steps, availability, deadline (local/hetero.py)
-            extra = {**(extra or {}), "hetero": init_hetero(key, data.num_clients)}
-        state = init_state(params, mstate, tx(hp), data.num_clients, extra)
+            fields = {**fields, "hetero": init_hetero(key, data.num_clients)}
+        state = init_state(params, mstate, tx(hp), data.num_clients, **fields)
         if up is not None:
-            state = state.replace(extra={**state.extra,
-                                         "uplink": up.init(params, data.num_clients, hp)})
+            state = state.replace(uplink=up.init(params, data.num_clients, hp))
         return attach_selector(state, selector, k_sel, data, hp)
 
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
@@ -204,16 +217,27 @@ def compose(name: str, model: Model, opts: Options, *, local: LocalObjective,
 # builder(model, opts, executor) -> FederatedAlgorithm; opts = `options_for(name, cfg)`
 Builder = Callable[[Model, Options, CohortExecutor | None], FederatedAlgorithm]
 ALGORITHMS = Registry("algorithm", sort=True)  # name -> Builder
+option("algorithm", "fedavg", "federated algorithm",
+       registry="algorithm", group="algorithm")
 
 
-def register(name: str, supports: Supports | None = None):
+def register(name: str | Applies, supports: Supports | None = None):
     """Decorator adding an algorithm builder `(model, opts, executor) -> FederatedAlgorithm`
-    with its capability flags (`core.capabilities.Supports`; default: what `compose`
-    provides). `opts` is the read-only view `options_for(name, cfg)`: `SHARED_OPTIONS` and
-    the fields the flags declare (`options`, `reads`); reading any other field raises
-    `UndeclaredOption`."""
+    under `name` (or the one algorithm an `algorithm(name)` predicate names, the one a
+    plugin's options apply to), with what it is built from and supports
+    (`core.capabilities.Supports`; default: what `compose` provides). `opts` is the
+    read-only view `options_for(name, cfg)`: `SHARED_OPTIONS` and its own options
+    (`own_options`); reading any other option raises `UndeclaredOption`."""
+    name = algorithm_name(name)
     SUPPORTS[name] = supports if supports is not None else Supports()
     return ALGORITHMS.register(name)
+
+
+def algorithm_name(name: str | Applies) -> str:
+    """`name`, or the one algorithm an `algorithm(name)` predicate names."""
+    if isinstance(name, Applies):
+        (name,) = name.names("algorithm")
+    return name
 
 
 def build(name: str, model: Model, cfg: RunConfig, *,

@@ -12,44 +12,26 @@ from __future__ import annotations
 
 from ..aggregate.aggregation import weight_rule
 from ..aggregate.fednova import local_norm
-from ..core.capabilities import Supports
+from ..core.capabilities import Supports, part
 from ..core.config import ConfigError, Options
-from ..core.errors import UndeclaredOption
-from ..core.fields import register_option
+from ..core.fields import option
 from ..core.models import Model
-from ..core.tunables import register_tunable
 from ..local import hetero
 from ..local.client import Trained, local_sgd, proximal
 from ..local.optimizers import CLIENT_OPTS, client_optimizer
 from .base import compose, register
 
-PROX_MU = register_tunable("prox_mu", 0.01, "FedProx proximal coefficient mu", ge=0)
-
-# What `sgd_local` reads beside the shared options (how it runs, not what it computes): an
-# algorithm built on it (a plugin's too) lists these in its `Supports.tuning`, so that
-# `--local-unroll` is refused for the others.
-SGD_LOCAL_OPTIONS = ("local_unroll", "client_opt")
-# the built-in algorithms built on `sgd_local` (their `Supports.tuning` lists
-# SGD_LOCAL_OPTIONS)
-SGD_LOCAL_ALGORITHMS = ("afl", "fedavg", "fednova", "fedprox", "incfl", "maxfl", "mwfed", "qffl")
-LOCAL_UNROLL = register_option(
-    "local_unroll", 1, "unroll factor of the local-steps scan of the algorithms built on "
-    "FedAvg's local SGD (0 = every step)", kind="algorithm", names=SGD_LOCAL_ALGORITHMS,
-    group="federation", ge=0)
-CLIENT_OPT = register_option(
-    "client_opt", "sgd", "client optimizer of the local steps of the algorithms built on "
-    "FedAvg's local SGD (local/optimizers.py: sgd, momentum, nesterov, adam; at "
-    "--client-lr); the solo models of the appeal protocol keep plain SGD", CLIENT_OPTS,
-    kind="algorithm", names=SGD_LOCAL_ALGORITHMS, group="algorithm")
-
-
-def _client_opt(opts) -> str:
-    """`opts.client_opt`; "sgd" for the options of a plugin built on `sgd_local` that do
-    not list SGD_LOCAL_OPTIONS."""
-    try:
-        return opts.client_opt
-    except (AttributeError, UndeclaredOption):
-        return "sgd"
+# The shared parts of this file: FedAvg's local SGD (`sgd_local`) and FedProx's proximal
+# term. An algorithm built on one (a plugin's too) lists it in `Supports(parts=...)`, and the
+# part's options apply to it (and are refused for the others).
+SGD_LOCAL, PROXIMAL = part("sgd_local"), part("proximal")
+PROX_MU = option("prox_mu", 0.01, "FedProx proximal coefficient mu", applies=PROXIMAL,
+                 tunable=True, ge=0)
+LOCAL_UNROLL = option("local_unroll", 1, "unroll factor of the local SGD scan (0 = every step)",
+                      applies=SGD_LOCAL, group="federation", ge=0)
+# the client optimizer (at --client-lr; the appeal protocol's solo models keep plain SGD)
+CLIENT_OPT = option("client_opt", "sgd", "client optimizer of the local steps", CLIENT_OPTS,
+                    applies=SGD_LOCAL)
 
 
 def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None = None):
@@ -58,12 +40,13 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
 
     With `--local-steps-dist` other than fixed, client k takes tau_k steps
     (`local.hetero.client_steps`); with FedNova aggregation it reports its normaliser a_k
-    (`aggregate.fednova.local_norm`) in `extra["fednova_a"]` (`nova`: None = when
+    (`aggregate.fednova.local_norm`) in `Trained.fednova_a` (`nova`: None = when
     `--aggregation fednova`).
     """
     varied = opts.local_steps_dist != "fixed"
     nova = opts.aggregation == "fednova" if nova is None else nova
-    tx = client_optimizer(_client_opt(opts))
+    unroll = opts.local_unroll or True  # read here: an undeclared read fails when built
+    tx = client_optimizer(opts.client_opt)
     if nova and tx is not None:
         raise ConfigError("--aggregation fednova's normaliser a_k assumes plain SGD clients: "
                           "use --client-opt sgd")
@@ -74,20 +57,18 @@ def sgd_local(model: Model, opts: Options, prox: bool = False, nova: bool | None
                                    data.train.count[k]) if varied else None)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=opts.local_steps, batch_size=opts.batch_size, regularizer=reg,
-                        tx=None if tx is None else tx(hp), num_steps=tau,
-                        unroll=opts.local_unroll or True)
-        extra = {}
+                        tx=None if tx is None else tx(hp), num_steps=tau, unroll=unroll)
+        a = None
         if nova:
             steps = opts.local_steps if tau is None else tau
-            extra["fednova_a"] = local_norm(steps, hp.client_lr, hp.prox_mu if prox else 0.0)
+            a = local_norm(steps, hp.client_lr, hp.prox_mu if prox else 0.0)
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
-                       extra)
+                       fednova_a=a)
 
     return local
 
 
-FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True,
-                           tuning=SGD_LOCAL_OPTIONS)
+FEDAVG_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True, parts=("sgd_local",))
 
 
 @register("fedavg", FEDAVG_SUPPORTS)
@@ -97,7 +78,7 @@ def fedavg(model: Model, opts: Options, executor=None):
 
 
 FEDPROX_SUPPORTS = Supports(varied_steps=True, fednova=True, dp=True,
-                            options=("prox_mu",), tuning=SGD_LOCAL_OPTIONS)
+                            parts=("sgd_local", "proximal"))
 
 
 @register("fedprox", FEDPROX_SUPPORTS)

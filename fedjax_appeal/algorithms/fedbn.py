@@ -2,7 +2,7 @@
 Normalization", ICLR).
 
 Every client keeps its own BatchNorm layers: the BN affine parameters (scale, bias) and the
-BN statistics (`batch_stats`) of client k live in `FedBNState` (`state.extra["fedbn"]`)
+BN statistics (`batch_stats`) of client k live in `FedBNState` (`state.algo`)
 with a leading client axis [M, ...]; a round gathers them for the cohort, trains, and
 scatters the cohort's new values back. They are never averaged. All other parameters are
 aggregated as in FedAvg (any `--aggregation`, e.g. Exp-alpha, and any `--server-opt`);
@@ -64,14 +64,14 @@ def _scatter(table, rows, idx, valid):
 
 
 class FedBNState(NamedTuple):
-    """FedBN's server state (`state.extra["fedbn"]`): every seen client's own BatchNorm."""
+    """FedBN's server state (`state.algo`): every seen client's own BatchNorm."""
 
     bn_params: Any  # [M, ...] the BN affine parameters (scale, bias) of each client
     bn_state: Any  # [M, ...] the BN statistics (`batch_stats`) of each client
 
 
 class FedBNReport(NamedTuple):
-    """What a FedBN client reports besides its update (`ClientUpdate.extra["fedbn"]`)."""
+    """What a FedBN client reports besides its update (`ClientUpdate.report`)."""
 
     bn_params: Any  # its BN affine parameters after the local steps
 
@@ -80,7 +80,7 @@ def fedbn_local(model: Model, opts: Options):
     """Local objective of client k with its own BN parameters and statistics."""
 
     def local(state, data, k, key, hp):
-        st: FedBNState = state.extra["fedbn"]
+        st: FedBNState = state.algo
         bn_k = jax.tree.map(lambda a: a[k], st.bn_params)
         ms_k = jax.tree.map(lambda a: a[k], st.bn_state)
         params = with_bn(state.params, bn_k)
@@ -89,14 +89,14 @@ def fedbn_local(model: Model, opts: Options):
         delta = tree_sub(params, res.params)
         delta = with_bn(delta, jax.tree.map(jnp.zeros_like, bn_k))  # BN never aggregated
         return Trained((params, ms_k), (res.params, res.state), res.loss,
-                       {"fedbn": FedBNReport(bn_part(res.params))}, delta)
+                       FedBNReport(bn_part(res.params)), delta)
 
     return local
 
 
 def personal_params(state, num: int | None = None):
     """Per-client params [M, ...]: the global non-BN leaves with each client's BN."""
-    bn = state.extra["fedbn"].bn_params
+    bn = state.algo.bn_params
     m = jax.tree.leaves(bn)[0].shape[0] if num is None else num
     tiled = jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), state.params)
     return with_bn(tiled, bn)
@@ -120,11 +120,11 @@ def adapt_bn(model: Model, params, mstate, arrays, key, batch_size: int):
 def fedbn_evaluator(model: Model, opts: Options):
     def evaluate(state, data, hp):
         pp = personal_params(state)
-        ms = state.extra["fedbn"].bn_state
+        ms = state.algo.bn_state
         out = {"train": evaluate_personal(model, pp, ms, data.train),
                "test": evaluate_personal(model, pp, ms, data.test)}
         if data.unseen_train is not None:
-            mean_bn = jax.tree.map(lambda a: a.mean(0), state.extra["fedbn"].bn_params)
+            mean_bn = jax.tree.map(lambda a: a.mean(0), state.algo.bn_params)
             mean_ms = jax.tree.map(lambda a: a.mean(0), ms)
             p = with_bn(state.params, mean_bn)
             key = jax.random.fold_in(jax.random.key(0), state.round)
@@ -143,14 +143,14 @@ def fedbn_init(key, params, mstate, data, hp):
     """Every seen client's BN parameters and statistics [M, ...], all the initial ones."""
     m = data.num_clients
     tile = lambda t: jax.tree.map(lambda a: jnp.broadcast_to(a, (m, *a.shape)), t)
-    return {"fedbn": FedBNState(tile(bn_part(params)), tile(mstate))}
+    return {"algo": FedBNState(tile(bn_part(params)), tile(mstate))}
 
 
 def fedbn_post(old, new, upd, idx, valid, w, hp):
-    st: FedBNState = new.extra["fedbn"]
-    return new.replace(extra={**new.extra, "fedbn": FedBNState(
-        _scatter(st.bn_params, upd.extra["fedbn"].bn_params, idx, valid),
-        _scatter(st.bn_state, upd.model_state, idx, valid))})
+    st: FedBNState = new.algo
+    return new.replace(algo=FedBNState(
+        _scatter(st.bn_params, upd.report.bn_params, idx, valid),
+        _scatter(st.bn_state, upd.model_state, idx, valid)))
 
 
 FEDBN_SUPPORTS = Supports()
@@ -164,5 +164,5 @@ def fedbn(model: Model, opts: Options, executor=None):
         raise ConfigError(f"fedbn needs a model with BatchNorm (got '{model.name}'): use "
                           "--model cnn_bn or --model resnet20")
     return compose("fedbn", model, opts, local=fedbn_local(model, opts), weights=weight_rule(opts),
-                   post=fedbn_post, init_extra=fedbn_init, average_state=False,
+                   post=fedbn_post, init_fields=fedbn_init, average_state=False,
                    evaluate=fedbn_evaluator(model, opts), executor=executor)

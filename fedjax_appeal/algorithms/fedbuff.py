@@ -37,23 +37,21 @@ import jax.numpy as jnp
 import optax
 
 from ..aggregate.server import server_optimizer
-from ..core.capabilities import Supports
+from ..core.capabilities import Supports, algorithm
 from ..core.config import Options
-from ..core.fields import register_option
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import ServerState, init_state, server_step, weighted_sum
-from ..core.tunables import register_tunable
 from ..local.client import local_sgd, tree_sub
 from .base import FederatedAlgorithm, global_evaluator, register
 
-STALENESS_POWER = register_tunable("staleness_power", 0.5, "fedbuff: an update of staleness s "
-                                                          "weighs (1 + s)^-power (0.5 = "
-                                                          "1/sqrt(1 + s) of Nguyen et al. "
-                                                          "2022)", group="hetero", ge=0)
-
-CONCURRENCY = register_option("concurrency", 0, "fedbuff: clients training at once (0 = 2 x "
-                              "--cohort); the server applies every --cohort arrivals",
-                              kind="algorithm", names=("fedbuff",), group="hetero", ge=0)
+FEDBUFF = algorithm("fedbuff")
+STALENESS_POWER = option("staleness_power", 0.5, "fedbuff: an update of staleness s weighs "
+                         "(1 + s)^-power (0.5 = 1/sqrt(1 + s) of Nguyen et al. 2022)",
+                         applies=FEDBUFF, tunable=True, group="hetero", ge=0)
+CONCURRENCY = option("concurrency", 0, "fedbuff: clients training at once (0 = 2 x --cohort); "
+                     "the server applies every --cohort arrivals", applies=FEDBUFF,
+                     group="hetero", ge=0)
 
 # train(params, model_state, k, key, hp) -> (delta, model_state_k, loss)
 TrainFn = Callable[[Any, Any, jax.Array, jax.Array, Any], tuple[Any, Any, jax.Array]]
@@ -88,7 +86,7 @@ def _take(tree, i):
 
 
 class FedBuffState(NamedTuple):
-    """FedBuff's server state (`state.extra["fedbuff"]`): the clients in flight."""
+    """FedBuff's server state (`state.algo`): the clients in flight."""
 
     key: jax.Array  # the root key of the dispatches (raw key data)
     client: jax.Array  # [C] int32, the client of each slot
@@ -105,7 +103,7 @@ def fedbuff_init(train: TrainFn, params, model_state, key: jax.Array, pool: jax.
                  num_slots: int, base_time: float, hp) -> FedBuffState:
     """The in-flight buffer at time 0: C clients dispatched on version 0 (dispatches 0..C-1).
 
-    Returns `state.extra["fedbuff"]` (`FedBuffState`).
+    Returns `state.algo` (`FedBuffState`).
     """
     root = jax.random.fold_in(key, 0xFB)
     m = pool.shape[0]
@@ -135,7 +133,7 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
     the K clients aggregated, `cohort_weights` = s_i / K) plus `staleness_mean`,
     `staleness_max` and `sim_time` (simulated seconds at the K-th arrival).
     """
-    fb: FedBuffState = state.extra["fedbuff"]
+    fb: FedBuffState = state.algo
     root = jax.random.wrap_key_data(fb.key)
     version = state.round
     m = state.pool.shape[0]
@@ -180,9 +178,9 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
     new = new.replace(
         round=version + 1,
         participation=state.participation.at[who].add(1),
-        extra={**state.extra, "fedbuff": fb._replace(
+        algo=fb._replace(
             client=client, version=ver, finish=finish, delta=d_slot, model_state=m_slot,
-            loss=l_slot, now=t[-1], n=n)})
+            loss=l_slot, now=t[-1], n=n))
     metrics = {"cohort_loss": jnp.mean(loss),
                "cohort_size": jnp.asarray(buffer, jnp.int32),
                "available": jnp.sum(state.pool).astype(jnp.int32),
@@ -194,7 +192,7 @@ def fedbuff_step(train: TrainFn, state: ServerState, key: jax.Array, hp, *, buff
 
 FEDBUFF_SUPPORTS = Supports(
     aggregation=False, selector=False, uplink=False, byzantine=False, availability=False,
-    layouts=False, options=("concurrency", "staleness_power"), reads=("step_time_sigma",),
+    layouts=False,
     notes=(("aggregation", "fedbuff weighs each update by its staleness"),
            ("selector", "fedbuff dispatches a uniform client whenever one finishes"),
            ("availability", "fedbuff runs in simulated time without rounds"),
@@ -203,7 +201,7 @@ FEDBUFF_SUPPORTS = Supports(
            ("layouts", "fedbuff runs its own event loop, not the shared executor")))
 
 
-@register("fedbuff", FEDBUFF_SUPPORTS)
+@register(FEDBUFF, FEDBUFF_SUPPORTS)
 def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
     """FedBuff with FedAvg's local SGD; `--cohort` = buffer size K (see the module doc)."""
     slots, base_time = concurrency(opts), float(opts.local_steps)
@@ -225,7 +223,7 @@ def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
         state = init_state(params, mstate, tx(hp), data.num_clients)
         fb = fedbuff_init(trainer(data), params, mstate, k_buf, state.pool, slots, base_time,
                           hp)
-        return state.replace(extra={"fedbuff": fb})
+        return state.replace(algo=fb)
 
     def round_fn(state, data, key, hp):
         return fedbuff_step(trainer(data), state, key, hp, buffer=opts.cohort,

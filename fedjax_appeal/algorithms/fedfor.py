@@ -15,7 +15,7 @@ i.e. every local gradient gets the constant term lambda g_t: a step against the 
 update's direction is penalised and one along it rewarded ("penalizes updates in the
 opposite direction of the global update", Tian et al.). lambda = `HParams.fedfor_lambda`;
 g_0 = 0 (the first round is plain FedAvg). The server keeps w_{t-1} - w_t in
-`FedForState.last_update` (`state.extra["fedfor"]`); clients stay stateless. Aggregation
+`FedForState.last_update` (`state.algo`); clients stay stateless. Aggregation
 and server optimizer are those of FedAvg (`--aggregation`, `--server-opt`).
 
 This is our reading of the method's local objective (its linear first-order term with the
@@ -31,16 +31,17 @@ import jax
 import jax.numpy as jnp
 
 from ..aggregate.aggregation import weight_rule
-from ..core.capabilities import Supports
+from ..core.capabilities import algorithm
 from ..core.config import Options
+from ..core.fields import option
 from ..core.models import Model
-from ..core.tunables import register_tunable
 from ..local.client import Trained, local_sgd, tree_sub
 from .base import compose, register
 
-LAMBDA = register_tunable("fedfor_lambda", 0.1, "FedFor first-order regularisation weight "
-                                                "lambda of lambda <g, w - w_t>, g = the last "
-                                                "global update over (local steps x client lr)")
+FEDFOR = algorithm("fedfor")
+LAMBDA = option("fedfor_lambda", 0.1, "FedFor first-order regularisation weight lambda of "
+                "lambda <g, w - w_t>, g = the last global update over (local steps x client lr)",
+                applies=FEDFOR, tunable=True)
 
 
 def first_order(g, w_t, lam: jax.Array):
@@ -50,7 +51,7 @@ def first_order(g, w_t, lam: jax.Array):
 
 
 class FedForState(NamedTuple):
-    """FedFor's server state (`state.extra["fedfor"]`)."""
+    """FedFor's server state (`state.algo`)."""
 
     last_update: Any  # w_{t-1} - w_t, like params (zero before the first round)
 
@@ -58,7 +59,7 @@ class FedForState(NamedTuple):
 def global_gradient(state, opts: Options, hp):
     """g_t = (w_{t-1} - w_t) / (tau eta_l) from the server's last global update."""
     scale = 1.0 / (opts.local_steps * hp.client_lr)
-    return jax.tree.map(lambda d: d * scale, state.extra["fedfor"].last_update)
+    return jax.tree.map(lambda d: d * scale, state.algo.last_update)
 
 
 def fedfor_local(model: Model, opts: Options):
@@ -73,17 +74,13 @@ def fedfor_local(model: Model, opts: Options):
 
 
 def fedfor_post(old, new, upd, idx, valid, w, hp):
-    return new.replace(extra={**new.extra,
-                              "fedfor": FedForState(tree_sub(old.params, new.params))})
+    return new.replace(algo=FedForState(tree_sub(old.params, new.params)))
 
 
-FEDFOR_SUPPORTS = Supports(options=("fedfor_lambda",))
-
-
-@register("fedfor", FEDFOR_SUPPORTS)
+@register(FEDFOR)
 def fedfor(model: Model, opts: Options, executor=None):
     return compose("fedfor", model, opts, local=fedfor_local(model, opts),
                    weights=weight_rule(opts),
                    post=fedfor_post, executor=executor,
-                   init_extra=lambda key, params, mstate, data, hp: {
-                       "fedfor": FedForState(jax.tree.map(jnp.zeros_like, params))})
+                   init_fields=lambda key, params, mstate, data, hp: {
+                       "algo": FedForState(jax.tree.map(jnp.zeros_like, params))})

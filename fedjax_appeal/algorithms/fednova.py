@@ -14,10 +14,10 @@ from ..core.capabilities import Supports
 from ..core.config import Options
 from ..core.models import Model
 from .base import compose, register
-from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
+from .fedavg import sgd_local
 
 FEDNOVA_SUPPORTS = Supports(
-    aggregation=False, varied_steps=True, fednova=True, tuning=SGD_LOCAL_OPTIONS,
+    aggregation=False, varied_steps=True, fednova=True, parts=("sgd_local",),
     notes=(("aggregation", "fednova always aggregates with FedNova's normalised rule"),))
 
 

@@ -80,20 +80,21 @@ def client_update(model: Model, client_optimizer: optax.GradientTransformation, 
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
                         steps=steps, batch_size=batch_size, regularizer=reg,
                         tx=with_hparams(client_optimizer, hp, "client"), unroll=unroll)
-        return Trained((state.params, state.model_state), (res.params, res.state), res.loss, {})
+        return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
 
     return local
 
 
 def compose_parts(model: Model, *, local, weights: WeightRule, selector: Selector,
                   server_optimizer: optax.GradientTransformation,
-                  executor: CohortExecutor | None = None, init_extra=None,
+                  executor: CohortExecutor | None = None, init_fields=None,
                   pre_init=None) -> Parts:
     """The functions of an algorithm from its parts, as `compose` builds them from a
     configuration (without the parts only options add: DP, compression, heterogeneity).
 
     init: key -> (k_model, k_sel); params from `model.init(k_model)` (or the pre-init's
-    "initial" model); `init_extra(key, params, model_state, data, hp, pre)` (or None);
+    "initial" model); `init_fields(key, params, model_state, data, hp, pre)` (the
+    `ServerState` fields the algorithm sets, or None);
     the server optimizer's state; the selector's memory. round: `make_round` with the
     local objective wrapped by `client.reporting`, the Byzantine hook and `executor`
     (default: `Executor()`, the automatic single-device cohort).
@@ -106,9 +107,9 @@ def compose_parts(model: Model, *, local, weights: WeightRule, selector: Selecto
         if pre is None and pre_init is not None:
             pre = pre_init(key, data, hp)
         params, mstate = pre["initial"] if pre is not None else model.init(k_model)
-        extra = (None if init_extra is None else
-                 init_extra(key, params, mstate, data, hp, pre))
-        state = init_state(params, mstate, tx(hp), data.num_clients, extra)
+        fields = ({} if init_fields is None else
+                  init_fields(key, params, mstate, data, hp, pre))
+        state = init_state(params, mstate, tx(hp), data.num_clients, **fields)
         return attach_selector(state, selector, k_sel, data, hp)
 
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
@@ -309,19 +310,19 @@ def maxfl(model, client_optimizer: optax.GradientTransformation,
         sel, _ = cohort_selector(selector, mdl, m, clients)
         solo = Options("the solo models", {"rho_steps": rho, "batch_size": batch})
 
-        def init_extra(key, params, mstate, data, hp, pre):
-            extra, solo_loss = {}, None
+        def init_fields(key, params, mstate, data, hp, pre):
+            solo_seen = None
             if req is None:
-                extra["solo"] = (seen_solo(mdl, solo, params, mstate, data, key, hp)
-                                 if pre is None else pre["solo_seen"])
-                solo_loss = extra["solo"].train_loss
-            extra["rho"] = requirement_values(req, solo_loss, data.num_clients, data.num_unseen)
-            return extra
+                solo_seen = (seen_solo(mdl, solo, params, mstate, data, key, hp)
+                             if pre is None else pre["solo_seen"])
+            loss = None if solo_seen is None else solo_seen.train_loss
+            return {"solo": solo_seen, "rho": requirement_values(req, loss, data.num_clients,
+                                                                  data.num_unseen)}
 
         return compose_parts(
             mdl, local=client_update(mdl, ctx, steps=steps, batch_size=batch, unroll=unroll),
             weights=MAXFL_RULE, selector=sel, server_optimizer=stx, executor=executor,
-            init_extra=init_extra,
+            init_fields=init_fields,
             pre_init=(solo_models(mdl, solo, initial_model(mdl), unseen=False)
                       if req is None else None))
 

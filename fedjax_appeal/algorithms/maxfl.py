@@ -21,11 +21,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Supports
+from ..core.capabilities import Supports, algorithm
 from ..core.config import Options
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..core.tunables import register_tunable
 from ..protocols.appeal.requirement import (
     SOLO_OPTIONS,
     parse_requirement,
@@ -34,10 +34,11 @@ from ..protocols.appeal.requirement import (
     solo_models,
 )
 from .base import compose, initial_model, register
-from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
+from .fedavg import sgd_local
 
-EPS = register_tunable("maxfl_eps", 1e-3, "MaxFL epsilon in the adaptive server lr "
-                                          "eta_g/(sum q + eps)", ge=0)
+MAXFL, INCFL = algorithm("maxfl"), algorithm("incfl")
+EPS = option("maxfl_eps", 1e-3, "MaxFL epsilon in the adaptive server lr eta_g/(sum q + eps)",
+             applies=algorithm("incfl", "maxfl"), tunable=True, ge=0)
 
 
 def appeal_q(loss: jax.Array, rho: jax.Array) -> jax.Array:
@@ -52,26 +53,21 @@ def maxfl_weights(q: jax.Array, valid: jax.Array, eps: jax.Array) -> jax.Array:
     return q / (jnp.sum(q) + eps)
 
 
-# The shared configuration fields `requirement_init` reads (`Supports.reads` of MaxFL,
-# IncFL and MW-Fed): the requirement and its solo models.
-REQUIREMENT_READS = ("requirement", *SOLO_OPTIONS)
-
-
 def requirement_init(model: Model, opts: Options):
-    """init_extra of MaxFL and MW-Fed: rho_k [M] (+ the solo models when rho_k is 'solo')."""
+    """init_fields of MaxFL and MW-Fed: rho_k [M] (+ the solo models when rho_k is 'solo')."""
     req = parse_requirement(opts.requirement)
     solo_opts = opts.view(SOLO_OPTIONS, "the solo models")
 
-    def init_extra(key, params, mstate, data, hp, pre=None):
-        extra, solo_loss = {}, None
+    def init_fields(key, params, mstate, data, hp, pre=None):
+        solo = None
         if req is None:  # reused by the appeal protocol (same key)
-            extra["solo"] = (seen_solo(model, solo_opts, params, mstate, data, key, hp)
-                             if pre is None else pre["solo_seen"])
-            solo_loss = extra["solo"].train_loss
-        extra["rho"] = requirement_values(req, solo_loss, data.num_clients, data.num_unseen)
-        return extra
+            solo = (seen_solo(model, solo_opts, params, mstate, data, key, hp)
+                    if pre is None else pre["solo_seen"])
+        loss = None if solo is None else solo.train_loss
+        return {"solo": solo,
+                "rho": requirement_values(req, loss, data.num_clients, data.num_unseen)}
 
-    return init_extra
+    return init_fields
 
 
 def requirement_pre_init(model: Model, opts: Options):
@@ -85,30 +81,26 @@ def requirement_pre_init(model: Model, opts: Options):
 
 MAXFL_RULE = WeightRule(
     lambda upd, idx, valid, state, hp: maxfl_weights(
-        appeal_q(upd.extra["loss_before"], state.extra["rho"][idx]), valid, hp.maxfl_eps),
+        appeal_q(upd.loss_before, state.rho[idx]), valid, hp.maxfl_eps),
     needs=frozenset({"loss_before"}))
 
 
+# MaxFL, IncFL and MW-Fed read the requirements rho_k (`requirement_init`): the appeal
+# protocol is on by default, and the requirement's options apply to them
 MAXFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",), reads=REQUIREMENT_READS,
-                        tuning=SGD_LOCAL_OPTIONS)
+                          parts=("sgd_local",))
 
 
-@register("maxfl", MAXFL_SUPPORTS)
+@register(MAXFL, MAXFL_SUPPORTS)
 def maxfl(model: Model, opts: Options, executor=None):
     return compose("maxfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, opts), executor=executor,
+                   init_fields=requirement_init(model, opts), executor=executor,
                    pre_init=requirement_pre_init(model, opts))
 
 
-INCFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("maxfl_eps",), reads=REQUIREMENT_READS,
-                        tuning=SGD_LOCAL_OPTIONS)
-
-
-@register("incfl", INCFL_SUPPORTS)
+@register(INCFL, MAXFL_SUPPORTS)
 def incfl(model: Model, opts: Options, executor=None):
     """IncFL: the same update rule as MaxFL (its earlier version)."""
     return compose("incfl", model, opts, local=sgd_local(model, opts), weights=MAXFL_RULE,
-                   init_extra=requirement_init(model, opts), executor=executor,
+                   init_fields=requirement_init(model, opts), executor=executor,
                    pre_init=requirement_pre_init(model, opts))

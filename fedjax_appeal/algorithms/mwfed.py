@@ -9,9 +9,9 @@ implement it as follows:
   * requirement rho_k exactly as MaxFL's (`requirement.py`): by default F_k(w_hat_k), the
     train loss of client k's solo model (`--rho-steps` local SGD steps from the initial
     global model with lr `--solo-lr`, or the client lr), computed once in init and kept in
-    `state.extra["rho"]` [M]; a constant or a file with `--requirement`;
+    `state.rho` [M]; a constant or a file with `--requirement`;
   * weights v_k > 0, all 1 at the start, kept as log v_k in `MWFedState.logv` [M]
-    (`state.extra["mwfed"]`);
+    (`state.algo`);
   * round: the sampled clients report F_k(w), their train loss at the received model
     (`loss_before`; Byzantine clients inflate it), run tau local SGD steps and send
     Delta_k = w - w_k; the server aggregates with weights
@@ -28,22 +28,23 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Supports
+from ..core.capabilities import algorithm
 from ..core.config import Options
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..core.tunables import register_tunable
 from .base import compose, register
-from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
-from .maxfl import REQUIREMENT_READS, requirement_init, requirement_pre_init
+from .fedavg import sgd_local
+from .maxfl import MAXFL_SUPPORTS, requirement_init, requirement_pre_init
 
-ETA = register_tunable("mwfed_eta", 1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) "
-                                         "when the client's requirement is unmet", ge=0)
+MWFED = algorithm("mwfed")
+ETA = option("mwfed_eta", 1.0, "MW-Fed multiplicative-weights step: v_k *= exp(eta) when the "
+             "client's requirement is unmet", applies=MWFED, tunable=True, ge=0)
 
 
 class MWFedState(NamedTuple):
-    """MW-Fed's own server state (`state.extra["mwfed"]`; its requirements rho_k are the
-    shared `state.extra["rho"]` of the requirement algorithms)."""
+    """MW-Fed's own server state (`state.algo`; its requirements rho_k are the shared
+    `state.rho` of the requirement algorithms)."""
 
     logv: jax.Array  # [M] float32, log v_k
 
@@ -65,30 +66,24 @@ def mw_update(logv: jax.Array, idx: jax.Array, valid: jax.Array, loss: jax.Array
 
 
 MW_RULE = WeightRule(  # F_k(w) is reported for `post`, not for the weights
-    lambda upd, idx, valid, state, hp: mw_weights(state.extra["mwfed"].logv[idx],
+    lambda upd, idx, valid, state, hp: mw_weights(state.algo.logv[idx],
                                                   upd.num_samples, valid),
     needs=frozenset({"loss_before"}))
 
 
 def mw_post(old, new, upd, idx, valid, w, hp):
-    logv = mw_update(old.extra["mwfed"].logv, idx, valid, upd.extra["loss_before"],
-                     old.extra["rho"], hp.mwfed_eta)
-    return new.replace(extra={**new.extra, "mwfed": MWFedState(logv)})
+    logv = mw_update(old.algo.logv, idx, valid, upd.loss_before, old.rho, hp.mwfed_eta)
+    return new.replace(algo=MWFedState(logv))
 
 
-MWFED_SUPPORTS = Supports(aggregation=False, varied_steps=True, needs_requirements=True,
-                        options=("mwfed_eta",), reads=REQUIREMENT_READS,
-                        tuning=SGD_LOCAL_OPTIONS)
-
-
-@register("mwfed", MWFED_SUPPORTS)
+@register(MWFED, MAXFL_SUPPORTS)
 def mwfed(model: Model, opts: Options, executor=None):
     req_init = requirement_init(model, opts)
 
-    def init_extra(key, params, mstate, data, hp, pre=None):  # [M] log v_k, rho_k
-        return {"mwfed": MWFedState(jnp.zeros((data.num_clients,), jnp.float32)),
+    def init_fields(key, params, mstate, data, hp, pre=None):  # [M] log v_k, rho_k
+        return {"algo": MWFedState(jnp.zeros((data.num_clients,), jnp.float32)),
                 **req_init(key, params, mstate, data, hp, pre)}
 
     return compose("mwfed", model, opts, local=sgd_local(model, opts), weights=MW_RULE,
-                   post=mw_post, init_extra=init_extra, executor=executor,
+                   post=mw_post, init_fields=init_fields, executor=executor,
                    pre_init=requirement_pre_init(model, opts))

@@ -27,25 +27,23 @@ import jax
 
 from ..aggregate.aggregation import weight_rule
 from ..core.arrays import sample_batch
-from ..core.capabilities import Supports
+from ..core.capabilities import algorithm
 from ..core.config import Options
-from ..core.fields import register_option
+from ..core.fields import option
 from ..core.models import Model
-from ..core.tunables import register_tunable
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
 from .base import compose, register
 
-ALPHA = register_tunable("perfedavg_alpha", 0.02, "Per-FedAvg inner (adaptation) step size "
-                                                  "alpha", ge=0)
-BETA = register_tunable("perfedavg_beta", 0.05, "Per-FedAvg outer (meta) step size beta", gt=0)
-DELTA = register_tunable("perfedavg_delta", 1e-3, "Per-FedAvg HF: finite-difference delta of "
-                                                  "the Hessian-vector product (0 = exact jvp)",
-                         ge=0)
-
-VARIANT = register_option("perfedavg_variant", "fo", "Per-FedAvg variant: fo (first-order) or "
-                          "hf (Hessian-free)", ("fo", "hf"), kind="algorithm",
-                          names=("perfedavg",))
+PERFEDAVG = algorithm("perfedavg")
+ALPHA = option("perfedavg_alpha", 0.02, "Per-FedAvg inner (adaptation) step size alpha",
+               applies=PERFEDAVG, tunable=True, ge=0)
+BETA = option("perfedavg_beta", 0.05, "Per-FedAvg outer (meta) step size beta",
+              applies=PERFEDAVG, tunable=True, gt=0)
+DELTA = option("perfedavg_delta", 1e-3, "Per-FedAvg HF: finite-difference delta of the "
+               "Hessian-vector product (0 = exact jvp)", applies=PERFEDAVG, tunable=True, ge=0)
+VARIANT = option("perfedavg_variant", "fo", "Per-FedAvg variant: fo (first-order) or hf "
+                 "(Hessian-free)", ("fo", "hf"), applies=PERFEDAVG)
 
 
 def _axpy(a, x, y):
@@ -117,13 +115,9 @@ def one_step_adapt(model: Model, opts: Options):
     return adapt
 
 
-PERFEDAVG_SUPPORTS = Supports(options=("perfedavg_variant", "perfedavg_alpha",
-                                       "perfedavg_beta", "perfedavg_delta"))
-
-
-@register("perfedavg", PERFEDAVG_SUPPORTS)
+@register(PERFEDAVG)
 def perfedavg(model: Model, opts: Options, executor=None):
     return compose("perfedavg", model, opts, local=perfedavg_local(model, opts),
                    weights=weight_rule(opts), executor=executor,
-                   init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
+                   init_fields=lambda key, *_: {"eval_key": eval_key_data(key)},
                    evaluate=personal_evaluator(model, one_step_adapt(model, opts)))

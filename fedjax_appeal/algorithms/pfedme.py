@@ -28,24 +28,23 @@ import jax
 
 from ..aggregate.aggregation import weight_rule
 from ..core.arrays import sample_batch
-from ..core.capabilities import Supports
+from ..core.capabilities import algorithm
 from ..core.config import Options
-from ..core.fields import register_option
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..core.tunables import register_tunable
 from ..evaluate.personal import eval_key_data, personal_evaluator
 from ..local.client import Trained
 from .base import compose, register
 
-LAMBDA = register_tunable("pfedme_lambda", 15.0, "pFedMe regularisation lambda of the personal "
-                                                 "models", gt=0)
-LR = register_tunable("pfedme_lr", 0.05, "pFedMe personal learning rate (K inner steps)", gt=0)
-BETA = register_tunable("pfedme_beta", 1.0, "pFedMe server mixing beta: w <- (1-beta) w + "
-                                            "beta avg(w_k)", gt=0)
-
-K = register_option("pfedme_k", 5, "pFedMe inner steps K per local step",
-                    kind="algorithm", names=("pfedme",), ge=1)
+PFEDME = algorithm("pfedme")
+LAMBDA = option("pfedme_lambda", 15.0, "pFedMe regularisation lambda of the personal models",
+                applies=PFEDME, tunable=True, gt=0)
+LR = option("pfedme_lr", 0.05, "pFedMe personal learning rate (K inner steps)", applies=PFEDME,
+            tunable=True, gt=0)
+BETA = option("pfedme_beta", 1.0, "pFedMe server mixing beta: w <- (1-beta) w + beta avg(w_k)",
+              applies=PFEDME, tunable=True, gt=0)
+K = option("pfedme_k", 5, "pFedMe inner steps K per local step", applies=PFEDME, ge=1)
 
 
 def inner_solve(grad_fn, theta, w, lam, lr, steps: int):
@@ -79,10 +78,7 @@ def pfedme_local_run(model: Model, opts: Options, params, mstate, arrays, k, key
     return w, theta, losses.mean()
 
 
-PFEDME_SUPPORTS = Supports(options=("pfedme_k", "pfedme_lambda", "pfedme_lr", "pfedme_beta"))
-
-
-@register("pfedme", PFEDME_SUPPORTS)
+@register(PFEDME)
 def pfedme(model: Model, opts: Options, executor=None):
     base = weight_rule(opts)
 
@@ -97,5 +93,5 @@ def pfedme(model: Model, opts: Options, executor=None):
     weights = WeightRule(lambda upd, idx, valid, state, hp: hp.pfedme_beta * base.fn(
         upd, idx, valid, state, hp), base.needs)  # beta a_k
     return compose("pfedme", model, opts, local=local, weights=weights, executor=executor,
-                   init_extra=lambda key, *_: {"eval_key": eval_key_data(key)},
+                   init_fields=lambda key, *_: {"eval_key": eval_key_data(key)},
                    evaluate=personal_evaluator(model, adapt))

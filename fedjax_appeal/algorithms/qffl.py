@@ -25,18 +25,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Supports
+from ..core.capabilities import Supports, algorithm
 from ..core.config import Options
+from ..core.fields import option
 from ..core.models import Model
 from ..core.round import WeightRule
-from ..core.tunables import register_tunable
-from ..execute.cohort import DELTA_SQ_NORM
 from .base import compose, register
-from .fedavg import SGD_LOCAL_OPTIONS, sgd_local
+from .fedavg import sgd_local
 
-Q = register_tunable("qffl_q", 1.0, "q-FFL fairness exponent q (q = 0 is uniform FedAvg)", ge=0)
-AFL_Q = register_tunable("afl_q", 10.0, "q of the `afl` algorithm (q-FFL used as the AFL "
-                                        "stand-in)", ge=0)
+QFFL, AFL = algorithm("qffl"), algorithm("afl")
+Q = option("qffl_q", 1.0, "q-FFL fairness exponent q (q = 0 is uniform FedAvg)", applies=QFFL,
+           tunable=True, ge=0)
+AFL_Q = option("afl_q", 10.0, "q of the `afl` algorithm (q-FFL used as the AFL stand-in)",
+               applies=AFL, tunable=True, ge=0)
 
 LOSS_FLOOR = 1e-12
 
@@ -70,27 +71,22 @@ def qffl_rule(q_of) -> WeightRule:
     round sends no deltas, only their squared norms: see cohort.py)."""
 
     def fn(upd, idx, valid, state, hp):
-        sq = upd.extra[DELTA_SQ_NORM] if upd.delta is None else sq_norms(upd.delta)
-        return qffl_weights(upd.extra["loss_before"], sq, valid, q_of(hp), hp.client_lr)
+        sq = upd.delta_sq_norm if upd.delta is None else sq_norms(upd.delta)
+        return qffl_weights(upd.loss_before, sq, valid, q_of(hp), hp.client_lr)
 
     return WeightRule(fn, needs=frozenset({"loss_before"}))
 
 
-QFFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("qffl_q",),
-                         tuning=SGD_LOCAL_OPTIONS)
+QFFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, parts=("sgd_local",))
 
 
-@register("qffl", QFFL_SUPPORTS)
+@register(QFFL, QFFL_SUPPORTS)
 def qffl(model: Model, opts: Options, executor=None):
     return compose("qffl", model, opts, local=sgd_local(model, opts),
                    weights=qffl_rule(lambda hp: hp.qffl_q), executor=executor)
 
 
-AFL_SUPPORTS = Supports(aggregation=False, varied_steps=True, options=("afl_q",),
-                        tuning=SGD_LOCAL_OPTIONS)
-
-
-@register("afl", AFL_SUPPORTS)
+@register(AFL, QFFL_SUPPORTS)
 def afl(model: Model, opts: Options, executor=None):
     return compose("afl", model, opts, local=sgd_local(model, opts),
                    weights=qffl_rule(lambda hp: hp.afl_q), executor=executor)

@@ -1,10 +1,10 @@
 """SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, ICML 2020, "SCAFFOLD: Stochastic
 Controlled Averaging for Federated Learning", Algorithm 1 with option II).
 
-State (`ScaffoldState`, in `state.extra["scaffold"]`): the server control variate c (like
+State (`ScaffoldState`, in `state.algo`): the server control variate c (like
 params) and one control variate per seen client c_k, stacked with a leading M axis (all
 zero at the start). Each client reports Delta c_k (`ScaffoldReport`, in
-`ClientUpdate.extra["scaffold"]`).
+`ClientUpdate.report`).
 
 Round (eta_l = `HParams.client_lr`, tau = `--local-steps`, N = seen clients):
   1. each sampled client runs tau SGD steps from w on F_k(y) + <c - c_k, y>, i.e.
@@ -35,14 +35,14 @@ from .base import compose, register
 
 
 class ScaffoldState(NamedTuple):
-    """SCAFFOLD's server state (`state.extra["scaffold"]`)."""
+    """SCAFFOLD's server state (`state.algo`)."""
 
     c: Any  # the server control variate, like params
     c_clients: Any  # [M, ...] one control variate per seen client, like params
 
 
 class ScaffoldReport(NamedTuple):
-    """What a SCAFFOLD client reports besides its update (`ClientUpdate.extra["scaffold"]`)."""
+    """What a SCAFFOLD client reports besides its update (`ClientUpdate.report`)."""
 
     c_delta: Any  # Delta c_k = c_k+ - c_k, like params
 
@@ -56,7 +56,7 @@ def correction(c, c_k):
 
 def scaffold_local(model: Model, opts: Options):
     def local(state, data, k, key, hp):
-        st: ScaffoldState = state.extra["scaffold"]
+        st: ScaffoldState = state.algo
         c = st.c
         c_k = jax.tree.map(lambda a: a[k], st.c_clients)
         res = local_sgd(model, state.params, state.model_state, data.train, k, key,
@@ -65,32 +65,31 @@ def scaffold_local(model: Model, opts: Options):
         delta = tree_sub(state.params, res.params)
         scale = 1.0 / (opts.local_steps * hp.client_lr)
         # Delta c_k = c_k+ - c_k = -c + (w - w_k) / (tau eta_l)
-        extra = {"scaffold": ScaffoldReport(
-            jax.tree.map(lambda d, cc: d * scale - cc, delta, c))}
+        report = ScaffoldReport(jax.tree.map(lambda d, cc: d * scale - cc, delta, c))
         return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
-                       extra, delta)
+                       report, delta)
 
     return local
 
 
 def scaffold_post(old, new, upd, idx, valid, w, hp):
     """Control-variate updates after the server step (masked scatter at the cohort)."""
-    st: ScaffoldState = old.extra["scaffold"]
+    st: ScaffoldState = old.algo
     m = st.c_clients
     num = jax.tree.leaves(m)[0].shape[0]
 
     def mask(d):
         return jnp.where(valid.reshape((-1,) + (1,) * (d.ndim - 1)), d, 0.0)
 
-    dc = jax.tree.map(mask, upd.extra["scaffold"].c_delta)
+    dc = jax.tree.map(mask, upd.report.c_delta)
     c = jax.tree.map(lambda a, d: a + jnp.sum(d, axis=0) / num, st.c, dc)
     c_clients = jax.tree.map(lambda a, d: a.at[idx].add(d), m, dc)
-    return new.replace(extra={**new.extra, "scaffold": ScaffoldState(c, c_clients)})
+    return new.replace(algo=ScaffoldState(c, c_clients))
 
 
 def scaffold_init(key, params, mstate, data, hp):
     """c (like params) and c_k ([M, ...] like params), all zero."""
-    return {"scaffold": ScaffoldState(
+    return {"algo": ScaffoldState(
         jax.tree.map(jnp.zeros_like, params),
         jax.tree.map(lambda a: jnp.zeros((data.num_clients, *a.shape), a.dtype), params))}
 
@@ -101,5 +100,5 @@ SCAFFOLD_SUPPORTS = Supports()
 @register("scaffold", SCAFFOLD_SUPPORTS)
 def scaffold(model: Model, opts: Options, executor=None):
     return compose("scaffold", model, opts, local=scaffold_local(model, opts),
-                   weights=weight_rule(opts), post=scaffold_post, init_extra=scaffold_init,
+                   weights=weight_rule(opts), post=scaffold_post, init_fields=scaffold_init,
                    executor=executor)

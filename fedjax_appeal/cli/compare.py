@@ -7,6 +7,7 @@ import json
 import sys
 
 from ..core.config import ConfigError
+from ..run import report  # write_outputs through its module: tests replace it
 from ..run.compare import (
     BANDS,
     FORMATS,
@@ -21,6 +22,9 @@ from ..run.compare import (
     summarise,
     write_figure,
 )
+from ..run.records import duplicate_seeds
+from ..run.report import to_jsonable
+from ..run.sequential import parse_auto_seeds, seed_design
 from .commands import Subcommand
 
 
@@ -56,13 +60,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..run.report import to_jsonable, write_outputs
-
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(FORMATS):
         raise ConfigError(f"--formats {args.formats}: choose from {', '.join(FORMATS)}")
-    from ..run.records import duplicate_seeds
-
     design = seed_design_of(args)
     runs = load_runs(args.paths)
     check_metric(runs, args.metric)
@@ -92,7 +92,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     writers["compare.csv"] = lambda p: p.write_text(csv_text(rows, args.x))
     writers["compare.json"] = lambda p: p.write_text(json.dumps(to_jsonable(result), indent=1,
                                                                 allow_nan=False))
-    out = write_outputs(args.out, writers)
+    out = report.write_outputs(args.out, writers)
     print(markdown_table(rows, args.metric)
           + (paired_table(pairs, args.metric) if pairs else "")
           + f"wrote {out}/compare.{{{','.join(formats)}}}, "
@@ -103,8 +103,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def seed_design_of(args: argparse.Namespace):
     """The `sequential.SeedDesign` of `--seeds auto[:MAX]` / `--seed-batch` (None
     without), refused in one line where it cannot apply."""
-    from ..run.sequential import parse_auto_seeds, seed_design
-
     if args.seeds is None:
         if args.seed_batch is not None:
             raise ConfigError("--seed-batch goes with --seeds auto[:MAX]: drop it, or give "

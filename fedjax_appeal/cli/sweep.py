@@ -16,15 +16,49 @@ warning.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
+import math
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.config import ConfigError
-from .commands import Subcommand, add_config_flags, add_process_flags, resolve
+import jax
+
+from ..core.config import SEED_LIMIT, ConfigError
+from ..execute.distributed import check_processes, is_main, make_mesh
+from ..execute.layout import LAYOUT_FIELDS
+from ..execute.runtime import program_cache_folder, runtime_record
+from ..protocols.appeal.requirement import appeal_on, appeal_reason
+from ..run import report  # write_outputs through its module: tests replace it
+from ..run.checkpoint import (
+    RESUMABLE_CHANGES,
+    SWEEP_DIR,
+    Interrupted,
+    SweepCheckpoint,
+    read_sweep_spec,
+)
+from ..run.diskspace import WriteFailed, reason
+from ..run.outlock import out_lock
+from ..run.records import (
+    duplicate_seeds,
+    mean_std_text,
+    recorded_config,
+    recorded_hparams,
+    resolved_model,
+    runs_of,
+)
+from ..run.report import prefetch_plotting, to_jsonable
+from ..run.sequential import parse_auto_seeds
+from ..run.sweep import check_grid, groups_of, parse_grid_arg, sweep
+from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
+from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
+from ..run.wallclock import command_split, split_text
+from .commands import Subcommand
+from .options import add_config_flags, given_keys, resolve
+from .process import add_process_flags, clear_old_run, peer_advice, prepare_out
+from .sweep_auto import cmd_sweep_auto
+from .sweep_files import plot_sweep, summary_md, sweep_csv, sweep_hparams, sweep_title
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -65,8 +99,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _seeds(text: str) -> list[int]:
-    from ..core.config import SEED_LIMIT
-
     try:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
@@ -78,77 +110,14 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
-    keys_g: list[str] = []
-    keys_m: list[str] = []
-    for r in rows:
-        keys_g += [k for k in [*r["static"], *r["hparams"]] if k not in keys_g]
-        keys_m += [k for k in r["final"] if k not in keys_m and k != "round"]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["id", *keys_g, "seed", "rounds", *keys_m, "diverged_round"])
-    for r in rows:
-        g = {**r["static"], **r["hparams"]}
-        w.writerow([r["id"], *[g.get(k, "") for k in keys_g], r["seed"], r["final"]["round"],
-                    *[r["final"].get(k, "") for k in keys_m],
-                    "" if r["diverged_round"] is None else r["diverged_round"]])
-    return buf.getvalue()
-
-
-def _summary_md(summary: list[dict[str, Any]], metric: str, title: str) -> str:
-    """summary.md: configurations ranked by the final metric, mean ± sample std over seeds
-    (`records.sample_std`, ddof = 1, the std `compare` reports; n/a for one seed)."""
-    from ..run.records import mean_std_text
-
-    lines = [f"# {title}", "", f"Ranked by final `{metric}` (mean ± sample std over seeds, "
-             "n/a for a single seed).", "",
-             f"| rank | configuration | {metric} | per seed |", "|---|---|---|---|"]
-    for i, e in enumerate(summary):
-        vals = ", ".join("nan" if v != v else f"{v:.4f}" for v in e["values"])
-        lines.append(f"| {i + 1} | {e['label']} | "
-                     f"{mean_std_text(e[f'{metric}_mean'], e[f'{metric}_std'])} | {vals} |")
-    return "\n".join(lines) + "\n"
-
-
-def _plot(path: Path, rows, summary, metric: str, title: str, top: int = 8) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for e in summary[:top]:
-        rs = [r for r in rows if r["label"] == e["label"]]
-        xs = [h["round"] for h in rs[0]["history"]]
-        ys = np.array([[h.get(metric, np.nan) for h in r["history"]] for r in rs], float)
-        ax.plot(xs, ys.mean(0), marker="o", ms=3, label=e["label"])
-        if len(rs) > 1:
-            ax.fill_between(xs, ys.min(0), ys.max(0), alpha=0.15)
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"{metric} (mean over seeds; band: min-max)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def _resume_spec(args: argparse.Namespace) -> dict[str, Any]:
     """The spec of the sweep checkpoint named by --resume (empty without --resume)."""
-    from ..run.checkpoint import SWEEP_DIR, read_sweep_spec
-
     folder = getattr(args, "resume", "")
     return read_sweep_spec(Path(folder) / SWEEP_DIR) if folder else {}
 
 
 def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) -> None:
     """Refuse to resume a sweep whose grid, seeds or configuration changed."""
-    import math
-
-    from ..run.checkpoint import RESUMABLE_CHANGES
-
     free = set(RESUMABLE_CHANGES) - {"rounds"}  # a sweep's finished rows fix its rounds
     for part in ("grid", "seeds", "metric", "metric_mode", "max_parallel"):
         if spec.get(part) != now[part]:
@@ -170,31 +139,19 @@ def _check_same_sweep(spec: dict[str, Any], now: dict[str, Any], folder: str) ->
 
 def cpu_split_now() -> int:
     """The CPU split this process runs with (0: none), recorded for a resume."""
-    import jax
-
     n = jax.local_device_count()
     return n if jax.default_backend() == "cpu" and n > 1 else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
 
-    from ..execute.distributed import check_processes
-    from ..run.outlock import out_lock
-    from ..run.report import to_jsonable
-    from ..run.sequential import parse_auto_seeds
-    from ..run.sweep import check_grid, parse_grid_arg
-    from ..run.validate import SWEEP_FILES, check_ignored, check_source_size
-    from .commands import given_keys, prepare_out
-
     try:
         auto = args.seeds is not None and parse_auto_seeds(args.seeds) is not None
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if auto:
-        from .sweep_auto import cmd_sweep_auto
-
-        return cmd_sweep_auto(args, cmd_sweep, {"csv": _csv, "summary": _summary_md,
-                                                "plot": _plot})
+        return cmd_sweep_auto(args, cmd_sweep, {"csv": sweep_csv, "summary": summary_md,
+                                                "plot": plot_sweep})
     if args.baseline is not None or args.seed_batch is not None:
         raise ConfigError("--baseline and --seed-batch go with --seeds auto[:MAX] (to compare "
                           "finished runs: fedjax-appeal compare --baseline)")
@@ -228,13 +185,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cfg = cfg.replace(out=str(Path("runs") / f"sweep_{cfg.algorithm}_{cfg.dataset}"
                                   .replace(":", "_").replace("/", "_")))
     checked = check_grid(grid)
-    from ..run.sweep import groups_of
-
     for cfg_g in groups_of(cfg, checked):
         check_ignored(cfg_g, given | set(checked))
         check_source_size(cfg_g)
-    from ..execute.layout import LAYOUT_FIELDS
-
     # the layout is resolved before it is recorded, so that a resumed sweep (whose flags
     # come from the record) runs the same layout, hence the same programs
     if "layout" not in given and given & set(LAYOUT_FIELDS):
@@ -259,37 +212,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, spec, now
                   ) -> int:
     """`cmd_sweep` once the configuration is checked and the output folder is ours."""
-    from ..core.config import appeal_on, appeal_reason
-    from ..execute.distributed import is_main, make_mesh
-    from ..run.checkpoint import SWEEP_DIR, Interrupted, SweepCheckpoint
-    from ..run.records import (
-        duplicate_seeds,
-        mean_std_text,
-        recorded_config,
-        recorded_hparams,
-        resolved_model,
-        runs_of,
-    )
-    from ..run.report import to_jsonable, write_outputs
-    from ..run.sweep import sweep
-    from ..run.validate import SWEEP_FILES
-    from .commands import _peer_advice, clear_old_run
-
     if getattr(args, "overwrite", False):
         clear_old_run(cfg.out, SWEEP_FILES)
     ck_dir = Path(cfg.out) / SWEEP_DIR
     ckpt = SweepCheckpoint(ck_dir, cfg.checkpoint_every,
                            {**now, "parallel": spec.get("parallel", {}),
                             "cpu_devices": cpu_split_now(), "lanes": args.lanes})
-    _peer_advice(cfg.out, 1)
+    peer_advice(cfg.out, 1)
     main = is_main()
 
     def say(msg: str) -> None:
         if main:
             print(f"fedjax-appeal: {msg}", file=sys.stderr, flush=True)
-
-    from ..execute.runtime import program_cache_folder, runtime_record
-    from ..run.report import prefetch_plotting
 
     if main:
         prefetch_plotting()
@@ -319,26 +253,20 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
     writers = {
         "sweep.json": lambda p: p.write_text(json.dumps(to_jsonable(results), indent=1,
                                                         allow_nan=False)),
-        "sweep.csv": lambda p: p.write_text(_csv(res.rows)),
-        "summary.md": lambda p: p.write_text(_summary_md(res.summary, metric, title)),
-        "sweep.png": lambda p: _plot(p, res.rows, res.summary, metric, title),
+        "sweep.csv": lambda p: p.write_text(sweep_csv(res.rows)),
+        "summary.md": lambda p: p.write_text(summary_md(res.summary, metric, title)),
+        "sweep.png": lambda p: plot_sweep(p, res.rows, res.summary, metric, title),
     }
     try:
-        out = write_outputs(cfg.out, writers)
+        out = report.write_outputs(cfg.out, writers)
     except OSError as e:
-        from ..run.diskspace import WriteFailed, reason
-
         raise WriteFailed(f"could not write the sweep's results to {cfg.out} ({reason(e)}); "
                           f"every finished run stays in {ck_dir / 'rows.json'}: free space, "
                           f"then `fedjax-appeal sweep --resume {cfg.out}` writes them without "
                           "training") from None
-    import shutil
-
     # the results are written: the finished batches kept for a resume are no longer needed
     shutil.rmtree(ck_dir, ignore_errors=True)
     if cfg.log:  # one tracked run per (grid point, seed)
-        from ..run.tracking import LOG_DIR, log_finished_run, parse_kinds
-
         for row in res.rows:
             name = f"{row['label']}/seed-{row['seed']}"
             cfg_row = cfg.replace(**row["static"])
@@ -355,8 +283,6 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
           f"{res.timing['total_s']:.1f}s; wrote {out}/sweep.json, sweep.csv, summary.md, "
           "sweep.png")
     if clock is not None:
-        from ..run.wallclock import split_text
-
         s = _process_split(clock, res.timing)
         print(split_text(s, s["programs"]), file=sys.stderr)
     return 0
@@ -364,34 +290,13 @@ def _sweep_locked(args, cfg, hp, checked, grid, seeds, metric, mode, max_par, sp
 
 def _process_split(clock, timing: dict[str, Any]) -> dict[str, Any]:
     """The sweep's wall clock so far: compile / train / eval / data / other."""
-    from ..run.wallclock import command_split
-
     groups = timing["groups"]
     return command_split(clock, sum(g["run_s"] + g["init_s"] for g in groups),
                          sum(g["eval_s"] for g in groups), timing["data_s"])
 
 
-def sweep_hparams(cfg, hp, grid: dict[str, list]) -> dict[str, float]:
-    """sweep.json's `hparams`: the base values of the hyperparameters that some static
-    group of the sweep uses (`validate.used_hparams`), in `HParams` order."""
-    from ..run.sweep import groups_of
-    from ..run.validate import used_hparams
-
-    used = {k for cfg_g in groups_of(cfg, grid) for k in used_hparams(cfg_g)}
-    return {k: v for k, v in hp.to_dict().items() if k in used}
-
-
 # History metrics that only the appeal protocol computes.
 APPEAL_METRICS = ("gm_appeal", "preferred_acc", "appeal_", "solo_")
-
-
-def sweep_title(cfg, grid: dict[str, list]) -> str:
-    """'sweep: ALGORITHM(S) on DATASET(S) (PARTITION(S))', naming every gridded value."""
-    def name(key: str) -> str:
-        vals = grid.get(key)
-        return "/".join(str(v) for v in vals) if vals else str(getattr(cfg, key))
-
-    return f"sweep: {name('algorithm')} on {name('dataset')} ({name('partition')})"
 
 
 def subcommand() -> Subcommand:

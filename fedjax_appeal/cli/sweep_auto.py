@@ -20,12 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..core.config import ConfigError
+from ..run import report  # write_outputs through its module: tests replace it
+from ..run.compare import lower_is_better, sequential_record
+from ..run.report import to_jsonable
+from ..run.sequential import parse_auto_seeds, seed_design, sequential_report, sequential_text
+from ..run.sweep import check_grid, parse_grid_arg, summarize_sweep
 
 BATCHES = "seed-batches"
 
@@ -52,8 +58,6 @@ def parse_baseline(baseline: str) -> dict[str, str]:
 
 def check_baseline(grid_args: list[str], baseline: str) -> None:
     """Refuse, before any run, a baseline that names no value of the grid."""
-    from ..run.sweep import check_grid, parse_grid_arg
-
     grid = check_grid(dict(parse_grid_arg(g) for g in grid_args))
     for k, v in parse_baseline(baseline).items():
         if k not in grid:
@@ -87,9 +91,6 @@ def decisions(rows: list[dict[str, Any]], base: str, metric: str, mode: str, des
               ) -> dict[str, Any]:
     """Per grid point other than `base`: its `SequentialReport` against `base` on the
     final `metric` ("+" wanted: higher is better, or lower for "min" / losses)."""
-    from ..run.compare import lower_is_better
-    from ..run.sequential import sequential_report
-
     lower = lower_is_better(metric) if mode == "auto" else mode == "min"
     by: dict[str, dict[int, float]] = {}
     for r in rows:
@@ -100,8 +101,6 @@ def decisions(rows: list[dict[str, Any]], base: str, metric: str, mode: str, des
 
 
 def decided_md(reps: dict[str, Any], base: str, metric: str, design) -> str:
-    from ..run.sequential import sequential_text
-
     lines = [f"# Seeds until decided: every grid point against {base}", "",
              f"Final `{metric}`, grid point − {base}, seed by seed; {design.text()}. A "
              "comparison is decided when its repeated interval excludes 0 (better: on the "
@@ -121,11 +120,6 @@ def cmd_sweep_auto(args: argparse.Namespace, cmd_sweep: Callable[[argparse.Names
     (the sweep command with explicit seeds); `files` holds the sweep's writers of
     sweep.csv (rows), summary.md (summary, metric, title) and sweep.png (path, rows,
     summary, metric, title), named "csv", "summary" and "plot"."""
-    from ..run.compare import sequential_record
-    from ..run.report import to_jsonable, write_outputs
-    from ..run.sequential import parse_auto_seeds, seed_design
-    from ..run.sweep import summarize_sweep
-
     try:
         design = seed_design(parse_auto_seeds(args.seeds), args.seed_batch)
     except ValueError as e:
@@ -144,8 +138,6 @@ def cmd_sweep_auto(args: argparse.Namespace, cmd_sweep: Callable[[argparse.Names
         if not getattr(args, "overwrite", False):
             raise ConfigError(f"{out} holds a finished sweep: give another --out, or "
                               "--overwrite to replace it")
-        import shutil
-
         shutil.rmtree(out / BATCHES, ignore_errors=True)
     metric = args.metric or "test_acc_seen"
     mode = args.metric_mode or "auto"
@@ -186,15 +178,13 @@ def cmd_sweep_auto(args: argparse.Namespace, cmd_sweep: Callable[[argparse.Names
                                                        for label, rep in reps.items()}}}
     title = f"{results.get('title', 'sweep')} (seeds until decided)"
     md = decided_md(reps, base, metric, design)
-    write_outputs(out, {
+    report.write_outputs(out, {
         "sweep.json": lambda p: p.write_text(json.dumps(to_jsonable(results), indent=1,
                                                         allow_nan=False)),
         "sweep.csv": lambda p: p.write_text(files["csv"](rows)),
         "summary.md": lambda p: p.write_text(files["summary"](summary, metric, title)),
         "sweep.png": lambda p: files["plot"](p, rows, summary, metric, title),
         "decided.md": lambda p: p.write_text(md)})
-    import shutil
-
     # every row is in sweep.json now: the batches are no longer needed (and `compare OUT`
     # would count their runs twice)
     shutil.rmtree(out / BATCHES, ignore_errors=True)

@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from .sequence import target_counts
+
 ROW_CHUNK = 256  # rows per step of a sweep over one client's rows (`client_chunk`)
 
 
@@ -73,8 +75,6 @@ class ClientArrays:
         y = y.astype(np.int32) if np.issubdtype(y.dtype, np.integer) else y.astype(np.float32)
         tokens = None
         if y.ndim == 2:  # one target per position: per-client counted targets
-            from .sequence import target_counts
-
             tokens = jax.device_put(np.stack(
                 [target_counts(y[o:o + c]) for o, c in zip(offset, counts, strict=True)], 1))
         return cls(  # transfers (`on_device`), no program compiled per shape

@@ -6,5 +6,9 @@ class ConfigError(ValueError):
 
 
 class UndeclaredOption(LookupError):
-    """A component read a configuration field it did not declare (a programming error, not
-    a user's: declare the field where the component lists its options)."""
+    """A component read a configuration option not declared for it (a programming error, not
+    a user's: declare the option where it applies); `option` and `component` name them."""
+
+    def __init__(self, message: str, option: str = "", component: str = ""):
+        super().__init__(message)
+        self.option, self.component = option, component

@@ -29,6 +29,7 @@ import optax
 
 from .config import ConfigError
 from .conv import TRAIN_FORMS, Conv, max_pool_2x2, resolve_conv_impl
+from .fields import option
 from .precision import apply_in, check_precision
 from .registry import Registry
 from .sequence import SEQUENCE_MODELS, is_sequence, token_loss, token_sums
@@ -200,23 +201,25 @@ MODELS = Registry("model", {
     "logistic": lambda c, n: Logistic(c, norm=n),
     **SEQUENCE_MODELS,  # over token ids: lstm, char_lstm, transformer (core/sequence.py)
 }, extra=("auto",))
-
-DEFAULT_MODEL = {"fmnist": "mlp", "mnist": "mlp", "femnist": "mlp", "usps": "mlp",
-                 "mnistm": "cnn", "cifar10": "cnn", "sent140": "sent_mlp",
-                 "synthetic": "logistic", "tfds:fashion_mnist": "mlp", "tfds:mnist": "mlp",
-                 "tfds:emnist/byclass": "mlp", "tfds:cifar10": "cnn"}
+option("model", "auto", "model name, or 'auto' for the dataset's default", registry="model",
+       group="algorithm")
 
 
-def default_model(dataset_name: str) -> str:
-    """The model `--model auto` builds for a dataset (`DEFAULT_MODEL`, else `mlp`)."""
-    return DEFAULT_MODEL.get(dataset_name, "mlp")
+def convolutional(name: str) -> bool:
+    """Whether the registered model `name` convolves (its module has a `conv_impl`; an
+    unknown or unbuildable name counts as one)."""
+    try:
+        module = MODELS[name](2, Normalize())
+    except Exception:  # noqa: BLE001 - a plugin's model: nothing known about it
+        return True
+    return "conv_impl" in getattr(module, "__dataclass_fields__", {})
 
 
 def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tuple[int, ...],
                input_dtype=jnp.uint8, scale: float = 1 / 255, mean=0.0, std=1.0,
                conv_impl: str = "auto", precision: str = "default", vocab_size: int = 0,
                per_position: bool = False) -> Model:
-    """Build a registered model; `name='auto'` takes the dataset's default.
+    """Build the registered model `name` (`model_for` resolves `auto`).
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
     "auto" = "winograd_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere
@@ -229,8 +232,6 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     only the sequence models (`core/sequence.py`) read, and they read nothing else;
     `per_position` makes them language models (one target per position).
     """
-    if name == "auto":
-        name = default_model(dataset_name)
     if name not in MODELS:
         raise ConfigError(f"unknown model '{name}'; choose one of: {', '.join(MODELS)}")
     try:
@@ -264,9 +265,12 @@ def check_tokens(name: str, module, vocab_size: int, dataset_name: str) -> None:
 
 def model_for(cfg_model: str, data, dataset, conv_impl: str = "auto",
               precision: str = "default") -> Model:
-    """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants;
-    a model that cannot take the data's inputs, or a precision the backend lacks, is
-    refused in one line (`check_fits`, `precision.check_precision`)."""
+    """The model of a run, from its `FederatedData` and the pooled `Dataset`'s constants
+    (`auto`: the dataset's own model, `Dataset.model`); a model that cannot take the
+    data's inputs, or a precision the backend lacks, is refused in one line (`check_fits`,
+    `precision.check_precision`)."""
+    if cfg_model == "auto":
+        cfg_model = getattr(dataset, "model", "") or "mlp"
     model = make_model(cfg_model, data.name, data.num_classes, data.input_shape,
                        data.train.x.dtype, dataset.scale, dataset.mean, dataset.std, conv_impl,
                        precision, data.vocab_size, data.train.y.ndim == 2)
@@ -372,7 +376,6 @@ class ResNet20(nn.Module):
 
 MODELS["cnn_bn"] = lambda c, n: CNNBN(c, norm=n)
 MODELS["resnet20"] = lambda c, n: ResNet20(c, norm=n)
-DEFAULT_MODEL["digits"] = "cnn_bn"
 
 
 class SimpleCNN(nn.Module):

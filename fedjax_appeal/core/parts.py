@@ -17,7 +17,14 @@ from .config import HParams
 
 @struct.dataclass
 class ServerState:
-    """Everything the server carries from one round to the next (a pytree)."""
+    """Everything the server carries from one round to the next (one pytree).
+
+    The first six fields are every algorithm's. The others hold the state of one stage
+    each, a value of the type that stage declares, and are None (no leaves) when the run
+    has no such stage, so a run carries only the state its parts keep; a misspelled field
+    is an AttributeError at trace time. A plugin keeps its state in `algo` (its own
+    NamedTuple); nothing here needs editing for it.
+    """
 
     params: Any  # model parameters (replicated across devices)
     model_state: Any  # model collections besides params, e.g. batch_stats ({} if none)
@@ -25,25 +32,23 @@ class ServerState:
     round: jax.Array  # [] int32, rounds done so far
     pool: jax.Array  # [M] bool, seen clients available for selection
     participation: jax.Array  # [M] int32, how often each client was in a cohort
-    # what stages and algorithms carry: shared stages under the keys `SHARED_STATE_KEYS`,
-    # an algorithm's own state as one typed value under its name ("scaffold":
-    # ScaffoldState, "fedbn", "fedfor", "fedbuff", "mwfed")
-    extra: dict
-
-
-# The keys of `ServerState.extra` that stages shared by several algorithms use (every other
-# key is an algorithm's name, holding its own typed state): the requirement algorithms'
-# requirements rho_k and solo models ("rho", "solo"), the selector's memory ("selector"),
-# the appeal protocol's state ("appeal"), the uplink's error feedback ("uplink"), the
-# heterogeneous clients' draws ("hetero") and the personalized evaluation's key
-# ("eval_key").
-SHARED_STATE_KEYS = ("rho", "solo", "selector", "appeal", "uplink", "hetero", "eval_key")
-
-# The keys of `ClientUpdate.extra` that shared stages read: the clients' losses before and
-# after training (weight rules that `need` them), FedNova's normaliser, and the squared
-# update norm of a chunked round's first pass. Any other key is an algorithm's name,
-# holding its own typed report.
-SHARED_CLIENT_KEYS = ("loss_before", "loss_after", "fednova_a", "delta_sq_norm")
+    # the algorithm's own state, one typed value it declares (SCAFFOLD's ScaffoldState,
+    # FedBN's FedBNState, FedFor's, FedBuff's, MW-Fed's), or None
+    algo: Any = None
+    # [M + U] float32 requirements rho_k of the requirement algorithms (MaxFL, MW-Fed)
+    rho: jax.Array | None = None
+    # the seen clients' solo models (`requirement.SoloStats`, when rho_k = solo losses)
+    solo: Any = None
+    # the selector's memory (the diversity selectors' `DiversityMemory`), or None
+    selector: Any = None
+    # the protocol run around the algorithm (MaxFL's appeal: `appeal.AppealState`), or None
+    protocol: Any = None
+    # the uplink's memory (`uplink.UplinkMemory`: error feedback, adaptive clip), or None
+    uplink: Any = None
+    # the heterogeneous clients' draws (`hetero.HeteroState`), or None
+    hetero: Any = None
+    # [2] uint32 raw key data of the personalised evaluation (PerFedAvg, pFedMe), or None
+    eval_key: jax.Array | None = None
 
 
 class ClientUpdate(NamedTuple):
@@ -51,6 +56,9 @@ class ClientUpdate(NamedTuple):
 
     Shapes are those of one client; vmapped over a cohort of m slots every leaf gets a
     leading axis [m] (invalid slots included: the round's `valid` mask says which count).
+    The optional reports are None (no leaves) unless a stage asks for them, so a round
+    carries only what its parts read; a misspelled report is an AttributeError at trace
+    time.
 
     Attributes:
       delta: the model update w - w_k, a pytree shaped like the params: w the model the
@@ -58,27 +66,32 @@ class ClientUpdate(NamedTuple):
         BatchNorm layers), w_k its model after the local steps (`client.Trained.delta` may
         replace it). Byzantine clients' noise and the uplink's compression are applied to
         it before aggregation. None in a chunked round's first pass, which keeps only
-        ||delta||^2 in `extra` (`execute.cohort`).
+        `delta_sq_norm` (`execute.cohort`).
       model_state: the client's model collections besides params after training (e.g.
         BatchNorm `batch_stats`), shaped like `ServerState.model_state`; {} if none.
       num_samples: [] int32, n_k, the client's number of train rows (the proportional
         weight).
       loss: [] float32, the mean minibatch training loss over the local steps.
-      extra: per-client values besides the update. Shared stages use the documented keys
-        `SHARED_CLIENT_KEYS`: "loss_before" = F_k(w) and "loss_after" = F_k(w_k) (full
-        train split, evaluation mode) when the weight rule `needs` them, FedNova's
-        normaliser "fednova_a" (the fednova algorithm and `--aggregation fednova`) and the
-        squared update norm "delta_sq_norm" of a chunked round. An algorithm's own report
-        is one typed value under its name (SCAFFOLD's `ScaffoldReport` under "scaffold",
-        FedBN's `FedBNReport` under "fedbn"). (The uplink's and the heterogeneous
-        clients' bookkeeping live in the state: `SHARED_STATE_KEYS`.)
+      loss_before: [] float32, F_k(w) over the full train split in evaluation mode, when
+        the weight rule `needs` it (Exp-alpha, MaxFL, q-FFL, MW-Fed); else None.
+      loss_after: [] float32, F_k(w_k), likewise (Exp-alpha); else None.
+      fednova_a: [] float32, FedNova's normaliser a_k (the fednova algorithm and
+        `--aggregation fednova`); else None.
+      delta_sq_norm: [] float32, ||Delta_k||^2, sent instead of `delta` in a chunked
+        round's first pass (q-FFL reads it); else None.
+      report: the algorithm's own report, one typed value it declares (SCAFFOLD's
+        `ScaffoldReport`, FedBN's `FedBNReport`); None for most algorithms.
     """
 
     delta: Any  # pytree like params: w - w_k (None in a chunked round's first pass)
     model_state: Any  # pytree like ServerState.model_state, after local training ({} if none)
     num_samples: jax.Array  # [] int32: n_k, train rows of the client
     loss: jax.Array  # [] float32: mean minibatch loss over the local steps
-    extra: dict  # name -> [] or pytree: algorithm-specific values (F_k(w) before/after, ...)
+    loss_before: jax.Array | None = None  # [] float32: F_k(w)
+    loss_after: jax.Array | None = None  # [] float32: F_k(w_k)
+    fednova_a: jax.Array | None = None  # [] float32: FedNova's a_k
+    delta_sq_norm: jax.Array | None = None  # [] float32: ||Delta_k||^2 (chunked first pass)
+    report: Any = None  # the algorithm's own typed report (a NamedTuple), or None
 
 
 # Part signatures (single client for LocalFn; everything else sees the whole cohort).
@@ -94,16 +107,16 @@ TxFn = Callable[[HParams], optax.GradientTransformation]
 
 
 class Selector(NamedTuple):
-    """A cohort selector with optional memory in `state.extra["selector"]`.
+    """A cohort selector with optional memory in `state.selector`.
 
-    init(key, state, data, hp) -> dict          # initial selector memory (e.g. features)
+    init(key, state, data, hp) -> memory        # initial selector memory (e.g. features)
     select(key, state, data, hp) -> (idx [m], valid [m])
     update(state, updates, idx, valid, data, hp) -> state   # after the server step, or None
     metrics(key, state, idx, valid, data, hp) -> dict   # round metrics it adds/overrides,
         # or None; `key` is the one `select` drew with
     """
 
-    init: Callable[[jax.Array, ServerState, FederatedData, HParams], dict]
+    init: Callable[[jax.Array, ServerState, FederatedData, HParams], Any]
     select: SelectFn
     update: Callable[[ServerState, ClientUpdate, jax.Array, jax.Array, FederatedData, HParams],
                      ServerState] | None = None
@@ -117,7 +130,7 @@ class WeightRule(NamedTuple):
     fn(updates, idx, valid, state, hp) -> w [m]: `idx` are the cohort's client indices (for
     rules with per-client server state, e.g. MaxFL's rho_k or MW-Fed's v_k), `valid` the
     slot mask (invalid slots must get 0).
-    needs: the loss reports the rule reads from `updates.extra`, a subset of
+    needs: the loss reports the rule reads from `updates`, a subset of
     `REPORTS` ("loss_before" = F_k(w) at the received model, "loss_after" = F_k(w_k));
     the composed local update computes exactly these (`client.reporting`).
     logits: optional `logits(updates, idx, valid, state, hp) -> z [m]` for rules that are a
@@ -160,7 +173,7 @@ class CohortExecutor(Protocol):
     (`one_pass`) or in two (`statistics`, then `weighted_delta` with the same keys), so that
     at most c client models are alive at a time. Every method returns what the clients
     send after `job.corrupt`; the chunked ones carry `delta=None` and each client's
-    ||Delta_k||^2 in `extra["delta_sq_norm"]` instead. The package's executors (one vmap,
+    ||Delta_k||^2 in `delta_sq_norm` instead. The package's executors (one vmap,
     lanes, chunks, a device mesh) are `execute.executor.Executor`.
     """
 

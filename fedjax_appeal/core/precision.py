@@ -26,8 +26,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .config import PRECISIONS
 from .errors import ConfigError
+from .fields import option
+
+PRECISIONS = ("default", "fp32", "tf32", "bf16")
+# bf16: bfloat16 compute, float32 weights
+option("precision", "default", "arithmetic of the model's passes", PRECISIONS, group="algorithm")
 
 _MATMUL = {"fp32": "float32", "tf32": "tensorfloat32"}
 

@@ -4,16 +4,21 @@ optimizers, models, datasets, partitions) is one of these, so validation, the CL
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import importlib
+import sys
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .errors import ConfigError
 
+_REGISTRIES: list[weakref.ref] = []  # every registry, for `registrations`
+
 
 def did_you_mean(name: Any, choices) -> str:
     """The declared choice closest to `name` (the same but for case first), or ""."""
-    import difflib
-
     names = [str(c) for c in choices]
     text = str(name)
     same_case = [c for c in names if c.lower() == text.lower()]
@@ -37,6 +42,7 @@ class Registry(Mapping):
         self._items: dict[str, Any] = dict(entries or {})
         self.extra = tuple(extra)
         self.sort = sort
+        _REGISTRIES.append(weakref.ref(self))
 
     def __getitem__(self, name: str) -> Any:
         return self._items[name]
@@ -81,3 +87,32 @@ class Registry(Mapping):
         """The value of `name`, or `ConfigError` naming the choices."""
         self.check(name)
         return self._items[name]
+
+
+def load_option_modules() -> None:
+    """Import, once, the package's modules that declare the built-in options (its
+    `OPTION_MODULES`), so that every option is known before one is used or listed."""
+    pkg = sys.modules.get(__name__.split(".")[0])
+    for module in getattr(pkg, "OPTION_MODULES", ()):
+        if module not in sys.modules:
+            importlib.import_module(module)
+
+
+@contextlib.contextmanager
+def registrations() -> Iterator[None]:
+    """Undo, when the block ends, every registration made inside it: each registry (the
+    components, options, datasets, capabilities, ...) is left as it was before. For tests and
+    scripts that register components for a while; a plugin's registrations last otherwise."""
+    # the built-ins first: declared inside the block, they would be undone with the rest
+    # and never declared again (their modules stay imported)
+    load_option_modules()
+    saved = [(r, dict(r._items)) for r in (ref() for ref in _REGISTRIES) if r is not None]
+    try:
+        yield
+    finally:
+        for reg, items in saved:
+            for name in [n for n in reg._items if n not in items]:
+                del reg[name]
+            for name, value in items.items():
+                if name not in reg._items or reg._items[name] is not value:
+                    reg[name] = value

@@ -38,8 +38,8 @@ UPLINK_KEY = 0x0B1E  # the uplink's stream: fold_in(round key, UPLINK_KEY)
 
 def attach_selector(state: ServerState, selector: Selector, key: jax.Array,
                     data: FederatedData, hp: HParams) -> ServerState:
-    """Put the selector's initial memory into `state.extra["selector"]`."""
-    return state.replace(extra={**state.extra, "selector": selector.init(key, state, data, hp)})
+    """Put the selector's initial memory into `state.selector`."""
+    return state.replace(selector=selector.init(key, state, data, hp))
 
 
 def weighted_sum(w: jax.Array, tree):
@@ -74,7 +74,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
       average_state: average the clients' model state (e.g. BatchNorm statistics) with the
         normalised weights; FedBN turns this off and keeps it per client.
       uplink: optional `aggregate.uplink.Uplink` (compression of what clients send, DP
-        clipping and noise), with its memory in `state.extra["uplink"]`; it runs the
+        clipping and noise), with its memory in `state.uplink`; it runs the
         cohort unchunked and draws from `fold_in(key, UPLINK_KEY)`.
     """
 
@@ -94,7 +94,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
         up_metrics = {}
         if uplink is not None:
             k_send, k_agg = jax.random.split(jax.random.fold_in(key, UPLINK_KEY))
-            mem = state.extra["uplink"]
+            mem = state.uplink
             if uplink.send is not None:
                 upd, mem, m1 = uplink.send(upd, idx, valid, k_send, mem, hp)
                 up_metrics.update(m1)
@@ -109,7 +109,7 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
             pseudo = weighted_sum(w, upd.delta)
         new = server_step(state, pseudo, tx(hp))
         if uplink is not None:
-            new = new.replace(extra={**new.extra, "uplink": mem})
+            new = new.replace(uplink=mem)
         if average_state and jax.tree.leaves(upd.model_state):
             wn = w / jnp.maximum(jnp.sum(w), 1e-12)
             new = new.replace(model_state=weighted_sum(wn, upd.model_state))
@@ -137,9 +137,10 @@ def make_round(*, select: Selector, local: LocalFn, weights: WeightRule, tx: TxF
 
 
 def init_state(params, model_state, tx: optax.GradientTransformation, num_clients: int,
-               extra: dict | None = None) -> ServerState:
+               **fields) -> ServerState:
+    """The state before round 1; `fields` sets the stages' fields of `ServerState` (the
+    algorithm's own `algo`, `rho`, ...): a name that is not a field is a TypeError."""
     return ServerState(params=params, model_state=model_state, opt_state=tx.init(params),
                        round=jnp.zeros((), jnp.int32),
                        pool=jnp.ones((num_clients,), bool),
-                       participation=jnp.zeros((num_clients,), jnp.int32),
-                       extra=extra or {})
+                       participation=jnp.zeros((num_clients,), jnp.int32), **fields)

@@ -6,21 +6,29 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.arrays import FederatedData
-from ..core.config import ConfigError, Options, RunConfig, data_options, data_seed
+from ..core.config import ConfigError, Options, RunConfig
 from . import heterogeneity, partition, sources, text  # noqa: F401  (public submodules)
 from .generated import load_generated
-from .pool import apply_heterogeneity, build_federated, load_dataset, partition_clients
+from .pool import (
+    apply_heterogeneity,
+    build_federated,
+    data_fields,
+    data_options,
+    data_seed,
+    load_dataset,
+    partition_clients,
+)
 from .sources import Dataset
 
-__all__ = ["Dataset", "load_dataset", "partition_clients", "build_federated", "load_federated",
-           "partition", "sources", "text"]
+__all__ = ["Dataset", "build_federated", "data_fields", "data_options", "data_seed",
+           "load_dataset", "load_federated", "partition", "partition_clients", "sources", "text"]
 
 
 def load_federated(opts: RunConfig | Options) -> tuple[FederatedData, Dataset]:
     """Load, partition and split the data of a run; everything seeded by `data_seed(opts)`.
 
     `opts`: the run's configuration, or options holding its data fields
-    (`core.config.data_fields`); the data layer (and every registered dataset and
+    (`data_fields`); the data layer (and every registered dataset and
     partition) reads only those.
     """
     opts = data_options(opts)

@@ -22,11 +22,10 @@ import dataclasses
 import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData, on_device
-from ..core.capabilities import Switch
-from ..core.config import ConfigError, Options, data_seed
-from ..core.fields import register_option, register_switched
+from ..core.config import ConfigError, Options
+from ..core.fields import option
 from . import heterogeneity, partition, sources
-from .pool import apply_heterogeneity, load_dataset
+from .pool import DATASETS, apply_heterogeneity, data_seed, load_dataset
 from .sources import Dataset
 
 DIGIT_DOMAINS = ("mnist", "usps", "mnistm")
@@ -101,41 +100,29 @@ def flipped_copies(ds: Dataset, labels: np.ndarray, train: list[np.ndarray],
     return ext, np.concatenate(ys), tr2, te2
 
 
-# The class-imbalanced pool (`--imbalance-ratios`) and the options only it reads: given
-# without it they are refused (`run.validate.check_ignored`; the digits pool's are
-# `pool.DATASET_OPTIONS["digits"]`).
-IMBALANCE_RATIOS = register_option(
-    "imbalance_ratios", "", "generated pool of class-imbalanced clients (LDAM recipe n_c = "
-    "n_max ratio^(c/(C-1))): 'random' draws each client's ratio from "
-    "{1,.5,.1,.05,.01,.005,.001}, or a composition like '1.0x4,0.01x3,0.1x3'; '' = off (use "
-    "--partition)", every_run=True, group="data", data=True)
-IMBALANCE_SIZE = register_option(
+# The class-imbalanced pool: on with `--imbalance-ratios`; the options that configure it
+# apply only then (`heterogeneity.IMBALANCED`).
+IMBALANCED = heterogeneity.IMBALANCED
+IMBALANCE_RATIOS = option(
+    "imbalance_ratios", "", "generated pool of class-imbalanced clients: 'random' ratios, or a "
+    "composition like '1.0x4,0.01x3' (n_c = n_max ratio^(c/(C-1))); '' = off", group="data",
+    data=True)
+IMBALANCE_SIZE = option(
     "imbalance_size", 0, "equal-size imbalanced clients: every generated client holds this "
     "many train rows, class shares ∝ ratio^(c/(C-1)) (0 = LDAM counts from "
-    "--imbalance-nmax)", every_run=True, group="data", ge=0, data=True)
-GLOBAL_TEST_PER_CLASS = register_option(
+    "--imbalance-nmax)", applies=IMBALANCED, group="data", ge=0, data=True)
+GLOBAL_TEST_PER_CLASS = option(
     "global_test_per_class", 0, "generated pools: hold out this many rows per class as a "
-    "balanced global test set (test_acc_global); 0 = none", every_run=True, group="data",
+    "balanced global test set (test_acc_global); 0 = none", applies=IMBALANCED, group="data",
     ge=0, data=True)
-IMBALANCED = Switch(lambda cfg, sup: bool(cfg.imbalance_ratios),
-                    "it configures the generated imbalanced pool (--imbalance-ratios)")
-IMBALANCE_OPTIONS = (
-    register_option("imbalance_nmax", 100, "rows of the largest class of each imbalanced "
-                                           "client (n_max)", switch=IMBALANCED, group="data",
-                    ge=1, data=True),
-    register_option("imbalance_test_per_class", 20, "balanced test rows per class of each "
-                                                    "generated client (its test split; a proxy "
-                                                    "for the global test set)",
-                    switch=IMBALANCED, group="data", ge=1, data=True),
-    register_option("imbalance_major", "shared", "largest class of each generated imbalanced "
-                                                 "client: class 0 for all (shared) or drawn "
-                                                 "per client (random; the other classes' "
-                                                 "order too)", ("shared", "random"),
-                    switch=IMBALANCED, group="data", data=True))
-# the Dirichlet concentration, which the pool replaces
-register_switched(("alpha",), Switch(
-    lambda cfg, sup: not cfg.imbalance_ratios,
-    "it is the Dirichlet concentration, and --imbalance-ratios builds its own pool"))
+option("imbalance_nmax", 100, "rows of the largest class of each imbalanced client (n_max)",
+       applies=IMBALANCED, group="data", ge=1, data=True)
+option("imbalance_test_per_class", 20, "balanced test rows per class of each generated client "
+       "(its test split; a proxy for the global test set)", applies=IMBALANCED, group="data",
+       ge=1, data=True)
+option("imbalance_major", "shared", "largest class of each generated imbalanced client: class "
+       "0 for all (shared) or drawn per client (random; the other classes' order too)",
+       ("shared", "random"), applies=IMBALANCED, group="data", data=True)
 
 
 def imbalanced_federation(ds: Dataset, opts: Options, rng: np.random.Generator
@@ -254,6 +241,7 @@ def load_generated(opts: Options) -> tuple[FederatedData, Dataset]:
         if opts.imbalance_ratios:
             raise ConfigError("--imbalance-ratios does not combine with --dataset digits")
         fed, ds = digits_federation(opts, rng)
+        ds = dataclasses.replace(ds, model=DATASETS["digits"].model)
         if sources.check_dataset(ds, opts.num_classes).num_classes != ds.num_classes:
             raise ConfigError(f"--num-classes {opts.num_classes} does not apply to --dataset "
                               f"digits ({ds.num_classes} classes): drop it")

@@ -13,25 +13,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.capabilities import Switch
-from ..core.fields import register_option
+from ..core.fields import option, when
 
-# label flipping: on with flipped clients; its own option is refused without them
-LABEL_FLIP_FRACTION = register_option(
-    "label_flip_fraction", 0.0, "fraction of clients (seen and unseen alike) whose labels are "
-    "flipped by a fixed random derangement", every_run=True, group="data", ge=0, le=1,
-    data=True)
-FLIP_PROTOCOL = register_option(
-    "flip_protocol", "static", "label flipping: static = a fixed fraction of clients always "
-    "flipped; bernoulli = every sampled client flipped with probability "
-    "--label-flip-fraction each round; fixed = round(fraction x cohort) sampled clients "
-    "flipped each round (bernoulli/fixed need --imbalance-ratios)",
-    ("static", "bernoulli", "fixed"), every_run=True, group="data", data=True)
-FLIPPING = Switch(lambda cfg, sup: cfg.label_flip_fraction != 0,
-                  "it configures label flipping (--label-flip-fraction > 0)")
-FLIP_RATIO = register_option("flip_ratio", 1.0, "share of the classes a flipped client has "
-                                                "wrong (1.0 = all)", switch=FLIPPING,
-                             group="data", ge=0, le=1, data=True)
+# The generated class-imbalanced pool (`--imbalance-ratios`, data/generated.py): the options
+# that configure it apply only with it.
+IMBALANCED = when(lambda cfg: bool(cfg.imbalance_ratios),
+                  "it configures the generated imbalanced pool (--imbalance-ratios)")
+# label flipping: on with flipped clients; its own option applies only then
+LABEL_FLIP_FRACTION = option(
+    "label_flip_fraction", 0.0, "fraction of clients flipped", group="data", ge=0,
+    le=1, data=True)
+FLIP_PROTOCOL = option(
+    "flip_protocol", "static", "label flipping of the generated pool: static = a fixed "
+    "fraction of clients always flipped; bernoulli = every sampled client flipped with "
+    "probability --label-flip-fraction each round; fixed = round(fraction x cohort) sampled "
+    "clients flipped each round", ("static", "bernoulli", "fixed"), applies=IMBALANCED,
+    group="data", data=True)  # (an algorithm that draws its own cohort refuses it: --selector)
+FLIPPING = when(lambda cfg: cfg.label_flip_fraction != 0,
+                "it configures label flipping (--label-flip-fraction > 0)")
+FLIP_RATIO = option("flip_ratio", 1.0, "share of the classes a flipped client has wrong (1.0 = "
+                    "all)", applies=FLIPPING, group="data", ge=0, le=1, data=True)
 
 
 def choose_fraction(num_clients: int, fraction: float, rng: np.random.Generator) -> np.ndarray:

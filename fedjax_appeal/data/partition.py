@@ -12,24 +12,36 @@ import math
 import numpy as np
 
 from ..core.config import ConfigError
-from ..core.fields import declared_for, register_option
+from ..core.fields import component, option, when
+from ..core.registry import Registry
 
-# Options of one partition only (`--partition NAME`), declared here: given with another,
-# they are refused (`run.validate.check_ignored`).
-register_option("alpha", 0.5, "Dirichlet concentration (partition=dirichlet)",
-                kind="partition", names=("dirichlet",), group="data", gt=0, data=True)
-register_option("num_clusters", 5, "number of label clusters (partition=clusters)",
-                kind="partition", names=("clusters",), group="data", ge=1, data=True)
-register_option("labels_per_cluster", 2, "disjoint labels per cluster (partition=clusters)",
-                kind="partition", names=("clusters",), group="data", ge=1, data=True)
-register_option("cluster_labels", "random", "labels of each cluster (partition=clusters): "
-                "random (a seeded permutation) or pairs (cluster c gets labels c*L .. "
-                "c*L+L-1: (0,1), (2,3), ...)", ("random", "pairs"), kind="partition",
-                names=("clusters",), group="data", data=True)
-register_option("classes_per_client", 3, "classes per client (partition=classes)",
-                kind="partition", names=("classes",), group="data", ge=1, data=True)
-OWN_OPTIONS = {name: declared_for("partition", name)
-               for name in ("dirichlet", "clusters", "classes")}
+# `--partition` name -> fn(ds, total, opts, rng) -> [index array per client], or None for
+# the built-in ones below (`pool.partition_clients`); plugins add theirs
+# (`pool.register_partition`)
+PARTITIONS = Registry("partition", dict.fromkeys(("dirichlet", "clusters", "classes",
+                                                  "natural")))
+option("partition", "dirichlet", "how samples are split over clients", PARTITIONS,
+       group="data", data=True)
+option("min_samples", 10, "minimum samples per client", group="data", ge=0,
+       data=True)
+option("train_fraction", 0.6, "per-client train share; the rest is the client's test split",
+       group="data", gt=0, lt=1, data=True)
+# the options of each partition (the Dirichlet alpha also not with the generated imbalanced
+# pool, which builds its own clients)
+CLUSTERS = component("partition", "clusters")
+option("alpha", 0.5, "Dirichlet concentration", applies=when(
+    lambda cfg: not cfg.imbalance_ratios, "it is the Dirichlet concentration, and "
+    "--imbalance-ratios builds its own pool") & component("partition", "dirichlet"),
+    group="data", gt=0, data=True)
+option("num_clusters", 5, "number of label clusters (partition=clusters)", applies=CLUSTERS,
+       group="data", ge=1, data=True)
+option("labels_per_cluster", 2, "disjoint labels per cluster (partition=clusters)",
+       applies=CLUSTERS, group="data", ge=1, data=True)
+option("cluster_labels", "random", "labels of each cluster (partition=clusters): random (a "
+       "seeded permutation) or pairs (cluster c gets labels c*L .. c*L+L-1: (0,1), (2,3), ...)",
+       ("random", "pairs"), applies=CLUSTERS, group="data", data=True)
+option("classes_per_client", 3, "classes per client (partition=classes)",
+       applies=component("partition", "classes"), group="data", ge=1, data=True)
 
 
 def dirichlet(labels: np.ndarray, num_clients: int, alpha: float, rng: np.random.Generator,

@@ -37,11 +37,10 @@ import numpy as np
 
 from ..core.arrays import ClientArrays, FederatedData, on_device
 from ..core.config import ConfigError, Options
-from ..core.fields import register_option
-from ..core.models import DEFAULT_MODEL
+from ..core.fields import component, option
 from ..core.sequence import BOS, EOS, PAD
 from . import partition
-from .pool import register_dataset
+from .pool import npz_file, register_dataset
 from .sources import Dataset, data_dir, read_npz
 
 TASKS = {"sent140_words": "words", "sent140_chars": "chars"}  # dataset -> tokenizer kind
@@ -49,17 +48,16 @@ SEQ_LEN = {"words": 25, "chars": 80}  # LEAF's Sent140 max_words; FedJAX's seque
 MAX_VOCAB = {"words": 10_000, "chars": 86}
 TOKENIZER_FILE = "tokenizer.json"
 
-register_option("seq_len", 0, "token tasks: tokens per row (0 = the task's: 25 words as "
-                "LEAF's Sent140, 80 characters as FedJAX's Shakespeare)", kind="dataset",
-                names=tuple(TASKS), group="data", ge=0, data=True,
-                hint="0 = 25 words or 80 characters")
-register_option("max_vocab", 0, "token tasks: the most frequent training units kept (0 = "
-                "10000 words / 86 characters); the rest map to OOV", kind="dataset",
-                names=tuple(TASKS), group="data", ge=0, data=True)
-register_option("vocab_min_count", 2, "token tasks: a unit enters the vocabulary when the "
-                "training clients' train text holds it this many times", kind="dataset",
-                names=tuple(TASKS), group="data", ge=1, data=True)
-DEFAULT_MODEL.update({"sent140_words": "lstm", "sent140_chars": "char_lstm"})
+TOKEN_TASK = component("dataset", *TASKS)
+option("seq_len", 0, "token tasks: tokens per row (0 = the task's: 25 words as LEAF's Sent140, "
+       "80 characters as FedJAX's Shakespeare)", applies=TOKEN_TASK, group="data", ge=0,
+       data=True, hint="0 = 25 words or 80 characters")
+option("max_vocab", 0, "token tasks: the most frequent training units kept (0 = 10000 words / "
+       "86 characters); the rest map to OOV", applies=TOKEN_TASK, group="data", ge=0,
+       data=True)
+option("vocab_min_count", 2, "token tasks: a unit enters the vocabulary when the training "
+       "clients' train text holds it this many times", applies=TOKEN_TASK, group="data", ge=1,
+       data=True)
 
 _WORD_RE = re.compile(r"[\w']+|[.,!?;]")  # LEAF's language_utils.split_line
 SPECIALS = ("<pad>", "<bos>", "<eos>")
@@ -184,13 +182,16 @@ def _load_tweets(name: str, opts: Options) -> TextDataset:
                        groups=z["user"].astype(np.int64), scale=1.0, kind=TASKS[name])
 
 
-@register_dataset("sent140_words")
+SENT140_ROWS = npz_file("sent140_subset.npz", ("label",))
+
+
+@register_dataset("sent140_words", classes=2, model="lstm", rows=SENT140_ROWS)
 def load_sent140_words(opts: Options, rng: np.random.Generator) -> TextDataset:
     """Sent140 tweets for sentiment from word tokens (`sent140_subset.npz`)."""
     return _load_tweets("sent140_words", opts)
 
 
-@register_dataset("sent140_chars")
+@register_dataset("sent140_chars", classes=2, model="char_lstm", rows=SENT140_ROWS)
 def load_sent140_chars(opts: Options, rng: np.random.Generator) -> TextDataset:
     """Sent140 tweets for next-character prediction per user (`sent140_subset.npz`)."""
     return _load_tweets("sent140_chars", opts)

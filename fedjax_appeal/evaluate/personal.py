@@ -4,7 +4,7 @@ train and test split (`evaluation.evaluate_personal`), all clients under one `ja
 
 The adaptation key of an evaluation is `fold_in(eval_key, round)` (seen clients) and its
 `fold_in(..., 1)` (unseen clients), with `eval_key` drawn in init and kept in
-`state.extra["eval_key"]` (raw key data), so an evaluation is a pure function of the state.
+`state.eval_key` (raw key data), so an evaluation is a pure function of the state.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ AdaptFn = Callable[..., tuple[Any, Any]]
 
 
 def eval_key_data(init_key: jax.Array) -> jax.Array:
-    """Raw data of the evaluation key, for `state.extra["eval_key"]`."""
+    """Raw data of the evaluation key, for `state.eval_key`."""
     return jax.random.key_data(jax.random.fold_in(init_key, EVAL_TAG))
 
 
@@ -33,7 +33,7 @@ def personal_evaluator(model: Model, adapt: AdaptFn):
     """evaluate(state, data, hp) -> {split: ClientEval} with each client's adapted model."""
 
     def evaluate(state, data, hp):
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.extra["eval_key"]), state.round)
+        key = jax.random.fold_in(jax.random.wrap_key_data(state.eval_key), state.round)
         splits = data.splits()
         out = {}
         for tag, (tr, te) in enumerate((("train", "test"), ("unseen_train", "unseen_test"))):

@@ -9,7 +9,7 @@ server lr, Exp-alpha's softmax over the cohort, q-FFL), so the chunked round mak
 passes over the chunks:
 
   1. statistics: every chunk runs its local updates and keeps everything a client sends
-     *except* Delta_k (loss, n_k, extra statistics, model state), so the weight rule sees
+     *except* Delta_k (loss, n_k, loss reports, model state), so the weight rule sees
      the whole cohort's statistics exactly as in the unchunked round;
   2. aggregation: every chunk runs its local updates again with the same keys (hence the
      same Delta_k) and adds sum_{k in chunk} w_k Delta_k to a running sum.
@@ -25,7 +25,7 @@ is then sum_k w_k Delta_k, and each client trains once.
 
 In a chunked round the `ClientUpdate` seen by the weight rule, `post` and the selector's
 `update` has `delta=None` and carries each client's ||Delta_k||^2 in
-`extra["delta_sq_norm"]` instead (q-FFL reads it; rules that need the per-client deltas
+`ClientUpdate.delta_sq_norm` instead (q-FFL reads it; rules that need the per-client deltas
 themselves cannot use chunking). A `corrupt` hook is applied per chunk with the key
 `fold_in(key, chunk)` in every pass: without Byzantine clients the result equals the
 unchunked round up to float summation order; with them the noise has the same
@@ -85,14 +85,11 @@ def _run_chunk(local, corrupt, state, data, hp, k_adv, i, ix, ks, vs):
     return upd
 
 
-DELTA_SQ_NORM = "delta_sq_norm"  # extra statistic of a chunked round: ||Delta_k||^2
-
-
 def _statistics(upd):
-    """A chunk's updates without deltas, each client's ||Delta_k||^2 in the extras."""
+    """A chunk's updates without deltas, each client's ||Delta_k||^2 in `delta_sq_norm`."""
     sq = sum(jnp.sum(d.reshape(d.shape[0], -1) ** 2, axis=1)
              for d in jax.tree.leaves(upd.delta))
-    return upd._replace(delta=None, extra={**upd.extra, DELTA_SQ_NORM: sq})
+    return upd._replace(delta=None, delta_sq_norm=sq)
 
 
 def _unchunk(tree, m: int):
@@ -104,7 +101,7 @@ def chunked_statistics(local, corrupt, state, data, idx, keys, valid, k_adv, hp,
     """Pass 1: the cohort's `ClientUpdate` without deltas ([m] leaves, `delta=None`).
 
     Each client's squared update norm ||Delta_k||^2 (after `corrupt`) is kept in
-    `extra[DELTA_SQ_NORM]`, so rules that read it (q-FFL's h_k) stay exact.
+    `delta_sq_norm`, so rules that read it (q-FFL's h_k) stay exact.
     """
     m = idx.shape[0]
     n, (ix, ks, vs) = _chunks(c, m, idx, keys, valid)

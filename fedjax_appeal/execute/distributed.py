@@ -20,11 +20,14 @@ the main process (`is_main`) writes files or prints progress.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..core.config import ConfigError
@@ -115,8 +118,6 @@ _advice: list[str] = []
 
 def set_peer_message(text: str) -> None:
     """The advice printed when another process dies (e.g. where the checkpoint is)."""
-    import sys
-
     _advice[:] = [text]
     if jax.process_count() > 1:
         print(ADVICE_TAG + text, file=sys.stderr, flush=True)
@@ -129,8 +130,6 @@ def stop_for_peer(detail: str) -> None:
     process and then abort with a long log; checkpoints are written atomically, so the last
     one on disk is complete.
     """
-    import sys
-
     if _stopping.acquire(blocking=False):
         advice = _advice[0] if _advice else ""
         line = (f"fedjax-appeal: error: process {jax.process_index()} of "
@@ -153,9 +152,6 @@ def _filter_stderr() -> None:
     program's own lines, and when the process ends that way it prints one line saying
     that another process stopped and where the last checkpoint is.
     """
-    import subprocess
-    import sys
-
     sys.stderr.flush()
     original = os.dup(2)
     helper = subprocess.Popen([sys.executable, "-m", "fedjax_appeal.execute.stderr_filter"],
@@ -196,8 +192,6 @@ def fetch(tree):
                                             impl=jax.random.key_impl(a))
         if a.is_fully_replicated:
             return np.asarray(a.addressable_data(0))
-        from jax.experimental import multihost_utils
-
         return np.asarray(multihost_utils.process_allgather(a, tiled=True))
 
     return jax.tree.map(one, tree)
@@ -449,6 +443,4 @@ def agree(ok: bool) -> bool:
     """Process 0's `ok`, known to every process (a broadcast; plain `ok` on one process)."""
     if jax.process_count() <= 1:
         return ok
-    from jax.experimental import multihost_utils
-
     return bool(multihost_utils.broadcast_one_to_all(np.int32(ok)))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ..core.capabilities import capable
+from ..core.fields import option
 from ..core.parts import ClientUpdate, CohortJob, LocalFn, WeightFn
 from . import cohort
 from .distributed import constrain_cohort, over_rows, own_program
@@ -32,6 +34,20 @@ def for_each_client(local: LocalFn, lanes: int = 0, mesh=None):
                          mesh, shared=(state, data, hp), own=own)
 
     return run
+
+
+# How a cohort's local updates run (for the algorithms that run their cohort through the
+# shared executor; `execute/layout.py` declares `devices`)
+SHARED_EXECUTOR = capable("layouts", "{alg} does not use the shared executor", "drop "
+                          "--client-lanes, --client-chunk and --devices", unless=lambda cfg: (
+                              cfg.client_lanes == 0 and cfg.client_chunk <= 0
+                              and cfg.devices == 1))
+option("client_chunk", 0, "the cohort's local updates in chunks of this many clients (0 = auto, "
+       "by the memory budget; -1 = never)", group="scale",
+       ge=-1, hint="0 = auto, -1 = never", needs=SHARED_EXECUTOR)
+option("client_lanes", 0, "clients trained side by side in one vmap, the rest in a loop of the "
+       "same program (per device)", group="scale", ge=0,
+       hint="0 = the whole cohort in one vmap", needs=SHARED_EXECUTOR)
 
 
 class Executor(NamedTuple):

@@ -37,9 +37,40 @@ from typing import NamedTuple
 
 import jax
 
+from ..core.config import RunConfig, declarations
+from ..core.conv import resolve_conv_impl
 from ..core.errors import ConfigError
+from ..core.fields import option, when
+from ..core.models import convolutional
+from ..data.pool import default_model
+from .distributed import one_vmap, split_cpu
+from .executor import SHARED_EXECUTOR
 
 LAYOUTS = ("auto", "manual")
+option("devices", 1, "devices to shard the cohort over (0 = all; setting it makes the layout "
+       "manual)", group="scale", ge=0, hint="0 = all", needs=SHARED_EXECUTOR)
+option("layout", "auto", "execution layout (execute/layout.py); manual = exactly --devices "
+       "and --client-lanes", LAYOUTS,
+       group="scale")
+
+
+def model_of(cfg) -> str:
+    """The model a run of `cfg` builds (`auto`: its dataset's)."""
+    return default_model(cfg.dataset) if cfg.model == "auto" else cfg.model
+
+
+option("conv_impl", "auto", "how convolutional models convolve (core/conv.py): xla (lax.conv), "
+       "patches (im2col slices + matmul), patches_cf (the same, channels-first), winograd (3x3 "
+       "stride-1 layers by Winograd F(4x4,3x3), others as patches_cf) or patches_train / "
+       "patches_cf_train / winograd_train (that form in training, xla in evaluation: XLA on CPU "
+       "runs a convolution's gradient inside a loop tens of times slower, "
+       "benchmarks/RESULTS.md); auto = winograd_train on CPU (patches_cf_train where a device "
+       "trains several clients in one vmap), patches_train on GPU, xla elsewhere",
+       ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train", "winograd",
+        "winograd_train"), group="algorithm", applies=when(
+           lambda cfg: convolutional(model_of(cfg)),
+           lambda cfg: f"it configures convolutional models, and --model {model_of(cfg)} has "
+           "no convolution"))
 # RunConfig fields a layout sets; giving any of them (or --cpu-devices) means "manual".
 LAYOUT_FIELDS = ("devices", "client_lanes")
 
@@ -96,8 +127,6 @@ def auto_split(cohort: int) -> int:
     Where JAX already runs (the split can no longer change), the devices it has are used
     when two or more of them divide the cohort.
     """
-    from .distributed import split_cpu
-
     n = cpu_split(cohort)
     if n > 1:
         try:
@@ -137,8 +166,6 @@ def vmap_width(cohort: int, devices: int, lanes: int, client_chunk: int = 0) -> 
     """How many of the cohort's clients one device trains side by side in one vmap (at
     most; a last group may be narrower), as `distributed.over_rows` (and a chunked round,
     `cohort.chunk_size`) runs them."""
-    from .distributed import one_vmap
-
     if 0 < client_chunk < cohort:  # chunks of that many clients, each chunk one vmap
         return client_chunk
     d = max(1, devices)
@@ -155,8 +182,6 @@ def conv_impl_for(cfg, devices: int | None = None, backend: str | None = None) -
       devices: the devices the cohort is sharded over (default: `cfg.devices`, 0 = all).
       backend: default `jax.default_backend()`.
     """
-    from ..core.conv import resolve_conv_impl
-
     if devices is None:
         devices = jax.device_count() if cfg.devices == 0 else cfg.devices
     width = vmap_width(cfg.cohort, devices, cfg.client_lanes, cfg.client_chunk)
@@ -176,8 +201,6 @@ def resolve_layout(cfg, *, algorithm_layouts: bool = True):
       algorithm_layouts: whether the algorithm runs its cohort through the shared executor
         (`Supports.layouts`); one that does not always gets one device.
     """
-    from ..core.config import run_fields
-
     backend = jax.default_backend()
     count = jax.device_count()
     given = (cfg.devices, cfg.client_lanes)
@@ -194,7 +217,7 @@ def resolve_layout(cfg, *, algorithm_layouts: bool = True):
         return cfg, Layout("auto", 1, 0, count, backend,
                            f"{cfg.algorithm} runs its own cohort loop")
     devices, lanes, why = choose(cfg.cohort, backend=backend, device_count=count)
-    default = {f.name: f.default for f in run_fields()}
+    default = {f.name: f.default for f in declarations(RunConfig)}
     defaults = (default["devices"], default["client_lanes"])
     if given not in (defaults, (devices, lanes)):
         return manual("--devices/--client-lanes given")

@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jaxlib
 import numpy as np
+from jax.experimental import serialize_executable
 
 FORMAT = 1  # bump when the stored layout changes
 MAX_BYTES = 1 << 30  # beyond this the least recently used entries are deleted
@@ -80,8 +82,6 @@ def code_fingerprint() -> str:
 
 def environment_fingerprint() -> str:
     """jax / jaxlib versions, the backend's devices, XLA_FLAGS and JAX's flags."""
-    import jaxlib
-
     flags = {k: repr(v) for k, v in jax.config.values.items()
              if not any(w in k for w in _FLAG_WORDS_IGNORED)}
     devices = [(d.platform, d.device_kind, d.id, d.process_index) for d in jax.devices()]
@@ -157,8 +157,6 @@ class ProgramCache:
         read back here whose first call fails is deleted and the program compiled
         afresh, so a bad entry costs one compile, never a run.
         """
-        from jax.experimental import serialize_executable
-
         t0 = time.perf_counter()
         path = self.folder / f"{self.key(role, args)}.bin"
         if path.is_file():
@@ -172,8 +170,9 @@ class ProgramCache:
                 return _FirstCallChecked(exe, path, lower)
             except Exception:  # noqa: BLE001 - a stale or torn entry is compiled afresh
                 path.unlink(missing_ok=True)
-        with _PersistentCacheHits() as hits:
-            exe = lower().compile()
+        lowered = lower()  # may run small programs of its own (their arguments), outside
+        with _PersistentCacheHits() as hits:  # ... the count: only this program's compile
+            exe = lowered.compile()
         if hits.count:
             return exe
         try:

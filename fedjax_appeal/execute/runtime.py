@@ -11,6 +11,11 @@
   algorithms), so that a seeded run repeats bit for bit in every process. XLA reads its
   flags when the backend starts: call it before JAX's first operation. XLA:CPU is
   deterministic without it; the flag changes nothing there.
+* `release_programs_if_crowded()`: drop JAX's compiled programs held in memory when the
+  process nears the kernel's limit on memory mappings (each XLA:CPU program holds about 20;
+  at `vm.max_map_count`, 65,530 by default, the next compilation crashes the process). A
+  long process (a test session, `reproduce all`) compiles thousands; a dropped program is
+  read back from the persistent cache when it is needed again, so no value changes.
 * `CompileLog`: while open, counts the programs XLA compiled or read from the cache and
   the seconds spent tracing, lowering and in XLA (JAX's monitoring events).
 
@@ -22,12 +27,20 @@ the library changes no setting of JAX.
 
 from __future__ import annotations
 
+import gc
 import os
+import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import jax
+from jax import monitoring
+
 from ..core.config import ConfigError
+from ..data.sources import cache_dir
+from .programs import LOAD_EVENT
 
 COMPILE_CACHE_ENV = "FEDJAX_APPEAL_COMPILE_CACHE"
 XLA_CACHE_BYTES = 2 << 30  # JAX evicts the least recently used programs beyond this
@@ -44,8 +57,6 @@ def env_setting(name: str, default: bool = True) -> bool:
 
 def default_cache_folder() -> Path:
     """`$FEDJAX_APPEAL_CACHE/xla` (default `~/.cache/fedjax_appeal/xla`)."""
-    from ..data.sources import cache_dir
-
     return cache_dir() / "xla"
 
 
@@ -62,8 +73,6 @@ def enable_compilation_cache(folder: str | Path | None = None) -> Path:
     Raises:
       ConfigError: the folder cannot be created.
     """
-    import jax
-
     current = jax.config.jax_compilation_cache_dir
     if current:
         return Path(current)
@@ -112,30 +121,52 @@ def program_cache_folder() -> Path | None:
     persistent compilation cache is on in this process, else None: the commands keep their
     compiled programs there, so that a second run of a command neither traces nor
     compiles."""
-    from ..data.sources import cache_dir
-
     return cache_dir() / "programs" if compilation_cache_folder() else None
 
 
 def compilation_cache_folder() -> str | None:
     """The persistent compilation cache folder in effect, or None."""
-    import jax
-
     if not jax.config.jax_enable_compilation_cache:
         return None
     return jax.config.jax_compilation_cache_dir or None
 
 
+MAPS_FRACTION = 0.5  # of vm.max_map_count, beyond which compiled programs are dropped
+
+
+def memory_maps() -> tuple[int, int] | None:
+    """(this process's memory mappings, the kernel's limit), or None where /proc has
+    neither (not Linux)."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            used = sum(1 for _ in f)
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    return used, limit
+
+
+def release_programs_if_crowded(fraction: float = MAPS_FRACTION) -> bool:
+    """`jax.clear_caches()` when this process's memory mappings exceed `fraction` of
+    `vm.max_map_count`; returns whether it did. The programs a later call needs again are
+    traced anew and read back from the persistent compilation cache."""
+    maps = memory_maps()
+    if maps is None or maps[0] <= fraction * maps[1]:
+        return False
+    jax.clear_caches()
+    gc.collect()
+    return True
+
+
 def _backend_started() -> bool:
     """Whether JAX's backend has started in this process (JAX has no public call for it:
     its internal one, and where that is missing, whether JAX was imported at all)."""
-    try:
+    try:  # lazy and guarded: JAX's internal module, which another JAX version may lack
         from jax._src import xla_bridge
 
         return bool(xla_bridge.backends_are_initialized())
     except (ImportError, AttributeError):
-        import sys
-
         return "jax" in sys.modules
 
 
@@ -205,8 +236,6 @@ class CompileLog:
         return self.trace_s + self.lower_s + self.xla_s + self.reuse_s
 
     def _duration(self, event: str, secs: float, **_: Any) -> None:
-        from .programs import LOAD_EVENT
-
         if event == LOAD_EVENT:
             with self._lock:
                 self.reused += 1
@@ -226,15 +255,11 @@ class CompileLog:
                 self.cache_hits += 1
 
     def __enter__(self) -> CompileLog:
-        from jax import monitoring
-
         monitoring.register_event_duration_secs_listener(self._duration)
         monitoring.register_event_listener(self._event)
         return self
 
     def __exit__(self, *exc) -> None:
-        from jax import monitoring
-
         monitoring.unregister_event_duration_listener(self._duration)
         monitoring.unregister_event_listener(self._event)
 
@@ -247,8 +272,6 @@ class CompileLog:
 
 def out_of_memory(exc: BaseException) -> bool:
     """Whether `exc` is XLA running out of device memory (RESOURCE_EXHAUSTED)."""
-    import jax
-
     text = str(exc)
     return isinstance(exc, jax.errors.JaxRuntimeError) and (
         "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
@@ -257,8 +280,6 @@ def out_of_memory(exc: BaseException) -> bool:
 def out_of_memory_message(exc: BaseException, command: str) -> str:
     """One line for an out-of-memory error: how much XLA asked for, and the options of
     `command` that lower it."""
-    import re
-
     text = str(exc)
     m = (re.search(r"allocat\w*\s+([0-9][0-9,]*)\s*bytes", text)
          or re.search(r"([0-9][0-9,]*)\s*bytes", text))

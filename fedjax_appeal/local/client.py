@@ -16,10 +16,15 @@ import jax.numpy as jnp
 import optax
 
 from ..core.arrays import ROW_CHUNK, ClientArrays, client_chunk, client_norms, sample_batch
+from ..core.fields import option
 from ..core.models import Model
 from ..core.parts import REPORTS, ClientUpdate
 
 Regularizer = Callable[[Any], jax.Array]  # params -> scalar added to the minibatch loss
+
+
+option("local_steps", 50, "local SGD steps per round (tau)", group="federation", ge=1)
+option("batch_size", 64, "local minibatch size", group="federation", ge=1)
 
 
 class LocalResult(NamedTuple):
@@ -42,7 +47,7 @@ def local_sgd(model: Model, params, state, arrays: ClientArrays, k: jax.Array, k
     `num_steps` (a traced int, <= `steps`) makes steps i >= num_steps no-ops (parameters,
     model state and optimizer state kept; see `local.hetero`), so clients with different
     step counts share one vmap; the loss is then the mean over the steps taken.
-    `unroll` is the scan's unroll factor (True: every step; see `RunConfig.local_unroll`).
+    `unroll` is the scan's unroll factor (True: every step).
     """
     tx = tx if tx is not None else optax.sgd(lr)
 
@@ -119,15 +124,18 @@ class Trained(NamedTuple):
       the received model with the client's own BN layers).
     end: (params, model_state) after its local steps (w_k).
     loss: [] mean minibatch loss over the local steps.
-    extra: algorithm-specific values sent to the server (control variates, BN params, ...).
+    report: the algorithm's own report to the server, one typed value it declares (a
+      NamedTuple: SCAFFOLD's control-variate change, FedBN's BN parameters), or None.
     delta: what the client sends instead of start - end (None = start - end).
+    fednova_a: [] FedNova's normaliser a_k when the round aggregates with FedNova, or None.
     """
 
     start: tuple
     end: tuple
     loss: jax.Array
-    extra: dict = {}
+    report: Any = None
     delta: Any = None
+    fednova_a: Any = None
 
 
 def reporting(model: Model, local: Callable[..., Trained], needs=frozenset()) -> Callable:
@@ -143,13 +151,14 @@ def reporting(model: Model, local: Callable[..., Trained], needs=frozenset()) ->
 
     def update(state, data, k, key, hp):
         t = local(state, data, k, key, hp)
-        extra = dict(t.extra)
+        loss_before = loss_after = None
         if "loss_before" in needs:
-            extra["loss_before"] = client_loss(model, *t.start, data.train, k)[0]
+            loss_before = client_loss(model, *t.start, data.train, k)[0]
         if "loss_after" in needs:
-            extra["loss_after"] = client_loss(model, *t.end, data.train, k)[0]
+            loss_after = client_loss(model, *t.end, data.train, k)[0]
         delta = tree_sub(t.start[0], t.end[0]) if t.delta is None else t.delta
         return ClientUpdate(delta=delta, model_state=t.end[1], num_samples=data.train.count[k],
-                            loss=t.loss, extra=extra)
+                            loss=t.loss, loss_before=loss_before, loss_after=loss_after,
+                            fednova_a=t.fednova_a, report=t.report)
 
     return update

@@ -33,7 +33,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..core.fields import declared_for, register_option
+from ..core.capabilities import capable
+from ..core.fields import component, option
 
 
 class Compressor(NamedTuple):
@@ -120,20 +121,23 @@ def error_feedback(inner: Compressor) -> Compressor:
     return Compressor(init, update, inner.bits)
 
 
+# The compressor (for algorithms whose uploads go through the uplink) and the options of
+# each one.
+option("compress", "none", "compression of the clients' updates", ("none", "qsgd", "topk"),
+       group="uplink", needs=capable(
+           "uplink", "{alg} does not compress its uploads", "use --compress none",
+           unless=lambda cfg: cfg.compress == "none"))
+QSGD, TOPK = component("compress", "qsgd"), component("compress", "topk")
+option("compress_levels", 4, "qsgd: quantisation levels s per bucket", applies=QSGD,
+       group="uplink", ge=1)
+option("compress_bucket", 512, "qsgd: coordinates per bucket (one norm sent per bucket)",
+       applies=QSGD, group="uplink", ge=1)
+option("compress_fraction", 0.01, "topk: share of the coordinates sent (k = max(1, round("
+       "fraction x d)))", applies=TOPK, group="uplink", gt=0, le=1)
+option("compress_feedback", "auto", "error feedback (per-client residual kept across rounds): "
+       "auto = on for topk, off for qsgd", ("auto", "on", "off"),
+       applies=component("compress", "qsgd", "topk"), group="uplink")
 # The configuration fields of `from_config` (`RunConfig.view`).
-# Options of one compressor only (`--compress NAME`), declared here: given with another,
-# they are refused (`run.validate.check_ignored`).
-register_option("compress_levels", 4, "qsgd: quantisation levels s per bucket",
-                kind="compress", names=("qsgd",), group="uplink", ge=1)
-register_option("compress_bucket", 512, "qsgd: coordinates per bucket (one norm sent per "
-                "bucket)", kind="compress", names=("qsgd",), group="uplink", ge=1)
-register_option("compress_fraction", 0.01, "topk: share of the coordinates sent (k = max(1, "
-                "round(fraction x d)))", kind="compress", names=("topk",), group="uplink",
-                gt=0, le=1)
-register_option("compress_feedback", "auto", "error feedback (per-client residual kept across "
-                "rounds): auto = on for topk, off for qsgd", ("auto", "on", "off"),
-                kind="compress", names=("qsgd", "topk"), group="uplink")
-OWN_OPTIONS = {name: declared_for("compress", name) for name in ("qsgd", "topk")}
 OPTIONS = ("compress", "compress_levels", "compress_bucket", "compress_fraction",
            "compress_feedback")
 

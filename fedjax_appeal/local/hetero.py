@@ -1,7 +1,7 @@
 """Heterogeneous clients: per-client local steps tau_k and simulated compute times.
 
 Every draw is a pure function of the run's heterogeneity key (kept in
-`state.extra["hetero"]["key"]` as raw key data), the round r and the client id k:
+`HeteroState.key` as raw key data), the round r and the client id k:
 `fold_in(fold_in(fold_in(root, STREAM), r), k)`. The same client in the same round therefore
 draws the same tau_k and step time wherever it is asked (its local update, the round
 deadline, a sequential reference), whatever cohort slot it sits in.
@@ -25,40 +25,40 @@ drawn per client and round) and the straggler model of a synchronous round with 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Switch
-from ..core.fields import register_option
-from ..core.tunables import register_tunable
+from ..core.capabilities import algorithm, capable, with_capability
+from ..core.fields import component, option, when
 
-# the local-steps distributions (`--local-steps-dist`) and the options each one reads
-VARIED = Switch(lambda cfg, sup: cfg.local_steps_dist != "fixed",
-                "it bounds --local-steps-dist uniform|lognormal")
-EPOCHS = Switch(lambda cfg, sup: cfg.local_steps_dist == "epochs",
-                "it configures --local-steps-dist epochs")
-LOGNORMAL = Switch(lambda cfg, sup: cfg.local_steps_dist == "lognormal",
-                   "it configures --local-steps-dist lognormal")
-LOCAL_EPOCHS = register_option("local_epochs", 1.0, "--local-steps-dist epochs: local epochs E "
-                                                    "over the client's train rows (tau_k = "
-                                                    "floor(E n_k / B))", switch=EPOCHS,
-                               group="hetero", gt=0)
-LOCAL_STEPS_MIN = register_option("local_steps_min", 1, "smallest tau_k of --local-steps-dist "
-                                                        "uniform|lognormal", switch=VARIED,
-                                  group="hetero", ge=1)
-STEPS_SIGMA = register_tunable("steps_sigma", 0.5, "--local-steps-dist lognormal: sigma of "
-                                                  "log tau_k (median sqrt(min x max local "
-                                                  "steps))", group="hetero", ge=0,
-                               switch=LOGNORMAL)
-# the simulated step times are read by the deadline and by algorithms that simulate
-# durations themselves (they list `step_time_sigma` in their `Supports.reads`: fedbuff)
-TIMED = Switch(lambda cfg, sup: cfg.deadline > 0 or "step_time_sigma" in sup.reads,
-               "it sets the simulated step times of --deadline and fedbuff")
-STEP_TIME_SIGMA = register_tunable("step_time_sigma", 0.5, "simulated seconds per local step "
-                                                          "~ LogNormal(0, sigma) per client "
-                                                          "and round (deadline, fedbuff "
-                                                          "durations)", group="hetero", ge=0,
-                                   switch=TIMED)
+# the local-steps distributions (`--local-steps-dist`, for the algorithms whose clients take
+# tau_k steps) and the options each one reads
+option("local_steps_dist", "fixed", "per-client local steps tau_k (at most --local-steps)",
+       ("fixed", "uniform", "lognormal", "epochs"), group="hetero", needs=capable(
+           "varied_steps", unless=lambda cfg: cfg.local_steps_dist == "fixed", reason=lambda cfg:
+           f"--local-steps-dist {cfg.local_steps_dist} needs an algorithm with FedAvg's local "
+           f"SGD ({', '.join(with_capability('varied_steps'))}); {cfg.algorithm} runs its own "
+           "local steps: use --local-steps-dist fixed"))
+VARIED = when(lambda cfg: cfg.local_steps_dist != "fixed",
+              "it bounds --local-steps-dist uniform|lognormal")
+LOCAL_EPOCHS = option("local_epochs", 1.0, "--local-steps-dist epochs: local epochs E over the "
+                      "client's train rows (tau_k = floor(E n_k / B))",
+                      applies=component("local_steps_dist", "epochs"), group="hetero", gt=0)
+LOCAL_STEPS_MIN = option("local_steps_min", 1, "smallest tau_k of --local-steps-dist "
+                         "uniform|lognormal", applies=VARIED, group="hetero", ge=1)
+STEPS_SIGMA = option("steps_sigma", 0.5, "--local-steps-dist lognormal: sigma of log tau_k "
+                     "(median sqrt(min x max local steps))",
+                     applies=component("local_steps_dist", "lognormal"), tunable=True,
+                     group="hetero", ge=0)
+# the simulated step times: read by the deadline and by fedbuff, which simulates durations
+STEP_TIME_SIGMA = option("step_time_sigma", 0.5, "simulated seconds per local step ~ "
+                         "LogNormal(0, sigma) per client and round (deadline, fedbuff "
+                         "durations)", applies=(when(lambda cfg: cfg.deadline > 0, "")
+                                                | algorithm("fedbuff")).because(
+                             "it sets the simulated step times of --deadline and fedbuff"),
+                         tunable=True, group="hetero", ge=0)
 
 STEPS, TIME, AVAIL, AVAIL_P = 1, 2, 3, 4  # independent streams of the heterogeneity key
 
@@ -76,15 +76,22 @@ def hetero_on(opts) -> bool:
             or opts.deadline > 0)
 
 
-def init_hetero(key: jax.Array, num_clients: int) -> dict:
-    """`state.extra["hetero"]`: the root key (raw data) and the availability trace."""
-    return {"key": jax.random.key_data(jax.random.fold_in(key, 0x4E7E)),
-            "on": jnp.ones((num_clients,), bool)}
+class HeteroState(NamedTuple):
+    """The heterogeneous clients' state (`ServerState.hetero`)."""
+
+    key: jax.Array  # [2] uint32: raw data of the run's heterogeneity key
+    on: jax.Array  # [M] bool: the Markov availability chain's current state (all on first)
+
+
+def init_hetero(key: jax.Array, num_clients: int) -> HeteroState:
+    """`state.hetero`: the root key (raw data) and the availability trace."""
+    return HeteroState(jax.random.key_data(jax.random.fold_in(key, 0x4E7E)),
+                       jnp.ones((num_clients,), bool))
 
 
 def root_key(state) -> jax.Array:
-    """The run's heterogeneity key, from `state.extra["hetero"]`."""
-    return jax.random.wrap_key_data(state.extra["hetero"]["key"])
+    """The run's heterogeneity key, from `state.hetero`."""
+    return jax.random.wrap_key_data(state.hetero.key)
 
 
 def draw_key(root: jax.Array, stream: int, rnd, k) -> jax.Array:

@@ -17,24 +17,23 @@ from collections.abc import Callable
 
 import optax
 
-from ..core.capabilities import Switch
 from ..core.config import HParams
+from ..core.fields import component, option
 from ..core.registry import Registry
-from ..core.tunables import register_tunable
 
 
-def _uses(*names: str) -> Switch:
-    return Switch(lambda cfg, sup: cfg.client_opt in names,
-                  f"it configures --client-opt {' or '.join(names)}")
+def _uses(*names: str):
+    """Applies where `--client-opt` is one of `names`."""
+    return component("client_opt", *names)
 
 
-MOMENTUM = register_tunable("client_momentum", 0.9, "client momentum (--client-opt momentum, "
-                            "nesterov) / client Adam beta1", ge=0, lt=1,
-                            switch=_uses("momentum", "nesterov", "adam"))
-BETA2 = register_tunable("client_beta2", 0.999, "client Adam beta2 (--client-opt adam)", ge=0,
-                         lt=1, switch=_uses("adam"))
-EPS = register_tunable("client_eps", 1e-8, "client Adam epsilon (--client-opt adam)", gt=0,
-                       switch=_uses("adam"))
+MOMENTUM = option("client_momentum", 0.9, "client momentum (--client-opt momentum, nesterov) / "
+                  "client Adam beta1", applies=_uses("momentum", "nesterov", "adam"),
+                  tunable=True, ge=0, lt=1)
+BETA2 = option("client_beta2", 0.999, "client Adam beta2 (--client-opt adam)",
+               applies=_uses("adam"), tunable=True, ge=0, lt=1)
+EPS = option("client_eps", 1e-8, "client Adam epsilon (--client-opt adam)",
+             applies=_uses("adam"), tunable=True, gt=0)
 
 # `--client-opt` name -> fn(hp) -> the optax transform of one client's local steps
 CLIENT_OPTS = Registry("client optimizer", {

@@ -15,14 +15,16 @@ from typing import NamedTuple
 
 from ..algorithms import FederatedAlgorithm, build
 from ..core.arrays import FederatedData
-from ..core.config import RunConfig, appeal_on
+from ..core.config import RunConfig
 from ..core.memo import shared
 from ..core.models import Model, model_for
 from ..data import Dataset, load_federated
 from ..execute.executor import Executor
 from ..execute.layout import conv_impl_for
+from ..execute.programs import arrays_digest
 from ..protocols.appeal import appeal
 from ..protocols.appeal.appeal import with_appeal
+from ..protocols.appeal.requirement import appeal_on
 
 # `with_appeal`, one algorithm per value of its arguments (`core.memo.shared`; `build`
 # returns one per configuration): runs that differ only in their seed share its functions,
@@ -77,8 +79,6 @@ def program_context(cfg: RunConfig, model: Model, data: FederatedData) -> str:
     context): every field of `cfg` but `OUTSIDE_PROGRAMS`, the model as built (its flax
     module with every attribute: normalisation constants, convolution form, classes) and
     a digest of the federation's small arrays (labels, offsets, counts)."""
-
-    from ..execute.programs import arrays_digest
 
     fields = {k: v for k, v in cfg.as_dict().items() if k not in OUTSIDE_PROGRAMS}
     return repr((sorted(fields.items()), model.name, repr(model.module), model.input_shape,

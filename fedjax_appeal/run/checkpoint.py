@@ -12,7 +12,10 @@ Format: a plain `.npz` (one array per state leaf, named by its pytree path under
 e.g. `state/params/Dense_0/kernel` or `state/opt_state/0/mu/Dense_0/bias`; per-round metrics
 `rm_<name>` and a JSON document `meta` stored as uint8 bytes), readable without pickle on
 any jax version (`np.load(path)["state/params/Dense_0/kernel"]`). Checkpoints of format 1,
-whose leaves are `leaf_00000`, ... in flattening order, still load. It
+whose leaves are `leaf_00000`, ... in flattening order, still load. Format 3 names the
+stages' states by their typed fields (`state/algo/c/...`, `state/hetero/key`); a format-2
+checkpoint of a run with such state (its leaves under `state/extra/...`) is refused in one
+line, one without (FedAvg's) still loads. It
 is written to a temporary file in the same folder, fsynced and moved into place with
 `os.replace`, so a run killed at any moment (SIGKILL included) leaves either the previous
 or the new checkpoint, never a torn one. We chose this over orbax-checkpoint because the
@@ -36,11 +39,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.config import ConfigError
+from ..core.fields import option
+from ..data.sources import read_npz
+from ..execute.distributed import fetch, is_main
 from .diskspace import WriteFailed, check_free, estimate_bytes, reason
+from .report import to_jsonable
+
+option("checkpoint_every", 0, "checkpoint every this many rounds (0 = on Ctrl-C only)",
+       group="scale", ge=0)
+option("resume", "", "continue the run whose checkpoint is in this folder", group="scale")
 
 FILE = "checkpoint.npz"
-FORMAT = 2  # 2: leaves named by pytree path; 1: leaf_00000, ... (still read)
+FORMAT = 3  # 3: typed stage fields; 2: stages under extra/ (refused when present);
+# 1: leaf_00000, ... (still read)
 PREFIX = "state/"
+OLD_STAGES = "extra/"  # format 2's leaves of the stages' state (`ServerState.extra`)
 # RunConfig fields that may differ between a run and its resumption.
 RESUMABLE_CHANGES = ("rounds", "out", "resume", "checkpoint_every", "devices", "client_chunk",
                      "client_lanes", "layout", "data_dir", "fmnist_dir", "cache_dir", "log",
@@ -111,6 +124,9 @@ def _restore_leaves(z, meta: dict[str, Any], template, where: str, *, check_shap
     else:
         missing = [n for n in names if n not in stored][:1]
         extra = [n for n in stored if n not in names][:1]
+        if (missing or extra) and any(n.startswith(OLD_STAGES) for n in stored):
+            raise ConfigError(f"{where} was written by an earlier version that kept the "
+                              "stages' state under 'extra' (format 2); start a new run")
         if missing or extra:  # read by name: the order of the stored leaves does not matter
             what = (f"it lacks {missing[0]}" if missing else
                     f"it holds {extra[0]}, which the run does not have")
@@ -179,8 +195,6 @@ class Checkpointer:
         """Refuse in one line, before training, when the output file system has less free
         space than the checkpoints and results of this run need (`diskspace`);
         `metric_values` counts the per-round metric values of the whole run."""
-        from ..execute.distributed import is_main
-
         if is_main():
             check_free(self.directory, estimate_bytes(state, metric_values))
 
@@ -191,8 +205,6 @@ class Checkpointer:
 
     def save(self, state, rnd: int, history: list[dict], round_metrics: dict[str, np.ndarray]
              ) -> Path:
-        from ..execute.distributed import fetch, is_main
-
         arrays, key_impls, names = _state_arrays(fetch(state))  # every process takes part
         for k, v in round_metrics.items():
             arrays[f"rm_{k}"] = np.asarray(v)
@@ -216,8 +228,6 @@ class Checkpointer:
 
 
 def _jsonable(obj):
-    from .report import to_jsonable
-
     return to_jsonable(obj)
 
 
@@ -237,8 +247,6 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
 
 def load(directory: str | Path, template) -> Restored:
     """Restore the checkpoint in `directory` into the structure of `template` (a state)."""
-    from ..data.sources import read_npz
-
     meta = read_meta(directory)
     z = read_npz(Path(directory) / FILE, "start a new run (the checkpoint cannot be used)")
     state = _restore_leaves(z, meta, template, f"checkpoint in {directory}")
@@ -335,8 +343,6 @@ class SweepCheckpoint:
     spec: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def _main(self) -> bool:
-        from ..execute.distributed import is_main
-
         return is_main()
 
     def write_spec(self) -> None:
@@ -364,8 +370,6 @@ class SweepCheckpoint:
 
     def save_batch(self, key: str, state, rnd: int, histories, per_round) -> None:
         """The running batch after round `rnd` (every process takes part in the fetch)."""
-        from ..execute.distributed import fetch
-
         host = fetch(state)
         if not self._main():
             return
@@ -407,7 +411,7 @@ class SweepCheckpoint:
 
 def resumed_split(folder: str | Path) -> tuple[int | None, dict[str, Any]]:
     """(the CPU split recorded by the sweep checkpoint of the sweep folder `folder`, or
-    None; its configuration), read before JAX starts (`cli.commands.cpu_devices_for`);
+    None; its configuration), read before JAX starts (`cli.process.cpu_devices_for`);
     (None, {}) when there is no readable checkpoint (the command then refuses the folder in
     one line)."""
     try:

@@ -5,7 +5,7 @@ Reads the results of `fedjax-appeal run` (a folder with `results.json`) and of
 which such files lie. Every run's settings are its resolved values (`records.runs_of`: the
 model that was built, the appeal protocol on or off, the hyperparameters its configuration
 uses), also for older files that hold `model = auto` or `appeal = auto`, which are resolved
-here (the dataset's default model, `core/models.DEFAULT_MODEL`; `config.appeal_on`); so a
+here (the dataset's default model, `data.pool.default_model`; `appeal_on`); so a
 run and a sweep row of one configuration fall into one group. Runs are grouped by the
 values of `--group-by` keys (config or hparams names; by default every key whose value
 differs between the runs, the seed excepted), the seeds of a group are aligned round by
@@ -34,8 +34,9 @@ import numpy as np
 
 from ..core.config import ConfigError
 from ..core.registry import did_you_mean
-from .paired import t_quantile
+from .paired import PairedReport, compare_verdict, interval_text, paired_report, t_quantile
 from .records import NOT_A_SETTING, mean_std_text, runs_of, sample_std
+from .sequential import sequential_report
 
 BANDS = ("std", "ci95", "minmax")
 FORMATS = ("png", "pdf", "svg")
@@ -244,9 +245,6 @@ def paired_rows(rows: list[dict[str, Any]], baseline: str, metric: str,
     group-sequential one instead (`sequential.sequential_report`: the seeds in increasing
     order, looked at after every batch; "undecided" while the next look's seeds are
     missing), recorded under "sequential"."""
-    from .paired import compare_verdict, paired_report
-    from .sequential import sequential_report
-
     baseline = find_group(rows, baseline)
     by = {r["label"]: r for r in rows}
     base = dict(zip(by[baseline]["seeds"], by[baseline]["final"], strict=True))
@@ -280,8 +278,6 @@ def sequential_record(seq: Any) -> dict[str, Any]:
 def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
     """compare.md's paired table (`paired_rows`); an interval that too few seeds leave
     unbounded is 'n/a (needs at least 6 seeds)', never infinite bounds."""
-    from .paired import PairedReport, interval_text
-
     lines = [f"| group − baseline | seeds | final {metric}: mean and 95% intervals | "
              "per seed | verdict |", "|---|---|---|---|---|"]
     for p in pairs:
@@ -302,6 +298,7 @@ def paired_table(pairs: list[dict[str, Any]], metric: str) -> str:
 
 def write_figure(stem: Path, rows: list[dict[str, Any]], metric: str, kind: str, x_key: str,
             title: str, formats: list[str]) -> None:
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")

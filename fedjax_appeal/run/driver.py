@@ -29,13 +29,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ..algorithms.base import FederatedAlgorithm
 from ..core.arrays import FederatedData
 from ..core.config import HParams
 from ..core.memo import shared
 from ..evaluate.metrics import summarize
-from ..execute.distributed import fetch
+from ..execute.distributed import AXIS, fetch, over_rows, replicate, shard_leading
 from .loop import Hooks, run_loop, stop_points
 from .pre_memo import PRE_MEMO
 from .progress import phase, training
@@ -124,8 +125,6 @@ def combine_lanes(fn: Callable, lanes: int, p: int, mesh=None) -> Callable:
     With a `mesh` of D devices that divide P, each device takes P / D consecutive runs and
     runs them `lanes` at a time (`distributed.over_rows`).
     """
-    from ..execute.distributed import over_rows
-
     def run(state, data, key, hp, rounds):
         return over_rows(lambda r, s: fn(r[0], s[0], r[1], r[2], s[1]), (state, key, hp), lanes,
                          mesh, shared=(data, rounds))
@@ -223,17 +222,11 @@ class Driver:
         if runs is None:
             self._out = {}
             if mesh is not None:
-                from ..execute.distributed import replicate
-
                 data, hp = replicate((data, hp), mesh)
             self._chunk = _chunk_of(alg)
         else:
             self._out = {}  # every output has the runs axis first: keep it sharded
             if mesh is not None:
-                from jax.sharding import NamedSharding, PartitionSpec
-
-                from ..execute.distributed import AXIS, replicate, shard_leading
-
                 data = replicate(data, mesh)
                 hp, keys = shard_leading((hp, keys), mesh)
                 self._out = {"out_shardings": NamedSharding(mesh, PartitionSpec(AXIS))}
@@ -345,8 +338,6 @@ class Driver:
         """A state read from a checkpoint, laid out as the driver's own."""
         if self.mesh is None:
             return state
-        from ..execute.distributed import replicate, shard_leading
-
         return replicate(state, self.mesh) if self.runs is None else shard_leading(state,
                                                                                   self.mesh)
 

@@ -15,15 +15,22 @@ from .. import __version__
 from ..aggregate.accounting import OPTIONS as ACCOUNTING
 from ..aggregate.accounting import summary as privacy_summary
 from ..core.arrays import FederatedData
-from ..core.config import ConfigError, HParams, RunConfig, appeal_on, appeal_reason
+from ..core.capabilities import supports
+from ..core.config import ConfigError, HParams, RunConfig
 from ..core.memo import shared
 from ..data import Dataset
 from ..evaluate.text_baselines import text_baselines
-from ..execute.distributed import fetch
-from ..execute.runtime import runtime_record
+from ..execute.distributed import fetch, make_mesh
+from ..execute.layout import resolve_layout
+from ..execute.programs import ProgramCache
+from ..execute.runtime import release_programs_if_crowded, runtime_record
 from ..protocols.appeal.appeal import OPTIONS as APPEAL
 from ..protocols.appeal.appeal import personalize
+from ..protocols.appeal.requirement import appeal_on, appeal_reason
 from .assemble import assemble, program_context
+from .checkpoint import FILE, Checkpointer, check_compatible, read_meta
+from .diskspace import WriteFailed
+from .progress import phase
 from .publish import covered_entry, restrict
 from .records import recorded_config, recorded_hparams
 from .simulate import SimulationResult, simulate
@@ -39,7 +46,7 @@ def finetune_report(model, cfg: RunConfig, sim: SimulationResult, data: Federate
     t0 = time.perf_counter()
     key = jax.random.fold_in(jax.random.key(cfg.seed), 2)
     st = sim.final_state
-    args = (st.params, st.model_state, st.extra["appeal"], data, key, hp.as_arrays())
+    args = (st.params, st.model_state, st.protocol, data, key, hp.as_arrays())
     # one jitted function per model and options, of what it reads of the final state: a
     # later run of the same shapes (another arm, another seed) reuses its trace, lowering
     # and executable
@@ -60,7 +67,7 @@ class FinalModel(NamedTuple):
 
     params: Any
     model_state: Any
-    extra: dict  # {"appeal": the protocol's solo statistics and requirements}
+    protocol: Any  # the appeal protocol's `AppealState` (solo statistics, requirements)
 
 
 @shared
@@ -69,7 +76,7 @@ def personalizer(model, opts):
     (params, model_state, appeal info, data, key, hp), the same for every algorithm; one
     function per value of its arguments (`core.memo.shared`)."""
     def personalized(params, model_state, info, data, key, hp):
-        return personalize(model, opts, FinalModel(params, model_state, {"appeal": info}),
+        return personalize(model, opts, FinalModel(params, model_state, info),
                            data, key, hp)
 
     return jax.jit(personalized)
@@ -104,6 +111,7 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     """
     if prepared is None:
         validate(cfg, hp)
+    release_programs_if_crowded()  # a long process must not run out of memory mappings
     dp_restricted = cfg.dp != "off" and not cfg.dp_publish_client_stats
     if dp_restricted and on_eval is not None:  # progress shows only what may be published
         shown = on_eval
@@ -113,16 +121,12 @@ def run_config(cfg: RunConfig, hp: HParams, *, data: FederatedData | None = None
     else:
         cfg, layout = cfg, prepared.layout
     ckpt, mesh = _scale_options(cfg, hp)  # ... and the mesh built once
-    from .progress import phase
-
     with phase(heartbeat, loading_phase(cfg) if data is None else "building the algorithm"):
         alg, model, data, dataset, load_s = assemble(
             cfg, data=data, dataset=dataset, mesh=mesh,
             model=None if prepared is None else prepared.model)
     programs = None
     if program_cache:
-        from ..execute.programs import ProgramCache
-
         programs = ProgramCache(program_cache, program_context(cfg, model, data))
     sim = simulate(alg, data, hp, jax.random.key(cfg.seed), rounds=cfg.rounds,
                    eval_every=cfg.eval_every, on_eval=on_eval, checkpoint=ckpt,
@@ -168,17 +172,11 @@ def loading_phase(cfg: RunConfig) -> str:
 
 def run_layout(cfg: RunConfig):
     """(cfg with its layout resolved, `layout.Layout`): see execute/layout.py."""
-    from ..core.capabilities import supports
-    from ..execute.layout import resolve_layout
-
     return resolve_layout(cfg, algorithm_layouts=supports(cfg.algorithm).layouts)
 
 
 def _scale_options(cfg: RunConfig, hp: HParams):
     """(Checkpointer or None, mesh or None) of a run (see checkpoint.py, distributed.py)."""
-    from ..execute.distributed import make_mesh
-    from .checkpoint import check_compatible, read_meta
-
     if cfg.resume:
         check_compatible(read_meta(cfg.resume), cfg.as_dict(), hp.to_dict(),
                          cfg.resume)
@@ -187,8 +185,6 @@ def _scale_options(cfg: RunConfig, hp: HParams):
 
 def checkpointer(cfg: RunConfig, hp: HParams):
     """The `Checkpointer` of a run (None without an output folder)."""
-    from .checkpoint import Checkpointer
-
     directory = cfg.resume or cfg.out
     if not directory:
         return None
@@ -201,9 +197,6 @@ def keep_final_state(cfg: RunConfig, hp: HParams, sim: SimulationResult) -> str:
     """After the results could not be written: make sure a checkpoint of the last round is
     on disk (written now unless the run already took it); returns where the finished work
     is, for the error message."""
-    from .checkpoint import FILE, read_meta
-    from .diskspace import WriteFailed
-
     ckpt = checkpointer(cfg, hp)
     last = int(sim.history[-1]["round"]) if sim.history else 0
     try:

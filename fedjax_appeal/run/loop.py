@@ -7,6 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from ..core.fields import option
+
+option("rounds", 200, "communication rounds", group="federation", ge=1,
+       hint="a run trains at least one round; to only evaluate the initial model use --rounds 1")
+option("eval_every", 10, "evaluate all clients every this many rounds", group="output", ge=1,
+       hint="to evaluate only at the start and the end use --eval-every equal to --rounds")
 # advance(state, r, stop) -> (state after round stop, host metrics of rounds r+1..stop)
 Advance = Callable[[Any, int, int], tuple[Any, dict]]
 

@@ -11,6 +11,7 @@ empty).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 from ..core.config import ConfigError
+from ..execute.distributed import is_main
 
 LOCK_FILE = ".fedjax-appeal.lock"
 
@@ -114,8 +116,4 @@ class OutLock:
 def out_lock(folder: str | Path):
     """A context that holds the lock of `folder` in process 0 (the only writer); the other
     processes of a multi-process job take none."""
-    import contextlib
-
-    from ..execute.distributed import is_main
-
     return OutLock(folder) if is_main() else contextlib.nullcontext()

@@ -30,13 +30,24 @@ import numpy as np
 MAX_ENTRIES = 8
 
 
+class NotLocal(Exception):
+    """A value spans devices of other processes: this process cannot read it to key it."""
+
+
 def values_key(tree: Any) -> tuple:
     """The structure, dtypes, shapes and values of a pytree of arrays (typed PRNG keys by
-    their key data), as a hashable tuple."""
+    their key data), as a hashable tuple.
+
+    Raises:
+        NotLocal: a leaf spans other processes' devices (a multi-process run), so its
+            values are not this process's to read; such runs are not memoized.
+    """
     leaves, treedef = jax.tree.flatten(tree)
     plain = [jax.random.key_data(a) if jax.dtypes.issubdtype(getattr(a, "dtype", None),
                                                               jax.dtypes.prng_key) else a
              for a in leaves]
+    if any(isinstance(v, jax.Array) and not v.is_fully_addressable for v in plain):
+        raise NotLocal
     values = [np.asarray(v) for v in jax.device_get(plain)]
     return (str(treedef), tuple((v.dtype.str, v.shape, v.tobytes()) for v in values))
 
@@ -59,7 +70,7 @@ class OutputMemo:
         try:
             key = self._key(fn, layout, data, keys, hp)
             ref = weakref.ref(data)
-        except TypeError:  # an unhashable function or data without weak references
+        except (TypeError, NotLocal):  # unhashable, no weak references, or not local
             return compute()
         self._purge()
         entry = self._entries.get(key)

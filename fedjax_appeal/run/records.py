@@ -2,7 +2,7 @@
 
 A run (`experiment.run_config`) and every row of a sweep (`sweep.sweep`) record their
 configuration with the values the run resolved: `model` is the model that was built
-(`auto` -> the dataset's default, `core/models.DEFAULT_MODEL`) and `appeal` is "on" or
+(`auto` -> the dataset's default, its `data.pool.DATASETS` entry) and `appeal` is "on" or
 "off" as `config.appeal_on` decided. Their `hparams` blocks list only the hyperparameters
 the configuration uses (`validate.used_hparams`); checkpoints keep every hyperparameter,
 which `--resume` checks.
@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core.config import HParams, RunConfig, appeal_on, field_names
-from ..core.models import default_model
+from ..core.config import HParams, RunConfig, field_names
+from ..data.pool import default_model
+from ..protocols.appeal.requirement import appeal_on
+from ..select.selectors import HEADLINES
 from .validate import used_hparams
 
 # Keys that name where a run was written or how it was scheduled, not what it ran.
@@ -59,7 +61,7 @@ def config_of(settings: dict[str, Any]) -> RunConfig:
 def resolve_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """Recorded settings with resolved values, also for files that hold `auto`.
 
-    `model = "auto"` becomes the dataset's default model (`core/models.DEFAULT_MODEL`),
+    `model = "auto"` becomes the dataset's default model (`data.pool.default_model`),
     `appeal = "auto"` (or a boolean) becomes "on" or "off" (`config.appeal_on`), and the
     hyperparameters are narrowed to the ones the configuration uses (`used_hparams`;
     names that are no known hyperparameter are kept).
@@ -122,8 +124,6 @@ def headline(cfg: RunConfig, entry: dict[str, Any]) -> str:
     measure), and the metrics its selector's paper reports (`selectors.HEADLINES`: the
     client dissimilarity of the submodular selectors, in accuracy points); only those the
     history entry holds. '' when there are none."""
-    from ..select.selectors import HEADLINES
-
     names = [("gm_appeal_seen", 4), ("gm_appeal_unseen", 4)] if appeal_on(cfg) else []
     names += [(k, 2) for k in HEADLINES.get(cfg.selector, ())]
     return "".join(f"  {k} {entry[k]:.{d}f}" for k, d in names if k in entry)

@@ -57,7 +57,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .paired import LEVEL, perm_interval
+from .paired import LEVEL, fmt_signed, perm_interval
 
 SPENDING = ("pocock", "obf")
 DEFAULT_MAX = 40  # `--seeds auto` = auto:40
@@ -140,6 +140,7 @@ def parse_auto_seeds(text: str) -> int | None:
 
 def spent(t: float, alpha: float, spending: str) -> float:
     """α(t): the error spent by information fraction t (see the module docstring)."""
+    # lazy: scipy.stats costs 600 ms of import (measured), paid only when a quantile is needed
     from scipy.stats import norm
 
     if t <= 0:
@@ -160,6 +161,7 @@ def t_bounds(d: SeedDesign) -> tuple[float, ...]:
     (`CALIBRATION_PATHS` paths of each batch's sum and within-batch sum of squares, seed
     `CALIBRATION_SEED`, normal differences of unit variance: the law does not depend on
     the scale)."""
+    # lazy: scipy.stats costs 600 ms of import (measured), paid only when a quantile is needed
     from scipy.stats import t
 
     n_max, paths = d.max_seeds, CALIBRATION_PATHS
@@ -204,6 +206,7 @@ def t_bounds(d: SeedDesign) -> tuple[float, ...]:
 @functools.lru_cache(maxsize=64)
 def nominal_levels(d: SeedDesign) -> tuple[float, ...]:
     """The two-sided nominal error of each look, P(|t_{n_k−1}| > c_k)."""
+    # lazy: scipy.stats costs 600 ms of import (measured), paid only when a quantile is needed
     from scipy.stats import t
 
     return tuple(float(2 * t.sf(c, n - 1)) for c, n in zip(t_bounds(d), d.looks, strict=True))
@@ -307,8 +310,6 @@ def sequential_report(first: Mapping[int, float], second: Mapping[int, float], w
 def sequential_text(r: SequentialReport, scale: float = 1.0, digits: int = 2) -> str:
     """'held after 20 seeds (look 2 of 4): mean +0.54, 95% repeated interval [+0.31,
     +0.78]' and the like."""
-    from .paired import fmt_signed
-
     if not r.looks:
         return f"{r.verdict}: no look yet ({r.reason})"
     lo, hi = r.interval

@@ -22,7 +22,7 @@ from ..core.arrays import FederatedData
 from ..core.config import HParams
 from ..core.round import ServerState
 from ..evaluate.metrics import per_client
-from .checkpoint import Checkpointer, Interrupted, NonFiniteError
+from .checkpoint import Checkpointer, Interrupted, NonFiniteError, load
 from .driver import Driver
 
 
@@ -106,8 +106,6 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
     if state is None:
         state = drv.init()
     if resume:
-        from .checkpoint import load
-
         restored = load(checkpoint.directory, state)
         state, start_round = restored.state, restored.round
         drv.histories[0][:] = restored.history

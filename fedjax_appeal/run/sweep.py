@@ -31,6 +31,7 @@ copies of its first combination, so every batch of a group reuses one compilatio
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import math
 import time
@@ -46,22 +47,25 @@ from ..core.config import (
     ConfigError,
     HParams,
     RunConfig,
-    appeal_on,
-    data_fields,
-    declarations,
     field_names,
 )
+from ..core.fields import OPTIONS
 from ..core.memory import memory_budget
 from ..core.models import abstract_key
+from ..core.registry import did_you_mean
 from ..core.tunables import plugin_tunables
-from ..data import Dataset, load_federated
+from ..data import Dataset, data_fields, load_federated
 from ..evaluate.metrics import summarize
+from ..execute.programs import ProgramCache
+from ..protocols.appeal.requirement import appeal_on
 from .assemble import assemble, program_context
 from .compare import lower_is_better
 from .driver import Driver, eval_rounds, root_keys
+from .experiment import loading_phase
 from .progress import Heartbeat, phase, scope
 from .records import sample_std
-from .validate import validate
+from .schema import declared_error
+from .validate import component_registries, validate
 
 # Keys a grid may not sweep (they name the sweep itself or its output).
 FORBIDDEN = {"seed": "give training seeds with --seeds (the data seed is --data-seed)",
@@ -83,10 +87,8 @@ class SweepResult:
 
 
 def _convert(key: str, raw: Any) -> Any:
-    """A grid value (string from the CLI, or a Python value) as the field's type."""
-    types = {f.name: (f.type if isinstance(f.type, str) else f.type.__name__)
-             for f in declarations(RunConfig)}
-    t = "float" if key in field_names(HParams) else types[key]
+    """A grid value (string from the CLI, or a Python value) as the option's type."""
+    t = OPTIONS[key].type
     try:
         if t == "float":
             v = float(raw)
@@ -109,21 +111,14 @@ def _convert(key: str, raw: Any) -> Any:
 
 
 def declared(key: str, value: Any) -> str | None:
-    """The declaration's refusal of one value of a RunConfig or built-in HParams key."""
-    from ..core.config import _field_kind, declarations, declared_error
-    from .validate import component_registries
-
-    for cls, kind in ((RunConfig, None), (HParams, "float")):
-        for f in declarations(cls):
-            if f.name != key:
-                continue
-            if f.metadata.get("registry"):
-                try:
-                    component_registries()[f.metadata["registry"]].check(value)
-                except ConfigError as e:
-                    return str(e)
-            return declared_error(key, value, f.metadata, kind or _field_kind(cls, key))
-    return None  # a plugin tunable
+    """The declaration's refusal of one value of an option."""
+    o = OPTIONS[key]
+    if o.registry:
+        try:
+            component_registries()[o.registry].check(value)
+        except ConfigError as e:
+            return str(e)
+    return declared_error(key, value, o.metadata, o.type)
 
 
 def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
@@ -135,8 +130,6 @@ def check_grid(grid: dict[str, Sequence[Any]]) -> dict[str, list[Any]]:
         if k in FORBIDDEN:
             raise ConfigError(f"grid key '{key}' cannot be swept: {FORBIDDEN[k]}")
         if k not in known_hp and k not in known_run:
-            from ..core.registry import did_you_mean
-
             names = sorted(known_hp | known_run)
             guess = did_you_mean(k, names)
             close = ([guess] if guess else
@@ -376,10 +369,6 @@ def metric_check(metric: str) -> Callable[[Any], None]:
 
 def _refuse_unknown(metric: str, keys: list[str]) -> None:
     if metric not in keys:
-        import difflib
-
-        from ..core.registry import did_you_mean
-
         first = did_you_mean(metric, keys)
         close = [first] if first else []
         close += [k for k in difflib.get_close_matches(metric.lower(), keys, n=3)
@@ -520,8 +509,6 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
     for gi, (st, cfg_g, hps) in enumerate(groups):
         dk = data_key(cfg_g)
         if dk not in data_cache:
-            from .experiment import loading_phase
-
             t_data = time.perf_counter()
             with phase(heartbeat, loading_phase(cfg_g)):
                 data_cache[dk] = load_federated(cfg_g)
@@ -535,8 +522,6 @@ def sweep(cfg: RunConfig, grid: dict[str, Sequence[Any]], seeds: Sequence[int], 
         resolved = {"model": model.name, "appeal": "on" if appeal_on(cfg_g) else "off"}
         programs = None
         if program_cache:
-            from ..execute.programs import ProgramCache
-
             programs = ProgramCache(program_cache, program_context(cfg_b, model, gdata))
         if gi == 0 and "0/0" in done:  # the first batch finished before: check alone
             check_metric(alg, gdata, hps[0], metric)

@@ -2,29 +2,39 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+import zipfile
+from pathlib import Path
 from typing import Any
+
+import jax.numpy as jnp
 
 from ..aggregate import accounting, privacy, uplink
 from ..aggregate.aggregation import AGGREGATIONS
-from ..aggregate.server import SERVER_OPTS, server_opt_reads
-from ..algorithms import ALGORITHMS
-from ..core.capabilities import Switched, owners, supports, with_capability
+from ..aggregate.server import SERVER_OPTS
+from ..algorithms import ALGORITHMS, build
+from ..core.capabilities import supports
 from ..core.config import (
     ConfigError,
     HParams,
     Options,
     RunConfig,
-    appeal_on,
-    check_declared,
-    data_options,
     declarations,
     field_names,
 )
-from ..core.fields import declared_switched, load_option_modules, owner_reason
-from ..core.models import MODELS
+from ..core.errors import UndeclaredOption
+from ..core.fields import OPTIONS, load_option_modules
+from ..core.models import MODELS, Logistic, Model
 from ..core.tunables import check_tunable
+from ..data.pool import DATASETS, data_options, dataset_rows
+from ..data.sources import npz_members
+from ..execute.executor import Executor
+from ..protocols.appeal.requirement import appeal_on, parse_requirement
 from ..select.selectors import DELTA_CHUNK_ERROR, SELECTORS
 from . import validate_hetero as hetero_checks
+from .schema import check_declared
+from .tracking import check_available, parse_kinds
 from .validate_hetero import validate_hetero
 
 
@@ -49,29 +59,26 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     npz = cfg.dataset.startswith("npz:")  # your own arrays: checked by their file
     if npz:
         _check_npz(cfg.dataset[4:])
+    classes = 0 if npz else DATASETS[cfg.dataset].classes  # its entry's (0: from the labels)
+    if 0 < cfg.num_classes < classes:
+        raise ConfigError(f"{cfg.dataset} has {classes} classes; --num-classes "
+                          f"{cfg.num_classes} is fewer: drop it or give {classes}")
     if cfg.log:
-        from .tracking import check_available, parse_kinds
-
         check_available(parse_kinds(cfg.log))
-    if cfg.input_scale and not npz:
-        raise ConfigError("--input-scale applies to --dataset npz:PATH only (registered "
-                          "datasets carry their own scale)")
     if cfg.cohort > cfg.clients:
         raise ConfigError(f"--cohort {cfg.cohort} is larger than --clients {cfg.clients}: lower "
                           "the cohort or raise the number of clients")
-    for name in hp.extra:  # user tunables: registered names only
+    for name in hp.to_dict(fill=False):  # given tunables: declared names only
         check_tunable(name)
     for name, v in hp.to_dict().items():
         if v != v or v in (float("inf"), float("-inf")):
             raise ConfigError(f"--{name.replace('_', '-')} must be finite (got {v})")
     # --- appeal protocol ---
-    from ..protocols.appeal.requirement import parse_requirement
-
     solo_rho = parse_requirement(cfg.requirement) is None
     needs_rho = solo_rho and supports(cfg.algorithm).needs_requirements
     if cfg.rho_steps < 1 and (appeal_on(cfg) or needs_rho):
         raise ConfigError("--rho-steps must be >= 1: the solo models need local steps")
-    check_supported(cfg)  # what the algorithm declares it supports
+    check_needs(cfg)  # what the values ask of the algorithm (and of each other)
     # --- client selection ---
     _validate_selection(cfg.view(_SELECTION_CHECKS, "the selection checks"), hp)
     validate_hetero(cfg.view(hetero_checks.CHECK_OPTIONS, "the heterogeneity checks"),
@@ -81,41 +88,42 @@ def validate(cfg: RunConfig, hp: HParams) -> None:
     uplink.check(cfg.view(uplink.CHECK_OPTIONS, "the compression checks"))
     if cfg.dp != "off":
         accounting.require()
+    check_build(cfg)
 
 
-def check_supported(cfg: RunConfig) -> None:
-    """Refuse, in one line, an option the algorithm's declared `Supports` flags exclude."""
-    alg, sup = cfg.algorithm, supports(cfg.algorithm)
+def check_build(cfg: RunConfig) -> None:
+    """Build the run's algorithm (and the selector, weight rule, ... it composes) with a
+    stand-in model, before any data is loaded: a builder, or a part it calls, that reads an
+    option not declared for it is refused in one line that names the declaration to add.
+    Other failures are left to the build with the run's own model."""
+    try:
+        build(cfg.algorithm, STAND_IN, cfg, executor=Executor(0, None, 0))
+    except UndeclaredOption as e:
+        kind, _, quoted = e.component.partition(" ")
+        if kind not in ("algorithm", "selector"):
+            raise ConfigError(str(e)) from None
+        who, name = quoted.strip("'"), e.option
+        parts = OPTIONS[name].applies.names("part") if name in OPTIONS else ()
+        fix = (f"declare the part it is built on: register({who!r}, Supports(parts="
+               f"({parts[0]!r},)))" if parts and kind == "algorithm" else "declare an option of "
+               f"its own: option(NAME, DEFAULT, HELP, applies=component({kind!r}, {who!r}))")
+        raise ConfigError(f"--{kind} {who} reads the option {name!r}, which is not declared "
+                          f"for it: {fix}") from None
+    except Exception:  # noqa: BLE001 - the build with the run's own model reports it
+        return
 
-    def algs(flag: str) -> str:
-        return ", ".join(with_capability(flag))
 
-    if cfg.local_steps_dist != "fixed" and not sup.varied_steps:
-        raise ConfigError(f"--local-steps-dist {cfg.local_steps_dist} needs an algorithm with "
-                          f"FedAvg's local SGD ({algs('varied_steps')}); {alg} runs its own "
-                          "local steps: use --local-steps-dist fixed")
-    if cfg.aggregation == "fednova" and not sup.fednova:
-        raise ConfigError(f"--aggregation fednova needs --algorithm {algs('fednova')} (their "
-                          f"clients report FedNova's a_k); not {alg}")
-    if not sup.availability and (cfg.availability != "always" or cfg.deadline > 0):
-        raise ConfigError(f"{sup.why('availability', f'{alg} has no synchronous rounds')}: "
-                          "--availability and --deadline apply to synchronous algorithms; "
-                          "drop them")
-    if not sup.selector and (cfg.selector != "random" or cfg.flip_protocol != "static"):
-        raise ConfigError(f"{sup.why('selector', f'{alg} draws its own cohort')}: use "
-                          "--selector random and --flip-protocol static")
-    if not sup.byzantine and cfg.byzantine_fraction > 0:
-        raise ConfigError(f"{sup.why('byzantine', f'{alg} has no Byzantine hook')}: use "
-                          "--byzantine-fraction 0 or a synchronous algorithm")
-    if not sup.uplink and cfg.compress != "none":
-        raise ConfigError(f"{sup.why('uplink', f'{alg} does not compress its uploads')}: "
-                          "use --compress none")
-    if not sup.layouts and (cfg.client_lanes != 0 or cfg.client_chunk > 0 or cfg.devices != 1):
-        raise ConfigError(f"{sup.why('layouts', f'{alg} does not use the shared executor')}: "
-                          "drop --client-lanes, --client-chunk and --devices")
-    if cfg.dp != "off" and not sup.dp:
-        raise ConfigError(f"--dp {cfg.dp} supports --algorithm {' or '.join(with_capability('dp'))}"
-                          f": {alg}'s weights or uploads are not bounded by the clip norm C")
+# the model of `check_build` (its builders only keep it: nothing is initialised)
+STAND_IN = Model(Logistic(2), (1,), jnp.float32, "stand-in")
+
+
+def check_needs(cfg: RunConfig) -> None:
+    """Refuse, in one line, the first option whose value its declaration's `needs` refuses
+    in `cfg` (e.g. `--dp fixed` for an algorithm without DP support)."""
+    for o in declarations(RunConfig):
+        why = o.needs.why(cfg) if o.needs is not None else None
+        if why:
+            raise ConfigError(why)
 
 
 _SELECTION_CHECKS = ("poc_d", "cohort", "clients", "selector", "selector_features",
@@ -133,72 +141,19 @@ def _validate_selection(opts: Options, hp: HParams) -> None:
         raise ConfigError(DELTA_CHUNK_ERROR)
 
 
-
-# Options that a combination ignores: (option, default, why it is ignored or None).
-# Checked only for keys the user gave (flag, config file, grid), so library callers that
-# build a RunConfig keep the defaults of unrelated fields without error.
 def ignored_reason(key: str, cfg: RunConfig) -> str | None:
-    """Why option `key` has no effect in `cfg`, or None if it has one."""
-    sup = supports(cfg.algorithm)
-    for sw in switched_options():
-        if key in sw.options and not sw.active(cfg, sup):
-            return sw.reason
-    if key == "aggregation" and not sup.aggregation:
-        return sup.why("aggregation", f"{cfg.algorithm} computes its own aggregation weights")
-    if owners(key) and key not in (*sup.options, *sup.tuning):  # another algorithm's own
-        return f"it configures --algorithm {' or '.join(owners(key))}"
-    return owned_reason(key, cfg) or _hparam_ignored(key, cfg)
+    """Why option `key` has no effect in `cfg` (its declaration's `applies`), or None.
 
-
-def switched_options() -> list[Switched]:
-    """The options of every part of a run that a condition switches on, each declared in
-    its part's module (`core.capabilities.Switched`)."""
-    load_option_modules()
-    return declared_switched()
-
-
-def component_options() -> list[tuple[str, dict[str, tuple[str, ...]]]]:
-    """(the RunConfig field naming a component, {component: its own options}) of every
-    kind of component that declares options of its own, each in its own module."""
-    from ..aggregate import aggregation, privacy
-    from ..data import partition, pool
-    from ..local import compress
-    from ..select import selectors
-
-    return [("partition", partition.OWN_OPTIONS), ("dataset", pool.DATASET_OPTIONS),
-            ("selector", selectors.OWN_OPTIONS), ("compress", compress.OWN_OPTIONS),
-            ("dp", privacy.OWN_OPTIONS), ("aggregation", aggregation.OWN_OPTIONS)]
-
-
-def owned_reason(key: str, cfg: RunConfig) -> str | None:
-    """"it configures --FIELD NAME" when `key` is an own option of components that `cfg`
-    does not build (`component_options`), else None."""
-    for field, owned in component_options():
-        names = [n for n, keys in owned.items() if key in keys]
-        if names and getattr(cfg, field) not in names:
-            return f"it configures --{field.replace('_', '-')} {' or '.join(names)}"
-    return owner_reason(key, lambda kind: getattr(cfg, kind))  # `core.fields.register_option`
-
-
-def _hparam_ignored(key: str, cfg: RunConfig) -> str | None:
-    """Hyperparameters of a server optimizer that `cfg` does not use."""
-    reads = server_opt_reads()
-    if any(key in names for names in reads.values()) and key not in reads.get(
-            cfg.server_opt, frozenset((key,))):
-        users = [n for n, names in reads.items() if key in names]
-        return f"it configures --server-opt {' or '.join(users)}"
-    return None
+    Refused only for keys the user gave (flag, config file, grid), so library callers that
+    build a RunConfig keep the defaults of unrelated options without error."""
+    if key not in OPTIONS:
+        load_option_modules()
+    return OPTIONS[key].applies.why(cfg) if key in OPTIONS else None
 
 
 def used_hparams(cfg: RunConfig) -> list[str]:
-    """The hyperparameters that the combination `cfg` uses, in `HParams` order.
-
-    Derived from the same declarations that refuse an option given without effect
-    (`check_ignored`): an `HParams` field or registered tunable is used unless one of them
-    says `cfg` ignores it (an algorithm's `Supports.options`, the selector, weight rule,
-    server optimizer, DP, compression, heterogeneity and appeal settings). A plugin tunable
-    that no algorithm lists among its options counts as used.
-    """
+    """The hyperparameters that apply to `cfg` (their declarations' `applies`), in
+    `HParams` order: what results.json records."""
     return [k for k in field_names(HParams) if ignored_reason(k, cfg) is None]
 
 
@@ -211,49 +166,8 @@ def check_ignored(cfg: RunConfig, given: set[str] | list[str], where: str = "") 
                               "drop it or change the combination")
 
 
-# Files and label arrays whose lengths give a source's number of rows (see data/sources.py).
-_NPZ_ROWS = {"mnist": ("mnist.npz", ("y_train", "y_test")),
-             "usps": ("usps.npz", ("y_train", "y_test")),
-             "mnistm": ("mnistm_subset.npz", ("y_train", "y_test")),
-             "cifar10": ("cifar10_jpeg.npz", ("y_train", "y_test")),
-             "femnist": ("femnist_partial.npz", ("y",)),
-             "sent140": ("sent140_subset.npz", ("label",)),
-             "sent140_words": ("sent140_subset.npz", ("label",)),
-             "sent140_chars": ("sent140_subset.npz", ("label",))}
-_IDX_ROWS = {"fmnist": ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte")}
-
-
-def _npy_rows(zf, member: str) -> int:
-    """Leading dimension of `member`.npy inside an open zip, from its header only."""
-    import numpy as np
-
-    with zf.open(member + ".npy") as f:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _, _ = read(f)
-    return int(shape[0])
-
-
-def _idx_rows(directory, name: str) -> int:
-    import gzip
-    from pathlib import Path
-
-    for p, opener in ((Path(directory, name + ".gz"), gzip.open), (Path(directory, name), open)):
-        if p.is_file():
-            with opener(p, "rb") as f:
-                head = f.read(8)
-            return int.from_bytes(head[4:8], "big")
-    raise FileNotFoundError(name)
-
-
 def _check_npz(path: str) -> None:
     """The file of --dataset npz:PATH exists and names its arrays as expected (headers only)."""
-    import zipfile
-    from pathlib import Path
-
-    from ..data.sources import npz_members
-
     p = Path(path).expanduser()
     if not p.is_file():
         raise ConfigError(f"dataset file {p} does not exist: pass --dataset npz:PATH")
@@ -266,42 +180,6 @@ def _check_npz(path: str) -> None:
                           ) from None
 
 
-def source_rows(opts: Options) -> int | None:
-    """Rows of the dataset of `opts` (its data fields), read from file headers only
-    (nothing decoded).
-
-    None when unknown (generated data, tfds, a missing or unreadable file: the loader then
-    reports that problem itself).
-    """
-    import os
-    import zipfile
-    from pathlib import Path
-
-    from ..data.sources import DATA_ENV
-
-    if opts.imbalance_ratios or opts.dataset == "digits":
-        return None
-    try:
-        if opts.dataset in _IDX_ROWS:
-            return sum(_idx_rows(opts.fmnist_dir, n) for n in _IDX_ROWS[opts.dataset])
-        if opts.dataset.startswith("npz:"):
-            from ..data.sources import npz_members
-
-            path = Path(opts.dataset[4:]).expanduser()
-            with zipfile.ZipFile(path) as zf:
-                return sum(_npy_rows(zf, m) for m in npz_members(path)[1])
-        if opts.dataset in _NPZ_ROWS:
-            fname, members = _NPZ_ROWS[opts.dataset]
-            d = opts.data_dir or os.environ.get(DATA_ENV, "")
-            if not d:
-                return None
-            with zipfile.ZipFile(Path(d).expanduser() / fname) as zf:
-                return sum(_npy_rows(zf, m) for m in members)
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None
-    return None
-
-
 def check_source_size(opts: RunConfig | Options) -> None:
     """Refuse client counts the source cannot fill, before anything is decoded.
 
@@ -310,7 +188,7 @@ def check_source_size(opts: RunConfig | Options) -> None:
     holding its data fields (the only ones read).
     """
     opts = data_options(opts, "the source size check")
-    n = source_rows(opts)
+    n = dataset_rows(opts)
     if n is None:
         return
     rows = min(n, opts.max_samples) if opts.max_samples else n
@@ -341,10 +219,6 @@ def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),
     and, unless `reuse` (--overwrite / --resume), must not already hold another run's
     files (`holds`). Nothing is left on disk.
     """
-    import os
-    import tempfile
-    from pathlib import Path
-
     p = Path(out).expanduser()
     too_long = [part for part in p.parts if len(part.encode()) > 255]
     if too_long:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from ..core.config import ConfigError, HParams, Options
 
 # The configuration fields of `validate_hetero` (`RunConfig.view`). Which heterogeneity
-# options a run ignores follows from their declarations (`register_option` /
-# `register_tunable(..., switch=...)` in `local/hetero.py`, `select/availability.py`).
+# options a run ignores follows from their declarations (`applies` of their `option` in
+# `local/hetero.py`, `select/availability.py`).
 CHECK_OPTIONS = ("local_steps_min", "local_steps", "concurrency", "clients")
 
 

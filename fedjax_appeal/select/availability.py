@@ -9,7 +9,7 @@
   - markov: a two-state on/off chain per client, P(on -> off) = avail_on_off,
     P(off -> on) = avail_off_on; round 0 draws from its stationary law
     P(on) = off_on / (on_off + off_on). The current state is carried in
-    `state.extra["hetero"]["on"]`.
+    `state.hetero.on`.
   The selector then picks from `state.pool & available` (the pool mask every selector
   already honours: unavailable clients can only fill surplus slots, marked invalid).
 * deadline (`--deadline` > 0): each selected client needs tau_k x step time simulated
@@ -29,34 +29,31 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..core.capabilities import Switch
-from ..core.fields import register_option
+from ..core.capabilities import capable
+from ..core.fields import component, option
 from ..core.parts import Selector
-from ..core.tunables import register_tunable
 from ..local import hetero
 
-# the availability models (`--availability`) and the tunables each one reads
-BERNOULLI = Switch(lambda cfg, sup: cfg.availability == "bernoulli",
-                   "it configures --availability bernoulli")
-MARKOV = Switch(lambda cfg, sup: cfg.availability == "markov",
-                "it configures --availability markov")
-DEADLINE = register_option(
-    "deadline", 0.0, "round deadline in simulated seconds: a selected client whose tau_k x "
-    "step time (--step-time-sigma) exceeds it is dropped from aggregation (round metric "
-    "'dropped'); 0 = no deadline", every_run=True, group="hetero", ge=0,
-    hint="0 = no deadline")
-P = register_tunable("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a "
-                                     "client is available in a round", group="hetero", ge=0,
-                     le=1, switch=BERNOULLI)
-SPREAD = register_tunable("avail_spread", 0.0, "--availability bernoulli: p_k = clip(avail_p "
-                                               "+ spread x U(-1, 1), 0, 1), drawn once per "
-                                               "client", group="hetero", ge=0, switch=BERNOULLI)
-ON_OFF = register_tunable("avail_on_off", 0.1, "--availability markov: P(available -> "
-                                               "unavailable) per round", group="hetero", ge=0,
-                          le=1, switch=MARKOV)
-OFF_ON = register_tunable("avail_off_on", 0.3, "--availability markov: P(unavailable -> "
-                                               "available) per round", group="hetero", ge=0,
-                          le=1, switch=MARKOV)
+# availability and the deadline: synchronous rounds only; the availability models' tunables
+SYNCHRONOUS = capable("availability", "{alg} has no synchronous rounds", "--availability and "
+                      "--deadline apply to synchronous algorithms; drop them",
+                      unless=lambda cfg: cfg.availability == "always" and cfg.deadline == 0)
+option("availability", "always", "client availability per round (--avail-* options)",
+       ("always", "bernoulli", "markov"), group="hetero", needs=SYNCHRONOUS)
+DEADLINE = option(
+    "deadline", 0.0, "round deadline in simulated seconds (slower clients are dropped)",
+    group="hetero", ge=0, hint="0 = no deadline",
+    needs=SYNCHRONOUS)
+BERNOULLI, MARKOV = component("availability", "bernoulli"), component("availability", "markov")
+P = option("avail_p", 0.8, "--availability bernoulli: mean probability p_k that a client is "
+           "available in a round", applies=BERNOULLI, tunable=True, group="hetero", ge=0, le=1)
+SPREAD = option("avail_spread", 0.0, "--availability bernoulli: p_k = clip(avail_p + spread x "
+                "U(-1, 1), 0, 1), drawn once per client", applies=BERNOULLI, tunable=True,
+                group="hetero", ge=0)
+ON_OFF = option("avail_on_off", 0.1, "--availability markov: P(available -> unavailable) per "
+                "round", applies=MARKOV, tunable=True, group="hetero", ge=0, le=1)
+OFF_ON = option("avail_off_on", 0.3, "--availability markov: P(unavailable -> available) per "
+                "round", applies=MARKOV, tunable=True, group="hetero", ge=0, le=1)
 
 
 def avail_probs(root: jax.Array, num_clients: int, hp) -> jax.Array:
@@ -110,8 +107,8 @@ def with_availability(selector: Selector, opts) -> Selector:
         return selector
 
     def pool_now(state, hp):
-        h = state.extra["hetero"]
-        on = available(opts.availability, hetero.root_key(state), state.round, h["on"], hp)
+        on = available(opts.availability, hetero.root_key(state), state.round, state.hetero.on,
+                       hp)
         return state.pool & on, on
 
     def select(key, state, data, hp):
@@ -127,7 +124,7 @@ def with_availability(selector: Selector, opts) -> Selector:
             return new
         prev = new.replace(round=new.round - 1)  # the round just played
         _, on = pool_now(prev, hp)
-        return new.replace(extra={**new.extra, "hetero": {**new.extra["hetero"], "on": on}})
+        return new.replace(hetero=new.hetero._replace(on=on))
 
     def metrics(key, state, idx, valid, data, hp):
         pool, _ = pool_now(state, hp)

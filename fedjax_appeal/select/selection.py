@@ -10,6 +10,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..core.config import ConfigError
+from ..data import heterogeneity as het
+
 
 def uniform(key: jax.Array, pool: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
     """m clients uniformly without replacement from the available pool (`pool` [M] bool).
@@ -77,9 +80,6 @@ def stratified(key: jax.Array, pool: jax.Array, groups: jax.Array, counts: tuple
 
 def stratified_counts(opts) -> tuple[int, ...]:
     """Per-group cohort slots: `opts.cohort_groups`, or derived from the configured mix."""
-    from ..core.config import ConfigError
-    from ..data import heterogeneity as het
-
     if opts.cohort_groups:
         try:
             counts = tuple(int(c) for c in opts.cohort_groups.split(","))

@@ -10,13 +10,13 @@
     for Equitable Client Selection in Federated Learning"): facility location plus
     lam * min(b, sum_{i in S} phi(f_i)), resp. minus mu * |(union of the last u cohorts) & S|.
 
-Selector memory (`state.extra["selector"]`, diversity selectors only):
+Selector memory (`state.selector`, a `DiversityMemory`; diversity selectors only):
 
     features [M, p] float32   client features g_k (stale for clients not selected lately)
     loss [M] float32          F_k at the model the feature was computed at (SubTrunc f_k)
     received (params pytree)  the global model the current cohort received
     received_state            its model state
-    window [u, m] int32       UnionFL: the last u cohorts (-1 = empty slot)
+    window [u, m] int32       UnionFL: the last u cohorts (-1 = empty slot; else None)
 
 Features are the flattened full local gradient of F_k at the received global model over all
 the client's train rows (chunked as `client.client_loss`), or with `selector_features=delta`
@@ -50,76 +50,81 @@ visible in `timing["sec_per_round"]`.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from ..core.arrays import ClientArrays, client_chunk, client_norms
-from ..core.capabilities import Switch
+from ..core.capabilities import capable
 from ..core.config import ConfigError, Options, fields_in
-from ..core.fields import declared_for, register_option, register_switched
+from ..core.fields import component, option, when
 from ..core.models import Model
 from ..core.parts import Selector
 from ..core.registry import Registry
-from ..core.tunables import register_tunable
 from ..execute.distributed import map_spread
 from ..local.client import client_loss
 from . import submodular
 from .selection import flip_cohort, stratified, stratified_counts, uniform, weighted
 
-SUBTRUNC_LAMBDA = register_tunable("subtrunc_lambda", 0.5, "SubTrunc weight lambda of the "
-                                                           "truncated loss term",
-                                   group="selection", ge=0)
-SUBTRUNC_B = register_tunable("subtrunc_b", 1.10, "SubTrunc truncation b in lambda*min(b, sum "
-                                                  "phi(f_i))", group="selection")
-UNION_MU = register_tunable("union_mu", 1.0, "UnionFL penalty mu per selected client of the "
-                                             "recent window", group="selection", ge=0)
+# the cohort and its selector (an algorithm that draws its own cohort refuses another one,
+# and the per-round flips of --flip-protocol)
+OWN_COHORT = capable("selector", "{alg} draws its own cohort", "use --selector random and "
+                     "--flip-protocol static",
+                     unless=lambda cfg: cfg.selector == "random" and cfg.flip_protocol == "static")
+option("cohort", 10, "clients sampled per round", group="federation", ge=1)
+option("selector", "random", "cohort selector (random: uniform from the available pool)",
+       registry="selector", group="selection", needs=OWN_COHORT)
 
-# The options of one selector each, declared here (`core.fields.register_option`)
-POC_D = register_option("poc_d", 0, "Power-of-Choice candidates d drawn per round (0 = 2 x "
-                        "cohort, at most the number of clients)", kind="selector",
-                        names=("poc",), group="selection", ge=0)
-UNION_WINDOW = register_option("union_window", 5, "UnionFL window u: number of past rounds "
-                               "whose cohorts are penalised", kind="selector",
-                               names=("unionfl",), group="selection", ge=1)
-UNION_BASE = register_option("union_base", "divfl", "UnionFL base objective f_t",
-                             ("divfl", "subtrunc"), kind="selector", names=("unionfl",),
-                             group="selection")
+# The options of each selector, declared here
+POC, UNIONFL = component("selector", "poc"), component("selector", "unionfl")
 _GREEDY_SELECTORS = ("divfl", "subtrunc", "unionfl")
+GREEDY = component("selector", *_GREEDY_SELECTORS)
 # selector -> the history metrics its paper reports, named on a run's last line beside the
 # test accuracy (`run.records.headline`): submodular selection is judged by the client
 # dissimilarity it leaves (the SubTrunc / UnionFL paper, Castillo et al.)
 HEADLINES: dict[str, tuple[str, ...]] = {n: ("client_dissimilarity",)
                                          for n in _GREEDY_SELECTORS}
-register_option("greedy_candidates", 0, "stochastic greedy: random candidates r scored per "
-                "pick (0 = exact greedy over all clients)", kind="selector",
-                names=_GREEDY_SELECTORS, group="selection", ge=0)
-register_option("greedy_epsilon", 0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) "
-                "candidates per pick, the (1-1/e-eps) guarantee; 0 = use --greedy-candidates",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0, lt=1,
-                hint="0 = use --greedy-candidates")
-register_option("selector_features", "grad", "DivFL client features: full local gradient at "
-                "the received model, or the last update Delta_k", ("grad", "delta"),
-                kind="selector", names=_GREEDY_SELECTORS, group="selection")
-register_option("feature_refresh", 0, "recompute every client's selector features every R "
-                "rounds (0 = only at round 0; selected clients refresh every round)",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0)
-register_option("feature_dim", 0, "random Gaussian projection of the selector features to "
-                "this many dimensions (0 = the flattened parameter-sized vector)",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", ge=0)
-register_option("distance_budget_mb", 256.0, "largest N x N distance matrix (MB) the exact "
-                "greedy materialises; above it columns are computed in blocks",
-                kind="selector", names=_GREEDY_SELECTORS, group="selection", gt=0)
-register_option("selector_objective", "raw", "DivFL/SubTrunc/UnionFL objective scale: raw = "
-                "the paper's sum of ||g_i - g_j|| over clients; normalized = distances / "
-                "(2 max ||g||), averaged over clients", ("raw", "normalized"), kind="selector",
-                names=_GREEDY_SELECTORS, group="selection")
-register_option("cohort_groups", "", "selector 'stratified': cohort slots per client group, "
-                "e.g. '4,2' (group = composition entry of --imbalance-ratios, else 0 clean / 1 "
-                "flipped); '' = derived from the pool's mix", kind="selector",
-                names=("stratified",), group="data")
-SUBTRUNC_PHI = register_option("subtrunc_phi", "log", "SubTrunc phi: log = ln(1+x), or "
-                               "identity", ("log", "identity"), kind="selector",
-                               names=("subtrunc", "unionfl"), group="selection")
+# SubTrunc's options: of SubTrunc, and of UnionFL on a SubTrunc base (`--union-base`)
+SUBTRUNC = when(lambda cfg: cfg.selector != "unionfl" or cfg.union_base == "subtrunc",
+                "it configures --selector subtrunc (or unionfl with --union-base subtrunc)"
+                ) & component("selector", "subtrunc", "unionfl")
+SUBTRUNC_LAMBDA = option("subtrunc_lambda", 0.5, "SubTrunc weight lambda of the truncated loss "
+                         "term", applies=SUBTRUNC, tunable=True, group="selection", ge=0)
+SUBTRUNC_B = option("subtrunc_b", 1.10, "SubTrunc truncation b in lambda*min(b, sum phi(f_i))",
+                    applies=SUBTRUNC, tunable=True, group="selection")
+UNION_MU = option("union_mu", 1.0, "UnionFL penalty mu per selected client of the recent "
+                  "window", applies=UNIONFL, tunable=True, group="selection", ge=0)
+POC_D = option("poc_d", 0, "Power-of-Choice candidates d drawn per round (0 = 2 x cohort, at "
+               "most the number of clients)", applies=POC, group="selection", ge=0)
+UNION_WINDOW = option("union_window", 5, "UnionFL window u: number of past rounds whose cohorts "
+                      "are penalised", applies=UNIONFL, group="selection", ge=1)
+UNION_BASE = option("union_base", "divfl", "UnionFL base objective f_t", ("divfl", "subtrunc"),
+                    applies=UNIONFL, group="selection")
+option("greedy_candidates", 0, "stochastic greedy: random candidates r scored per pick (0 = "
+       "exact greedy over all clients)", applies=GREEDY, group="selection", ge=0)
+option("greedy_epsilon", 0.0, "stochastic greedy with r = ceil((N/cohort) ln(1/eps)) candidates "
+       "per pick, the (1-1/e-eps) guarantee; 0 = use --greedy-candidates", applies=GREEDY,
+       group="selection", ge=0, lt=1, hint="0 = use --greedy-candidates")
+option("selector_features", "grad", "DivFL client features: full local gradient at the received "
+       "model, or the last update Delta_k", ("grad", "delta"), applies=GREEDY, group="selection")
+option("feature_refresh", 0, "recompute every client's selector features every R rounds (0 = "
+       "only at round 0; selected clients refresh every round)", applies=GREEDY,
+       group="selection", ge=0)
+option("feature_dim", 0, "random Gaussian projection of the selector features to this many "
+       "dimensions (0 = the flattened parameter-sized vector)", applies=GREEDY,
+       group="selection", ge=0)
+option("distance_budget_mb", 256.0, "largest N x N distance matrix (MB) the exact greedy "
+       "materialises; above it columns are computed in blocks", applies=GREEDY,
+       group="selection", gt=0)
+option("selector_objective", "raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the paper's "
+       "sum of ||g_i - g_j|| over clients; normalized = distances / (2 max ||g||), averaged "
+       "over clients", ("raw", "normalized"), applies=GREEDY, group="selection")
+option("cohort_groups", "", "selector 'stratified': cohort slots per client group, e.g. '4,2' "
+       "(group = composition entry of --imbalance-ratios, else 0 clean / 1 flipped); '' = "
+       "derived from the pool's mix", applies=component("selector", "stratified"), group="data")
+SUBTRUNC_PHI = option("subtrunc_phi", "log", "SubTrunc phi: log = ln(1+x), or identity",
+                      ("log", "identity"), applies=SUBTRUNC, group="selection")
 
 DELTA_CHUNK_ERROR = ("--selector-features delta needs every cohort update, which a chunked "
                      "cohort (--client-chunk) does not keep: use --selector-features grad or "
@@ -208,7 +213,17 @@ def power_of_choice(model: Model, opts: Options) -> Selector:
         top = jax.lax.top_k(score, m)[1]
         return cand[top], cvalid[top]
 
-    return Selector(init=lambda key, state, data, hp: {}, select=select)
+    return Selector(init=lambda key, state, data, hp: None, select=select)
+
+
+class DiversityMemory(NamedTuple):
+    """The diversity selectors' memory (`ServerState.selector`; see the module docstring)."""
+
+    features: jax.Array  # [M, p] float32 client features g_k
+    loss: jax.Array  # [M] float32 F_k at the model each feature was computed at
+    received: Any  # params pytree: the global model the current cohort received
+    received_state: Any  # its model state
+    window: jax.Array | None = None  # [u, m] int32 UnionFL's last u cohorts, else None
 
 
 def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
@@ -241,15 +256,12 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
     def init(key, state, data, hp):
         feats, loss = grad_features(state.params, state.model_state, data,
                                     jnp.arange(data.num_clients), hp)
-        mem = {"features": feats, "loss": loss, "received": state.params,
-               "received_state": state.model_state}
-        if union:
-            mem["window"] = jnp.full((opts.union_window, m), -1, jnp.int32)
-        return mem
+        window = jnp.full((opts.union_window, m), -1, jnp.int32) if union else None
+        return DiversityMemory(feats, loss, state.params, state.model_state, window)
 
     def select(key, state, data, hp):
-        mem = state.extra["selector"]
-        f = mem["features"]
+        mem: DiversityMemory = state.selector
+        f = mem.features
         n = f.shape[0]
         top = 2.0 * jnp.max(jnp.linalg.norm(f, axis=-1)) + 1e-12  # >= max_ij D_ij
         scale, c0 = (top, 1.0) if normalized else (1.0, top)
@@ -259,47 +271,48 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
             oracle = submodular.dense_oracle(submodular.pairwise_distances(f, scale, block=256))
         penalty = None
         if union:
-            w = mem["window"].reshape(-1)
+            w = mem.window.reshape(-1)
             in_window = jnp.zeros((n,), bool).at[jnp.where(w >= 0, w, n)].set(True, mode="drop")
             penalty = hp.union_mu * in_window.astype(jnp.float32)
         res = submodular.greedy(
             oracle, m, available=state.pool, cover=state.pool, c0=c0, normalize=normalized,
-            phi=phi_fn(jnp.maximum(mem["loss"], 0.0)) if trunc else None,
+            phi=phi_fn(jnp.maximum(mem.loss, 0.0)) if trunc else None,
             lam=hp.subtrunc_lambda, b=hp.subtrunc_b, penalty=penalty, key=key, r=r,
             lazy=r == 0)
         return res.idx, res.valid
 
     def update(new, upd, idx, valid, data, hp):
-        mem = dict(new.extra["selector"])
+        mem: DiversityMemory = new.selector
         everyone = jnp.arange(data.num_clients)
+        features, loss, window = mem.features, mem.loss, mem.window
         if opts.feature_refresh == 1:
             # paper-literal: every client's f_i and grad f_i at the new model, every round
             # (the cohort's refresh at the received model would be overwritten: skipped)
-            mem["features"], mem["loss"] = grad_features(new.params, new.model_state, data,
-                                                         everyone, hp)
+            features, loss = grad_features(new.params, new.model_state, data, everyone, hp)
         else:
             if delta_mode:
                 if upd.delta is None:  # a chunked round keeps no per-client deltas
                     raise ConfigError(DELTA_CHUNK_ERROR)
                 fs = jax.vmap(lambda d: project(flatten(d), opts.feature_dim))(upd.delta)
-                ls = jax.lax.map(lambda k: client_loss(model, mem["received"],
-                                                       mem["received_state"], data.train, k)[0],
+                ls = jax.lax.map(lambda k: client_loss(model, mem.received,
+                                                       mem.received_state, data.train, k)[0],
                                  idx, batch_size=_batch(m))
             else:
-                fs, ls = grad_features(mem["received"], mem["received_state"], data, idx, hp)
+                fs, ls = grad_features(mem.received, mem.received_state, data, idx, hp)
             slot = jnp.where(valid, idx, data.num_clients)  # invalid slots are dropped
-            mem["features"] = mem["features"].at[slot].set(fs, mode="drop")
-            mem["loss"] = mem["loss"].at[slot].set(ls, mode="drop")
+            features = features.at[slot].set(fs, mode="drop")
+            loss = loss.at[slot].set(ls, mode="drop")
             if opts.feature_refresh > 0:
-                mem["features"], mem["loss"] = jax.lax.cond(
+                stale = (features, loss)
+                features, loss = jax.lax.cond(
                     new.round % opts.feature_refresh == 0,
                     lambda: grad_features(new.params, new.model_state, data, everyone, hp),
-                    lambda: (mem["features"], mem["loss"]))
+                    lambda: stale)
         if union:
             row = jnp.where(valid, idx, -1).astype(jnp.int32)
-            mem["window"] = jnp.concatenate([row[None], mem["window"][:-1]], axis=0)
-        mem["received"], mem["received_state"] = new.params, new.model_state
-        return new.replace(extra={**new.extra, "selector": mem})
+            window = jnp.concatenate([row[None], window[:-1]], axis=0)
+        return new.replace(selector=DiversityMemory(features, loss, new.params,
+                                                    new.model_state, window))
 
     return Selector(init=init, select=select, update=update)
 
@@ -314,7 +327,7 @@ OPTIONS = (*fields_in("selection"), "clients", "cohort", "local_steps", "flip_pr
 
 def uniform_selector(m: int) -> Selector:
     """Uniform without replacement from `state.pool` (no memory)."""
-    return Selector(init=lambda key, state, data, hp: {},
+    return Selector(init=lambda key, state, data, hp: None,
                     select=lambda key, state, data, hp: uniform(key, state.pool, m))
 
 
@@ -327,7 +340,7 @@ def stratified_selector(opts):
                               "--imbalance-ratios or --label-flip-fraction")
         return stratified(key, state.pool, data.info["group"], counts)
 
-    return Selector(init=lambda key, state, data, hp: {}, select=select)
+    return Selector(init=lambda key, state, data, hp: None, select=select)
 
 
 def flip_selector(opts):
@@ -339,22 +352,8 @@ def flip_selector(opts):
         return flip_cohort(key, state.pool, opts.cohort, opts.label_flip_fraction,
                            opts.flip_protocol)
 
-    return Selector(init=lambda key, state, data, hp: {}, select=select)
+    return Selector(init=lambda key, state, data, hp: None, select=select)
 
-
-# Options of one selector only: given with another `--selector` they are refused
-# (`run.validate.check_ignored`): the static ones declared above, and its hyperparameters.
-_SUBTRUNC = ("subtrunc_phi", "subtrunc_lambda", "subtrunc_b")
-_OWN_HPARAMS = {"subtrunc": ("subtrunc_lambda", "subtrunc_b"),
-                "unionfl": ("union_mu", "subtrunc_lambda", "subtrunc_b")}
-# UnionFL reads SubTrunc's options only on its SubTrunc base
-register_switched(_SUBTRUNC, Switch(lambda cfg, sup: not (cfg.selector == "unionfl"
-                                                          and cfg.union_base != "subtrunc"),
-                                    "it configures --selector subtrunc (or unionfl with "
-                                    "--union-base subtrunc)"))
-# (SubTrunc's options apply to UnionFL on a SubTrunc base: `register_switched` above)
-OWN_OPTIONS = {name: (*declared_for("selector", name), *_OWN_HPARAMS.get(name, ()))
-               for name in ("stratified", "poc", *_GREEDY_SELECTORS)}
 
 # `--selector` name -> builder(model, opts) -> Selector
 SELECTORS = Registry("selector", {

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from fedjax_appeal import deciding_interval, paired_report, size_text, size_verdict
+from fedjax_appeal.extend import APPEAL_DEFS, per_cluster
 from papers.pairs import verdict_of
 from papers.reproduce import Context, markdown_table, mean_std
 from papers.spec import Arm, Setting, Table
@@ -37,8 +39,6 @@ def appeal_by_def(fc: dict) -> dict[str, dict[str, float]]:
     """GM-Appeal and preferred accuracy of the final global model under every
     `--appeal-def`, recomputed from the per-client numbers of the last evaluation (exact for
     runs whose participation does not depend on the definition, i.e. without opt-out)."""
-    from fedjax_appeal.extend import APPEAL_DEFS
-
     out: dict[str, dict[str, float]] = {}
     for d, (split, field) in APPEAL_DEFS.items():
         out[d] = {}
@@ -56,8 +56,6 @@ def appeal_by_def(fc: dict) -> dict[str, dict[str, float]]:
 
 def by_def_markdown(grid: dict, columns: list[Setting], tag: str) -> str:
     """GM-Appeal (tag) of the final model under each appeal definition (mean ± std)."""
-    from fedjax_appeal.extend import APPEAL_DEFS
-
     parts = []
     for col in columns:
         recs = grid.get(col.label) or {}
@@ -78,8 +76,6 @@ def cluster_diagnostics(res: dict, data) -> dict[str, dict[str, list]]:
     """Per-cluster means of the final per-client numbers of one run (`appeal.per_cluster`):
     global and solo test loss and accuracy, appeal share, requirement, share of flipped
     clients, and (seen clients) participation count, for the seen and unseen clients."""
-    from fedjax_appeal.extend import per_cluster
-
     fc = res["final_clients"]
     out = {}
     for tag, info, te in (("seen", data.info, "test"), ("unseen", data.unseen_info,
@@ -156,6 +152,7 @@ def _plot_bands(path: Path, grid: dict, series, ylabel: str, **line_kw) -> None:
     an earlier one (e.g. several baselines at GM-Appeal 0) are drawn with a small vertical
     offset (a multiple of 2.5% of the panel's range) and named in a note under the panel;
     the legend sits outside the axes, right of the last panel."""
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
@@ -263,8 +260,6 @@ def paired(grid: dict, columns: list[Setting], metrics: list[str], target: str =
     interval, and where `paper` has the numbers the paper's effect (its `target` minus
     its best other arm among the arms run, `paper_effect`) with the size verdict
     (`fedjax_appeal.size_verdict`: consistent / smaller / larger)."""
-    from fedjax_appeal import deciding_interval, paired_report, size_verdict
-
     out = []
     for col in columns:
         recs = grid.get(col.label) or {}
@@ -312,8 +307,6 @@ def _interval_cell(r: dict[str, Any]) -> str:
 def _size_cell(r: dict[str, Any]) -> str:
     """'+0.47 (MaxFL − FedAvg): smaller, excluded at 95%' and the like; '—' without a
     paper number."""
-    from fedjax_appeal import size_text
-
     if r.get("paper_effect") is None:
         return "—"
     text = size_text(r.get("size"), r["paper_effect"])
@@ -387,6 +380,7 @@ def plot_clusters(path: Path, grid: dict, tag: str) -> None:
     panel column per table column. Each bar carries its variant's marker at its top, so a
     bar of height 0 still shows; the solo models' accuracy is a labelled black mark (its
     value written beside it); the legend sits outside, right of the last column."""
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")

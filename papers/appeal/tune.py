@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_appeal import HParams
+import fedjax_appeal  # load_federated through the package: tests replace it
+from fedjax_appeal import HParams, program_cache_folder, sweep
+from fedjax_appeal.extend import ALGORITHMS
 from papers.appeal.specs import (
     BASE_HP,
     BASELINES,
@@ -60,9 +62,6 @@ def choose(points: list[dict[str, Any]]) -> dict[str, Any]:
 @experiment("appeal-tune", "grid search (lr x tau) of every appeal-table algorithm on the two "
             "FMNIST settings; chosen values for appeal.TUNED")
 def appeal_tune(ctx: Context) -> None:
-    from fedjax_appeal import load_federated, program_cache_folder, sweep
-    from fedjax_appeal.extend import ALGORITHMS
-
     grid = GRID_QUICK if ctx.quick else GRID
     base = FMNIST_QUICK if ctx.quick else FMNIST_FULL
     out: dict[str, Any] = {}
@@ -72,7 +71,7 @@ def appeal_tune(ctx: Context) -> None:
         cfg = ctx.base(**{"appeal": "on", **base, **setting, "seed": TUNE_SEED,
                           "eval_every": base["rounds"], "finetune_steps": 0,
                           "unseen_clients": 0})
-        data, ds = load_federated(cfg)
+        data, ds = fedjax_appeal.load_federated(cfg)
         out[name] = {}
         for v in BASELINES:
             if v.algorithm not in ALGORITHMS or v.algorithm not in TUNE_ALGORITHMS[name]:
@@ -139,6 +138,7 @@ def _report(ctx: Context, out: dict[str, Any], grid: dict[str, list]) -> None:
     print(text)
 
     def plot(path: Path) -> None:
+        # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
         import matplotlib
 
         matplotlib.use("Agg")

@@ -3,9 +3,12 @@ ratio at the global model of a proportional FedAvg run, shared vs random majors.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
+import fedjax_appeal  # run_config through the package: tests replace it
 from fedjax_appeal import HParams, RunConfig
+from fedjax_appeal.extend import client_loss, local_sgd, model_for
 from papers.expalpha.report import header, meta
 from papers.expalpha.runs import (
     load,
@@ -27,10 +30,6 @@ def client_gaps(model, cfg: RunConfig, hp: HParams, params, mstate, data, key
                 ) -> dict[str, np.ndarray]:
     """F_k(w), F_k(w_k) and the Exp-alpha logit gap F_k(w_k) − F_k(w) of every pool client
     after `cfg.local_steps` local SGD steps from the global model w (vmapped, one jit)."""
-    import jax
-
-    from fedjax_appeal.extend import client_loss, local_sgd
-
     def one(k, kk):
         res = local_sgd(model, params, mstate, data.train, k, kk, hp.client_lr,
                         steps=cfg.local_steps, batch_size=cfg.batch_size)
@@ -48,11 +47,6 @@ def client_gaps(model, cfg: RunConfig, hp: HParams, params, mstate, data, key
                              "per imbalance ratio at the global model of a FedAvg run",
             options=OPTIONS)
 def expalpha_gaps(ctx: Context) -> None:
-    import jax
-
-    from fedjax_appeal import run_config
-    from fedjax_appeal.extend import model_for
-
     fedavg = BY_LABEL["FedAvg"]
     checkpoints = (10, 50) if not ctx.quick else (2,)
     rows, raw = [], {}
@@ -63,7 +57,7 @@ def expalpha_gaps(ctx: Context) -> None:
                     rounds=r, eval_every=r)
                 hp = make_hp(ctx, fedavg).as_arrays()
                 data, ds = load(cfg)
-                _, sim = run_config(cfg, make_hp(ctx, fedavg), data=data, dataset=ds)
+                _, sim = fedjax_appeal.run_config(cfg, make_hp(ctx, fedavg), data=data, dataset=ds)
                 model = model_for(cfg.model, data, ds, cfg.conv_impl, cfg.precision)
                 st = sim.final_state
                 g = client_gaps(model, cfg, hp, st.params, st.model_state, data,

@@ -23,6 +23,8 @@ import json
 import math
 from typing import Any
 
+import fedjax_appeal  # load_federated through the package: tests replace it
+from fedjax_appeal import program_cache_folder, sweep
 from papers import pairs
 from papers.expalpha.settings import backbones, make_cfg, make_hp, profile, seeds_of
 from papers.expalpha.specs import AGGREGATIONS, CLIENT_LR
@@ -43,8 +45,6 @@ def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
                    ) -> dict[str, dict[str, dict[float, dict]]]:
     """{backbone: {aggregation: {lr: {seed: final metric}}}} at every lr of `lrs_of`, for
     the setting's backbones (only those named in `labels` when given)."""
-    from fedjax_appeal import load_federated, program_cache_folder, sweep
-
     lrs = lrs_of(ctx)
     gkey = hashlib.sha256(json.dumps(list(lrs)).encode()).hexdigest()[:8]
     out: dict[str, dict[str, dict[float, dict]]] = {}
@@ -64,7 +64,7 @@ def shared_lr_runs(ctx: Context, setting: str, labels: tuple[str, ...] = ()
                     ctx.log(f"{what}: lrs {list(lrs)} finished earlier (cached)")
                 else:
                     if data is None:
-                        data, ds = load_federated(cfg)
+                        data, ds = fedjax_appeal.load_federated(cfg)
                     ctx.log(f"{what}: sweeping client lr {list(lrs)}, {cfg.rounds} rounds")
                     res = sweep(cfg, {"client_lr": list(lrs)}, [seed], hp=hp, metric=METRIC,
                                 max_parallel=1, data=data, dataset=ds,

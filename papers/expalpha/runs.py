@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_appeal import HParams, RunConfig
+import fedjax_appeal  # load_federated through the package: tests replace it
+from fedjax_appeal import HParams, NonFiniteError, RunConfig
 from papers.expalpha.metrics import group_weights
 from papers.expalpha.settings import (
     backbones,
@@ -31,15 +32,11 @@ from papers.reproduce import Context, mean_std
 
 
 def load(cfg: RunConfig):
-    from fedjax_appeal import load_federated
-
-    return load_federated(cfg)
+    return fedjax_appeal.load_federated(cfg)
 
 
 def run_one(ctx: Context, cfg: RunConfig, hp: HParams, label: str, data, ds):
     """(results, None) or (None, message) when the run stopped on NaN/Inf parameters."""
-    from fedjax_appeal import NonFiniteError
-
     try:
         res, _ = ctx.run(cfg, hp, label=label, data=data, dataset=ds)
     except NonFiniteError as e:

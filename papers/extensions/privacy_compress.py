@@ -24,9 +24,15 @@ import json
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 
+import fedjax_appeal  # run_config through the package: tests replace it
 from fedjax_appeal import HParams, RunConfig, plot_lines, to_jsonable
+from fedjax_appeal.extend import poisson_buffer
+from papers.pairs import RULE, held, sign, verdict_of
+from papers.reproduce import markdown_table
+from papers.robustness import verdict
 
 BASE = dict(dataset="fmnist", clients=1000, unseen_clients=0, cohort=50, rounds=200,
             local_steps=10, batch_size=16, eval_every=20, aggregation="uniform")
@@ -102,8 +108,6 @@ def config(arm: str, seed: int, client_lr: float | None = None
 def run_arm(arm: str, seed: int, runs: Path, client_lr: float | None = None) -> dict:
     """The kept result of (arm, seed) at `client_lr` (None: the schedule's), running it
     first if needed."""
-    from fedjax_appeal import run_config
-
     other = client_lr is not None and client_lr != BASE_HP["client_lr"]
     path = runs / (f"{arm}-lr{client_lr:g}-s{seed}.json" if other else f"{arm}-s{seed}.json")
     if path.exists():
@@ -111,9 +115,7 @@ def run_arm(arm: str, seed: int, runs: Path, client_lr: float | None = None) -> 
     cfg, hp = config(arm, seed, client_lr if other else None)
     print(f"[{arm} seed {seed}{f' lr {client_lr:g}' if other else ''}] running",
           file=sys.stderr, flush=True)
-    res, sim = run_config(cfg, hp)
-    import jax
-
+    res, sim = fedjax_appeal.run_config(cfg, hp)
     d = sum(int(x.size) for x in jax.tree.leaves(sim.final_state.params))
     keep = {"arm": arm, "seed": seed, "config": res["config"], "hparams": res["hparams"],
             "param_count": d,
@@ -201,8 +203,6 @@ def report(kind: str, out: Path, seeds: list[int], runs: Path, arms: tuple[str, 
             lines.append(f"Paired {x} − {y}: {', '.join(f'{v:+.4f}' for v in d)} "
                          f"(mean {np.mean(d):+.4f}).")
     if kind == "dp":
-        from fedjax_appeal.extend import poisson_buffer
-
         poisson = [a for a in arms if a != "fedavg" and ARMS[a][0].get("dp_sampling",
                                                                       "poisson") == "poisson"]
         sizes = [np.asarray(g["round_metrics"]["cohort_size"]) for a in poisson
@@ -253,10 +253,6 @@ def report(kind: str, out: Path, seeds: list[int], runs: Path, arms: tuple[str, 
 def robustness(kind: str, out: Path, seeds: list[int], runs: Path,
                lrs: tuple[float, ...]) -> None:
     """The claims of `kind` at every shared client lr of `lrs`: robustness.md / .json."""
-    from papers.pairs import RULE, held, sign, verdict_of
-    from papers.reproduce import markdown_table
-    from papers.robustness import verdict
-
     table_lr = BASE_HP["client_lr"]
     table = out / "results.json"  # the table's own runs at its lr, kept in its results.json
     for arm, got in (json.loads(table.read_text())["runs"].items() if table.is_file()

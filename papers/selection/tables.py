@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+import fedjax_appeal  # run_config through the package: tests replace it
 from fedjax_appeal import ConfigError, HParams
 from papers.decide import record_claim
 from papers.pairs import pair_cell, paired, sign, size_cell, size_of, verdict
@@ -189,6 +190,7 @@ _SATURATION = (
 
 
 def _plot(path: Path, curves: dict[str, list[list[dict]]], title: str) -> None:
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
@@ -552,16 +554,14 @@ def _greedy_trace(d: np.ndarray, k: int, c0: float, phi: np.ndarray, lam: float,
 @experiment("selection-gains", "Diagnostic: facility-location gains vs the SubTrunc term "
                                "at the final DivFL model (raw and normalized objective)")
 def selection_gains(ctx: Context) -> None:
-    from fedjax_appeal import run_config
-
     seed = ctx.seeds[0]
     cfg = _setting(ctx, "mnist", seed, selector="divfl")
     hp = _hp()
     ctx.log(f"divfl seed {seed}: {cfg.rounds} rounds (final state kept) ...")
-    res, sim = run_config(cfg, hp)
-    mem = sim.final_state.extra["selector"]
-    f = np.asarray(mem["features"], np.float64)
-    phi = np.log1p(np.maximum(np.asarray(mem["loss"], np.float64), 0.0))
+    res, sim = fedjax_appeal.run_config(cfg, hp)
+    mem = sim.final_state.selector
+    f = np.asarray(mem.features, np.float64)
+    phi = np.log1p(np.maximum(np.asarray(mem.loss, np.float64), 0.0))
     sq = np.sum(f * f, 1)
     d = np.sqrt(np.maximum(sq[:, None] + sq[None] - 2 * f @ f.T, 0.0))
     np.fill_diagonal(d, 0.0)
@@ -587,7 +587,7 @@ def selection_gains(ctx: Context) -> None:
             row("normalized, exact greedy", traces["exact"], norm),
             row("normalized, stochastic r = 10 (20 draws)", stoch, norm)]
     data = {"seed": seed, "final_test_acc": res["history"][-1]["test_acc_seen"],
-            "final_losses": np.asarray(mem["loss"]).tolist(), "grad_norm_max": float(top / 2),
+            "final_losses": np.asarray(mem.loss).tolist(), "grad_norm_max": float(top / 2),
             "traces": traces, "lambda": lam, "b": b, "mu": mu}
     table = (
         "# selection-gains (diagnostic: why SubTrunc = DivFL in the raw objective)\n\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from fedjax_appeal import PairedReport, interval_text, paired_report
 from papers.pairs import sign
 
 # Verdict phrases of the scorecard's "held" column, most specific first (see `row_verdict`).
@@ -22,8 +23,6 @@ def paired_verdict(first: dict[int, float], second: dict[int, float], want: str)
     "perm_interval", "toward", "want", "verdict", "missing") with "signs" (the sign of
     each difference) and "held" (verdict == "held").
     """
-    from fedjax_appeal import paired_report
-
     r = paired_report(first, second, want)
     return {**r._asdict(), "seeds": list(r.seeds), "diffs": list(r.diffs),
             "signs": "".join(sign(d) for d in r.diffs), "held": r.verdict == "held"}
@@ -32,8 +31,6 @@ def paired_verdict(first: dict[int, float], second: dict[int, float], want: str)
 def verdict_line(v: dict, scale: float = 1.0, digits: int = 2) -> str:
     """'held: mean +0.06, 95% t [+0.03, +0.09], sign-flip [+0.03, +0.09]; 9 of 10 seeds
     in the paper's direction'."""
-    from fedjax_appeal import PairedReport, interval_text
-
     r = PairedReport(**{k: (tuple(x) if isinstance(x, list) else x) for k, x in v.items()
                         if k in PairedReport._fields})
     return (f"{r.verdict}: {interval_text(r, scale, digits)}; {r.toward} of {r.n} seeds in "

@@ -24,9 +24,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
-from fedjax_appeal import ConfigError, HParams, runtime_record
+from fedjax_appeal import (
+    ConfigError,
+    HParams,
+    command_split,
+    make_mesh,
+    metric_range,
+    program_cache_folder,
+    runtime_record,
+    split_cpu,
+    split_text,
+    sweep,
+    t_quantile,
+    time_split,
+)
 from papers.reproduce import Context, experiment, markdown_table
 from papers.tour.logic import (
     count_scorecard,
@@ -49,8 +63,6 @@ def execution_layout() -> tuple[Any, dict[str, Any]]:
     """(mesh or None, layout record): the host CPU split into one JAX device per usable
     core when JAX does not run yet in this process (`split_cpu`), then a mesh over every
     device, over which each sweep shards its runs (one run at a time per CPU device)."""
-    from fedjax_appeal import make_mesh, split_cpu
-
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
         os.cpu_count() or 1)
     split = 0
@@ -60,8 +72,6 @@ def execution_layout() -> tuple[Any, dict[str, Any]]:
             split = cores
         except ConfigError:  # JAX already runs here (a caller's process): left as it is
             split = 0
-    import jax
-
     mesh = make_mesh(0)
     n = int(jax.device_count())
     backend = jax.default_backend()
@@ -84,8 +94,6 @@ def run_family(ctx: Context, fam: Family, seeds: list[int], mesh, tiny: bool
     """One family's sweep and what the tour keeps of it: per arm and seed the final
     metrics and the curve at the shown (shared) lr, the paired verdict, the lr grid's
     verdicts, the arms' settings and the sweep's timing."""
-    from fedjax_appeal import program_cache_folder, sweep
-
     cfg = ctx.base(**{**fam.cfg, **(TINY[fam.key] if tiny else {}), "seed": seeds[0]})
     lr = fam.hp["client_lr"]
     res = sweep(cfg, _grid(fam), seeds, hp=HParams(**fam.hp), metric=fam.metric,
@@ -140,8 +148,6 @@ def mean_band(ys: np.ndarray, lo: float = -np.inf, hi: float = np.inf
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean, lower, upper) over axis 0 of [seeds, points]: the 95% t interval of the mean
     at each point, clipped to [lo, hi]."""
-    from fedjax_appeal import t_quantile
-
     n = ys.shape[0]
     m = np.nanmean(ys, 0)
     if n < 2:
@@ -156,12 +162,11 @@ def plot_tour(path: Path, fams: list[Family], out: dict[str, dict]) -> None:
     (clipped to the metric's range). Bottom: the paired difference first − second over
     rounds with its 95% t interval, the zero line and the final verdict; the paper's side
     of zero is shaded."""
+    # lazy: matplotlib costs 330 ms of import (measured), paid only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fedjax_appeal import metric_range
 
     styles = (("tab:blue", "-", "o"), ("tab:orange", "--", "s"))
     fig, axes = plt.subplots(2, len(fams), figsize=(5.2 * len(fams), 7.6), squeeze=False,
@@ -277,8 +282,6 @@ def time_split_of(ctx: Context, out: dict[str, dict], tp: dict[str, Any], wall: 
     other, from the command's clock (since the process started, every program it
     compiled) when it has one, else from the sweeps' own timings (since the tour
     started)."""
-    from fedjax_appeal import command_split, split_text, time_split
-
     data_s = sum(rec["timing"]["data_s"] for rec in out.values())
     train_s = tp["train_s"] + tp["init_s"]  # chunks of rounds and the init programs
     if ctx.clock is not None:

@@ -73,7 +73,7 @@ def test_pool_after_opt_out_equals_appealing_seen_clients(tmp_path, appeal_def):
 
 
 def test_appeal_def_and_solo_lr_flags(tmp_path, capsys):
-    from fedjax_appeal.cli.commands import _hp_float
+    from fedjax_appeal.cli.options import hp_float as _hp_float
 
     assert _hp_float("same") == 0.0 and _hp_float("0.05") == pytest.approx(0.05)
     out = tmp_path / "bad"

@@ -49,8 +49,8 @@ def test_fedavg_on_text_writes_the_tokenizer_and_a_loadable_model(tmp_path, data
         from pathlib import Path
 
         page = (Path(__file__).resolve().parents[2] / "docs" / "language.md").read_text()
-        code = re.search(r"## Predicting with a trained model\n\n```python\n(.*?)```", page,
-                         re.S).group(1)
+        code = re.search(r"## Predicting with a trained model\n\n.*?```python(?: fragment)?\n"
+                         r"(.*?)```", page, re.S).group(1)
         exec(compile(code.replace('"runs/chars', f'"{out}'), "language.md", "exec"), {})
 
 

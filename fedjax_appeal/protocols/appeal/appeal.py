@@ -7,7 +7,7 @@ Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
   local SGD steps from the initial global model (`--solo-lr`, default the client lr, and
   the client batch size; TMLR App. D.1); its loss and accuracy on the client's train and
   test split and the mean of its training minibatch losses are kept in
-  `state.extra["appeal"]`, with the requirements rho_k of `--requirement`.
+  `state.protocol` (`AppealState`), with the requirements rho_k of `--requirement`.
 * ONE appeal definition, `--appeal-def` (`APPEAL_DEFS`): client k finds the global model w
   appealing iff L_k(w) < r_k (strict), with
 
@@ -46,7 +46,7 @@ Federated Learning"), as a wrapper around ANY `FederatedAlgorithm`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +55,7 @@ import numpy as np
 from ...algorithms.base import FederatedAlgorithm
 from ...core.arrays import FederatedData
 from ...core.config import HParams, Options, fields_in
-from ...core.fields import register_option
+from ...core.fields import option
 from ...core.memo import shared
 from ...core.models import Model
 from ...core.round import ServerState
@@ -93,21 +93,20 @@ APPEAL_DEFS: dict[str, tuple[str, str]] = {
     "train-vs-solo-minibatch": ("train", "minibatch_loss"),
 }
 
-# The protocol's options (refused with --appeal off: `requirement.PROTOCOL`; with `requirement`
-# and `rho_steps`, declared in requirement.py, they are `core.config.APPEAL_OPTIONS` and the
-# solo models' options)
-APPEAL_DEF = register_option(
+# The protocol's options (`applies=PROTOCOL`: refused with --appeal off; given, they turn
+# `--appeal auto` on, `requirement.appeal_on`)
+APPEAL_DEF = option(
     "appeal_def", "test-vs-solo-test", "appeal definition (global-model loss vs requirement) "
     "used by GM-Appeal, preferred acc, the 'appealed' metric and opt-out: test-vs-solo-test, "
     "test-vs-solo-train, train-vs-solo-train, train-vs-solo-minibatch", tuple(APPEAL_DEFS),
-    switch=PROTOCOL, group="appeal")
-OPT_OUT_AFTER = register_option(
+    applies=PROTOCOL, group="appeal")
+OPT_OUT_AFTER = option(
     "opt_out_after", 0, "flexible participation (MaxFL's protocol uses 10): after this many "
     "rounds only clients the global model appeals to (on their train data) are available; "
-    "0 = off, everyone always available", switch=PROTOCOL, group="appeal", ge=0)
-FINETUNE_STEPS = register_option(
+    "0 = off, everyone always available", applies=PROTOCOL, group="appeal", ge=0)
+FINETUNE_STEPS = option(
     "finetune_steps", 5, "local SGD steps of the personalization evaluation from the final "
-    "global model (0 = skip)", switch=PROTOCOL, group="appeal", ge=0)
+    "global model (0 = skip)", applies=PROTOCOL, group="appeal", ge=0)
 # The configuration fields of the appeal protocol (`RunConfig.view`): its own group and the
 # local batch size of the solo models and the fine-tuning.
 OPTIONS = (*fields_in("appeal"), "batch_size")
@@ -130,34 +129,43 @@ def _requirement(opts: Options, solo: SoloStats, rho: jax.Array) -> jax.Array:
                               parse_requirement(opts.requirement) is not None)
 
 
+class AppealState(NamedTuple):
+    """The appeal protocol's state (`ServerState.protocol`), fixed after init."""
+
+    solo_seen: SoloStats  # [M] the seen clients' solo models' losses and accuracies
+    rho_seen: jax.Array  # [M] float32 their requirements rho_k
+    solo_unseen: SoloStats | None = None  # [U] the unseen clients' (None without any)
+    rho_unseen: jax.Array | None = None  # [U] float32 their requirements, likewise
+
+
 def init_appeal(model: Model, opts: Options, state: ServerState, data: FederatedData,
-                key: jax.Array, hp: HParams, pre: dict | None = None) -> dict:
+                key: jax.Array, hp: HParams, pre: dict | None = None) -> AppealState:
     """Solo statistics and requirements of the seen (and unseen) clients; the solo models
     are read from `pre` (`requirement.solo_models`) when given."""
     req = parse_requirement(opts.requirement)
-    solo = pre["solo_seen"] if pre is not None else state.extra.get("solo")
+    solo = pre["solo_seen"] if pre is not None else state.solo
     if solo is None:
         solo = seen_solo(model, opts, state.params, state.model_state, data, key, hp)
-    out = {"solo_seen": solo,
-           "rho_seen": requirement_values(req, solo.train_loss, data.num_clients,
-                                          data.num_unseen)}
+    out = AppealState(solo, requirement_values(req, solo.train_loss, data.num_clients,
+                                               data.num_unseen))
     if data.num_unseen:
         us = (pre["solo_unseen"] if pre is not None else
               unseen_solo(model, opts, state.params, state.model_state, data, key, hp))
-        out["solo_unseen"] = us
-        out["rho_unseen"] = requirement_values(req, us.train_loss, data.num_clients,
-                                               data.num_unseen, unseen=True)
+        out = out._replace(solo_unseen=us,
+                           rho_unseen=requirement_values(req, us.train_loss, data.num_clients,
+                                                         data.num_unseen, unseen=True))
     return out
 
 
-def appeal_metrics(opts: Options, info: dict, ev: dict, suffix: str = ""
+def appeal_metrics(opts: Options, info: AppealState, ev: dict, suffix: str = ""
                    ) -> dict[str, jax.Array]:
     """GM-Appeal and preferred-model metrics of an evaluation `ev` (split -> ClientEval)."""
     out = {}
     for tag, tr, te in (("seen", "train", "test"), ("unseen", "unseen_train", "unseen_test")):
-        if f"solo_{tag}" not in info or te not in ev:
+        solo, rho = ((info.solo_seen, info.rho_seen) if tag == "seen" else
+                     (info.solo_unseen, info.rho_unseen))
+        if solo is None or te not in ev:
             continue
-        solo, rho = info[f"solo_{tag}"], info[f"rho_{tag}"]
         r = _requirement(opts, solo, rho)
         loss = ev[te].loss if appeal_loss_split(opts.appeal_def) == "test" else ev[tr].loss
         appeal, gm, pref = appeal_stats(loss, ev[te].acc, r, solo.test_acc)
@@ -219,8 +227,8 @@ def appeal_evaluator(evaluate, opts: Options):
     (`core.memo.shared`), so that arms evaluated alike share the program."""
     def appealed(state, data, hp):
         ev = evaluate(state, data, hp)
-        extra = appeal_metrics(opts, state.extra["appeal"], ev)
-        return {**ev, "metrics": {**ev.get("metrics", {}), **extra}}
+        more = appeal_metrics(opts, state.protocol, ev)
+        return {**ev, "metrics": {**ev.get("metrics", {}), **more}}
 
     appealed.__name__ = "evaluate"
     return appealed
@@ -239,16 +247,14 @@ def with_appeal(alg: FederatedAlgorithm, model: Model, opts: Options) -> Federat
         if pre_init is not None and pre is None:
             pre = pre_init(key, data, hp)
         state = alg.init(key, data, hp) if pre is None else alg.init(key, data, hp, pre)
-        return state.replace(extra={**state.extra,
-                                    "appeal": init_appeal(model, opts, state, data, key, hp,
-                                                          pre)})
+        return state.replace(protocol=init_appeal(model, opts, state, data, key, hp, pre))
 
     def round_fn(state, data, key, hp):
         appealed = None
         if opts.opt_out_after > 0:
-            info = state.extra["appeal"]
+            info: AppealState = state.protocol
             pool, appealed = appeal_pool(model, state, data,
-                                         _requirement(opts, info["solo_seen"], info["rho_seen"]),
+                                         _requirement(opts, info.solo_seen, info.rho_seen),
                                          opts.opt_out_after, opts.appeal_def)
             state = state.replace(pool=pool)
         new, metrics = alg.round(state, data, key, hp)
@@ -273,7 +279,7 @@ def personalize(model: Model, opts: Options, state: ServerState, data: Federated
     """
     from ...evaluate.evaluation import ClientEval
 
-    info = state.extra["appeal"]
+    info = state.protocol
     ev = {}
     pairs = [("train", "test", data.train, data.test)]
     if data.num_unseen:

@@ -24,39 +24,66 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...core.arrays import FederatedData
-from ...core.capabilities import Switch
-from ...core.config import ConfigError, HParams, Options, appeal_on
-from ...core.fields import register_option
+from ...core.capabilities import capable, supports
+from ...core.config import ConfigError, HParams, Options, RunConfig
+from ...core.fields import OPTIONS, Applies, option
 from ...core.memo import shared
 from ...core.models import Model
-from ...core.tunables import register_tunable
 from ...local.solo import SoloStats, solo_stats
 
 SOLO_TAG = 0x5010  # fold_in tag of the solo-model key
 # The configuration fields of the solo models (`seen_solo`, `unseen_solo`; `RunConfig.view`).
 SOLO_OPTIONS = ("rho_steps", "batch_size")
-# the solo models' options: read only where solo models are trained (the appeal protocol,
-# or an algorithm whose requirement is the solo model's loss)
-# the appeal protocol: on by `--appeal` (`core.config.appeal_on`); its options are refused
-# with --appeal off
-PROTOCOL = Switch(lambda cfg, sup: appeal_on(cfg),
-                  "it belongs to the appeal protocol, which --appeal off turns off")
-REQUIREMENT = register_option(
+# The appeal protocol: on with `--appeal on`, or with `auto` for an algorithm that reads
+# requirements or when an option of the protocol (one whose `applies` is `PROTOCOL`) is given.
+option("appeal", "auto", "the appeal protocol (solo models, GM-Appeal, opt-out): auto = on "
+       "for algorithms that read requirements or when one of its options is given",
+       ("auto", "on", "off"), group="appeal")
+
+
+def appeal_on(cfg: RunConfig) -> bool:
+    """Whether a run applies the appeal protocol (`--appeal on|off|auto`)."""
+    if isinstance(cfg.appeal, bool):  # RunConfig(appeal=True/False) from Python code
+        return cfg.appeal
+    if cfg.appeal != "auto":
+        return cfg.appeal == "on"
+    return supports(cfg.algorithm).needs_requirements or any(
+        cfg.get(n) != o.default for n, o in OPTIONS.items()
+        if ("protocol", "appeal") in o.applies.mentions and not o.tunable)
+
+
+def appeal_reason(cfg: RunConfig) -> str:
+    """One phrase: whether the appeal protocol is on, and why (for the run header)."""
+    on = appeal_on(cfg)
+    if cfg.appeal in ("on", "off") or isinstance(cfg.appeal, bool):
+        return f"appeal protocol {'on' if on else 'off'} (--appeal)"
+    if supports(cfg.algorithm).needs_requirements:
+        return f"appeal protocol on (auto: {cfg.algorithm} uses requirements)"
+    return ("appeal protocol on (auto: an appeal option was given)" if on else
+            "appeal protocol off (auto; --appeal on adds GM-Appeal metrics)")
+
+
+PROTOCOL = Applies(appeal_on, "it belongs to the appeal protocol, which --appeal off turns off",
+                   [("protocol", "appeal")])
+# the requirement rho_k: of the protocol, and of the algorithms that read requirements
+REQUIREMENT = option(
     "requirement", "solo", "client requirement rho_k: 'solo' (train loss of the solo model), "
-    "a constant, or a .npy/.txt file of M (or M+U) values", switch=PROTOCOL, group="appeal")
-SOLO_MODELS = Switch(
-    lambda cfg, sup: appeal_on(cfg) or (sup.needs_requirements
-                                        and str(cfg.requirement).strip() == "solo"),
-    "it trains the solo models of the appeal protocol, which --appeal off turns off")
-RHO_STEPS = register_option("rho_steps", 100, "local SGD steps of each client's solo model "
-                                              "(MaxFL requirement rho_k, preferred-model "
-                                              "metrics)", switch=SOLO_MODELS, group="appeal",
-                            ge=0)
-SOLO_LR = register_tunable(
+    "a constant, or a .npy/.txt file of M (or M+U) values",
+    applies=PROTOCOL | capable("needs_requirements"), group="appeal")
+# the solo models: trained by the protocol, and for a requirement that is their loss
+SOLO_MODELS = Applies(
+    lambda cfg: appeal_on(cfg) or (supports(cfg.algorithm).needs_requirements
+                                   and str(cfg.requirement).strip() == "solo"),
+    "it trains the solo models of the appeal protocol, which --appeal off turns off",
+    [("capability", "needs_requirements")])
+RHO_STEPS = option("rho_steps", 100, "local SGD steps of each client's solo model (MaxFL "
+                   "requirement rho_k, preferred-model metrics)", applies=SOLO_MODELS,
+                   group="appeal", ge=0)
+SOLO_LR = option(
     "solo_lr", 0.0, "learning rate of the solo models that set the requirements rho_k and the "
     "preferred-model metrics ('same' or 0 = the client lr, as MaxFL D.1); fix it when "
     "comparing or tuning algorithms, so that all of them face the same requirements",
-    group="appeal", ge=0, hint="0 = same = the client lr", switch=SOLO_MODELS)
+    applies=SOLO_MODELS, tunable=True, group="appeal", ge=0, hint="0 = same = the client lr")
 
 
 def parse_requirement(value: str) -> None | float | np.ndarray:
