@@ -230,7 +230,7 @@ def time_round(selector: str, rounds: int, repeats: int) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from fedjax_appeal.core.fields import declared_for
+    from fedjax_appeal.core.fields import mentioning
     from fedjax_appeal.run.driver import make_chunk
     from fedjax_appeal.select import selectors
 
@@ -248,10 +248,10 @@ def time_round(selector: str, rounds: int, repeats: int) -> dict:
            "params": int(sum(np.size(a) for a in jax.tree.leaves(state.params)))}
     if selector == "divfl":
         sel = selectors.make_selector(model, cfg.view(
-            (*selectors.OPTIONS, *declared_for("selector")), "selector"))
+            (*selectors.OPTIONS, *mentioning("selector")), "selector"))
         idx = jnp.arange(cfg.cohort)
         valid = jnp.ones((cfg.cohort,), bool)
-        f = jax.jit(lambda s, d, h: sel.update(s, None, idx, valid, d, h).extra["selector"])
+        f = jax.jit(lambda s, d, h: sel.update(s, None, idx, valid, d, h).selector)
         fargs = (state, data, hp)
         with scope(mesh):
             f = f.lower(*fargs).compile()
