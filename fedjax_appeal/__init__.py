@@ -15,9 +15,11 @@ work runs: `simulate`, `run_config` and `sweep` take one). Components
 (registries, algorithm builders, models, data types) are in `fedjax_appeal.extend`.
 
 The library, which needs no registered name (docs/library.md): the algorithm factories
-`fedavg`, `fedprox`, `maxfl` (a flax module, optax client and server optimizers, a weight
-rule and a selector as objects: `Proportional`, `Uniform`, `ExpAlpha`; `RandomCohort`,
-`PowerOfChoice`, `DivFL`, `SubTrunc`, `UnionFL`), `as_model` (a flax module as a `Model`),
+`fedavg`, `fedprox`, `maxfl` and the baselines `scaffold`, `qffl`, `fednova`, `fedfor`,
+`fedbn`, `mwfed`, `perfedavg`, `pfedme`, `fedbuff` (a flax module, optax client and server
+optimizers, a weight rule and a selector as objects: `Proportional`, `Uniform`,
+`ExpAlpha`; `RandomCohort`, `PowerOfChoice`, `DivFL`, `SubTrunc`, `UnionFL`), `as_model`
+(a flax module as a `Model`),
 `from_arrays` (a `FederatedData` from numpy arrays, split by `Dirichlet`, `Clusters`,
 `ClassesPerClient` or client ids; `fashion_mnist`, `mnist`, `cifar10` give the arrays), and
 `simulate_grid` (a grid of hyperparameters as one compiled program).
@@ -74,6 +76,9 @@ _EXPORTS: dict[str, str] = {
     # the library: algorithms from their parts, data from arrays, grids as one program
     "fedavg": ".algorithms.library", "fedprox": ".algorithms.library",
     "maxfl": ".algorithms.library", "compose_parts": ".algorithms.library",
+    **{name: ".algorithms.baselines" for name in (
+        "scaffold", "qffl", "fednova", "fedfor", "fedbn", "mwfed", "perfedavg", "pfedme",
+        "fedbuff")},
     "Proportional": ".aggregate.library", "Uniform": ".aggregate.library",
     "ExpAlpha": ".aggregate.library", "RandomCohort": ".select.library",
     "PowerOfChoice": ".select.library", "DivFL": ".select.library",

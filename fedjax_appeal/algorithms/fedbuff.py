@@ -201,18 +201,18 @@ FEDBUFF_SUPPORTS = Supports(
            ("layouts", "fedbuff runs its own event loop, not the shared executor")))
 
 
-@register(FEDBUFF, FEDBUFF_SUPPORTS)
-def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
-    """FedBuff with FedAvg's local SGD; `--cohort` = buffer size K (see the module doc)."""
-    slots, base_time = concurrency(opts), float(opts.local_steps)
-
-    def tx(hp):
-        return server_optimizer(opts.server_opt, hp)
+def fedbuff_functions(model: Model, *, slots: int, buffer: int, steps: int, batch_size: int,
+                      tx: Callable[[Any], optax.GradientTransformation]):
+    """(init(key, data, hp), round(state, data, key, hp)) of FedBuff with FedAvg's local
+    SGD (`steps` steps on minibatches of `batch_size` at `hp.client_lr`), C = `slots`
+    clients in flight, K = `buffer` arrivals per server step, the server optimizer
+    `tx(hp)`."""
+    base_time = float(steps)
 
     def trainer(data) -> TrainFn:
         def train(params, mstate, k, key, hp):
             res = local_sgd(model, params, mstate, data.train, k, key, hp.client_lr,
-                            steps=opts.local_steps, batch_size=opts.batch_size)
+                            steps=steps, batch_size=batch_size)
             return tree_sub(params, res.params), res.state, res.loss
 
         return train
@@ -226,7 +226,17 @@ def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
         return state.replace(algo=fb)
 
     def round_fn(state, data, key, hp):
-        return fedbuff_step(trainer(data), state, key, hp, buffer=opts.cohort,
+        return fedbuff_step(trainer(data), state, key, hp, buffer=buffer,
                             base_time=base_time, tx=tx(hp))
 
+    return init, round_fn
+
+
+@register(FEDBUFF, FEDBUFF_SUPPORTS)
+def fedbuff(model: Model, opts: Options, executor=None) -> FederatedAlgorithm:
+    """FedBuff with FedAvg's local SGD; `--cohort` = buffer size K (see the module doc)."""
+    server_opt = opts.server_opt
+    init, round_fn = fedbuff_functions(
+        model, slots=concurrency(opts), buffer=opts.cohort, steps=opts.local_steps,
+        batch_size=opts.batch_size, tx=lambda hp: server_optimizer(server_opt, hp))
     return FederatedAlgorithm("fedbuff", init, round_fn, global_evaluator(model))

@@ -39,6 +39,7 @@ import numpy as np
 import optax
 
 from ..aggregate.adversary import byzantine
+from ..aggregate.fednova import local_norm
 from ..aggregate.library import Proportional, weight_rule
 from ..core.config import Options
 from ..core.errors import ConfigError
@@ -68,19 +69,23 @@ class Parts(NamedTuple):
     pre_init: Callable | None = None
 
 
-def client_update(model: Model, client_optimizer: optax.GradientTransformation, *,
-                  steps: int, batch_size: int, unroll: int = 1, mu: float | None = None):
+def client_update(model: Model, client_optimizer: optax.GradientTransformation | None, *,
+                  steps: int, batch_size: int, unroll: int = 1, mu: float | None = None,
+                  nova: bool = False):
     """One client's local objective: `steps` minibatch steps of `client_optimizer` from the
     received model (`local.client.local_sgd`), with FedProx's mu/2 ||w - w_global||^2 when
-    `mu` is given (hyperparameter "fedprox.mu")."""
+    `mu` is given (hyperparameter "fedprox.mu"). `client_optimizer=None` is plain SGD at
+    `hp.client_lr` (the client lr a factory names "client.learning_rate"); with `nova` the
+    client also reports FedNova's normaliser a_k = tau (`aggregate.fednova.local_norm`)."""
 
     def local(state, data, k, key, hp):
         reg = (None if mu is None else
                proximal(state.params, value_of(hp, "fedprox.mu", mu)))
+        tx = None if client_optimizer is None else with_hparams(client_optimizer, hp, "client")
         res = local_sgd(model, state.params, state.model_state, data.train, k, key, hp.client_lr,
-                        steps=steps, batch_size=batch_size, regularizer=reg,
-                        tx=with_hparams(client_optimizer, hp, "client"), unroll=unroll)
-        return Trained((state.params, state.model_state), (res.params, res.state), res.loss)
+                        steps=steps, batch_size=batch_size, regularizer=reg, tx=tx, unroll=unroll)
+        return Trained((state.params, state.model_state), (res.params, res.state), res.loss,
+                       fednova_a=local_norm(steps, hp.client_lr, 0.0) if nova else None)
 
     return local
 
@@ -88,7 +93,8 @@ def client_update(model: Model, client_optimizer: optax.GradientTransformation, 
 def compose_parts(model: Model, *, local, weights: WeightRule, selector: Selector,
                   server_optimizer: optax.GradientTransformation,
                   executor: CohortExecutor | None = None, init_fields=None,
-                  pre_init=None) -> Parts:
+                  pre_init=None, post=None, evaluate=None,
+                  average_state: bool = True) -> Parts:
     """The functions of an algorithm from its parts, as `compose` builds them from a
     configuration (without the parts only options add: DP, compression, heterogeneity).
 
@@ -97,7 +103,8 @@ def compose_parts(model: Model, *, local, weights: WeightRule, selector: Selecto
     `ServerState` fields the algorithm sets, or None);
     the server optimizer's state; the selector's memory. round: `make_round` with the
     local objective wrapped by `client.reporting`, the Byzantine hook and `executor`
-    (default: `Executor()`, the automatic single-device cohort).
+    (default: `Executor()`, the automatic single-device cohort); `post`, `average_state`
+    and `evaluate` (default: the global model on every split) are `compose`'s.
     """
     def tx(hp):
         return with_hparams(server_optimizer, hp, "server")
@@ -113,9 +120,10 @@ def compose_parts(model: Model, *, local, weights: WeightRule, selector: Selecto
         return attach_selector(state, selector, k_sel, data, hp)
 
     rnd = make_round(select=selector, local=reporting(model, local, weights.needs),
-                     weights=weights, corrupt=byzantine, tx=tx,
+                     weights=weights, post=post, corrupt=byzantine, tx=tx,
+                     average_state=average_state,
                      executor=executor if executor is not None else Executor())
-    return Parts(init, rnd, global_evaluator(model), pre_init)
+    return Parts(init, rnd, evaluate or global_evaluator(model), pre_init)
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -260,16 +268,46 @@ def fedprox(model, client_optimizer: optax.GradientTransformation,
                         unroll=unroll, mu=float(mu))
 
 
-def _requirement(requirement) -> None | float | np.ndarray:
+def parse_requirement_arg(requirement, what: str = "maxfl") -> None | float | np.ndarray:
+    """A factory's `requirement=`: None for "solo", else the number or per-client values."""
     if isinstance(requirement, str):
         if requirement.strip() != "solo":
-            raise ConfigError(f"maxfl: requirement must be 'solo', a number or an array of "
+            raise ConfigError(f"{what}: requirement must be 'solo', a number or an array of "
                               f"per-client values (got {requirement!r})")
         return None
     a = np.asarray(requirement, np.float64)
     if not np.all(np.isfinite(a)) or a.size == 0:
-        raise ConfigError("maxfl: the requirement must hold finite values")
+        raise ConfigError(f"{what}: the requirement must hold finite values")
     return float(a) if a.ndim == 0 else a.reshape(-1)
+
+
+def requirement_hypers(req, eps: float | None, solo_lr: float, what: str = "maxfl"
+                       ) -> tuple[Hyper, ...]:
+    """"maxfl.solo_lr" when rho_k is "solo" (`req` None), after "maxfl.eps" when given."""
+    own = () if eps is None else (Hyper("maxfl.eps", float(eps), "maxfl_eps"),)
+    if req is None and not solo_lr > 0:
+        raise ConfigError(f"{what}: solo_lr must be > 0 (got {solo_lr})")
+    return own + ((Hyper("maxfl.solo_lr", float(solo_lr), "solo_lr"),) if req is None else ())
+
+
+def requirement_parts(mdl: Model, req, rho_steps: int, batch: int):
+    """(init_fields, pre_init) setting the requirements rho_k (`state.rho`) of MaxFL and
+    MW-Fed: `req` (None: each seen client's solo-model train loss after `rho_steps` plain
+    SGD steps from the initial model, in `state.solo`; else a number or per-client values,
+    `protocols.appeal.requirement.requirement_values`)."""
+    solo = Options("the solo models", {"rho_steps": rho_steps, "batch_size": batch})
+
+    def init_fields(key, params, mstate, data, hp, pre):
+        solo_seen = None
+        if req is None:
+            solo_seen = (seen_solo(mdl, solo, params, mstate, data, key, hp)
+                         if pre is None else pre["solo_seen"])
+        loss = None if solo_seen is None else solo_seen.train_loss
+        return {"solo": solo_seen, "rho": requirement_values(req, loss, data.num_clients,
+                                                              data.num_unseen)}
+
+    return init_fields, (solo_models(mdl, solo, initial_model(mdl), unseen=False)
+                         if req is None else None)
 
 
 def maxfl(model, client_optimizer: optax.GradientTransformation,
@@ -293,38 +331,22 @@ def maxfl(model, client_optimizer: optax.GradientTransformation,
     """
     if not eps >= 0:
         raise ConfigError(f"maxfl: eps must be >= 0 (got {eps})")
-    req = _requirement(requirement)
+    req = parse_requirement_arg(requirement)
     steps, batch, m = _sizes(local_steps, batch_size, cohort)
     rho = _positive_int("rho_steps", rho_steps) if req is None else 0
-    if req is None and not solo_lr > 0:
-        raise ConfigError(f"maxfl: solo_lr must be > 0 (got {solo_lr})")
+    own = requirement_hypers(req, eps, solo_lr)
     ctx = _optimizer("client_optimizer", client_optimizer)
     stx = _optimizer("server_optimizer", AVERAGE if server_optimizer is None else server_optimizer)
     selector = RandomCohort() if selector is None else selector
-    own = (Hyper("maxfl.eps", float(eps), "maxfl_eps"),)
-    if req is None:
-        own += (Hyper("maxfl.solo_lr", float(solo_lr), "solo_lr"),)
 
     def build(mdl: Model, clients: int) -> Parts:
         _cohort_check("maxfl", m, clients)
         sel, _ = cohort_selector(selector, mdl, m, clients)
-        solo = Options("the solo models", {"rho_steps": rho, "batch_size": batch})
-
-        def init_fields(key, params, mstate, data, hp, pre):
-            solo_seen = None
-            if req is None:
-                solo_seen = (seen_solo(mdl, solo, params, mstate, data, key, hp)
-                             if pre is None else pre["solo_seen"])
-            loss = None if solo_seen is None else solo_seen.train_loss
-            return {"solo": solo_seen, "rho": requirement_values(req, loss, data.num_clients,
-                                                                  data.num_unseen)}
-
+        init_fields, pre_init = requirement_parts(mdl, req, rho, batch)
         return compose_parts(
             mdl, local=client_update(mdl, ctx, steps=steps, batch_size=batch, unroll=unroll),
             weights=MAXFL_RULE, selector=sel, server_optimizer=stx, executor=executor,
-            init_fields=init_fields,
-            pre_init=(solo_models(mdl, solo, initial_model(mdl), unseen=False)
-                      if req is None else None))
+            init_fields=init_fields, pre_init=pre_init)
 
     return library_algorithm(
         "maxfl", model, build, hypers=(*own, *_selector_hypers(selector)),

@@ -78,9 +78,10 @@ def pfedme_local_run(model: Model, opts: Options, params, mstate, arrays, k, key
     return w, theta, losses.mean()
 
 
-@register(PFEDME)
-def pfedme(model: Model, opts: Options, executor=None):
-    base = weight_rule(opts)
+def pfedme_parts(model: Model, opts: Options, base: WeightRule):
+    """(local objective, weight rule beta a_k from the rule `base` gives a_k, personal
+    adaptation for `personal_evaluator`) of pFedMe; `opts` holds `local_steps`,
+    `batch_size` and `pfedme_k`."""
 
     def local(state, data, k, key, hp):
         w, _, loss = pfedme_local_run(model, opts, state.params, state.model_state, data.train,
@@ -92,6 +93,12 @@ def pfedme(model: Model, opts: Options, executor=None):
 
     weights = WeightRule(lambda upd, idx, valid, state, hp: hp.pfedme_beta * base.fn(
         upd, idx, valid, state, hp), base.needs)  # beta a_k
+    return local, weights, adapt
+
+
+@register(PFEDME)
+def pfedme(model: Model, opts: Options, executor=None):
+    local, weights, adapt = pfedme_parts(model, opts, weight_rule(opts))
     return compose("pfedme", model, opts, local=local, weights=weights, executor=executor,
                    init_fields=lambda key, *_: {"eval_key": eval_key_data(key)},
                    evaluate=personal_evaluator(model, adapt))
