@@ -118,56 +118,70 @@ def lstm_scan(xp: jax.Array, wh: jax.Array) -> jax.Array:
 
 @jax.custom_vjp
 def lstm_recurrence(xp: jax.Array, wh: jax.Array) -> jax.Array:
-    """`lstm_scan` with a hand-written backward pass: the reverse scan carries only the
-    state's cotangents and emits each step's gate cotangent dz_t; the recurrent weights'
-    gradient is then one matrix product over all steps (sum_t h_{t-1}^T dz_t), as fused
-    LSTM kernels do. Autodiff of the scan instead adds an [H, 4H] outer product to the
-    gradient inside the loop at every step. The forward pass keeps each step's gate
-    pre-activations z_t and cell c_t; the backward pass recomputes the gates from them."""
+    """`lstm_scan` with a hand-written backward pass, as fused LSTM kernels do it.
+
+    The forward pass keeps, per step, the local derivatives the backward pass multiplies
+    by (`_lstm_fwd`), so the reverse scan is one elementwise product and one matrix
+    product per step: it carries only the state's cotangents and emits each step's gate
+    cotangent dz_t. The recurrent weights' gradient is then one matrix product over all
+    steps (sum_t h_{t-1}^T dz_t); autodiff of the scan instead adds an [H, 4H] outer
+    product to the gradient inside the loop at every step and recomputes the gates.
+    """
     return lstm_scan(xp, wh)
 
 
 def _lstm_fwd(xp, wh):
+    """The recurrence, keeping per step h_t and the local derivatives of the step
+    (h_t = o tanh(c_t), c_t = f c_{t-1} + i g):
+
+      k_t = [g i(1-i), i (1-g^2), c_{t-1} f(1-f), tanh(c_t) o(1-o)]  (dz_t / [dc, dc, dc, dh])
+      e_t = [o (1 - tanh(c_t)^2), f]  (dc_t / dh_t, dc_{t-1} / dc_t)
+    """
     zero = jnp.zeros((xp.shape[1], wh.shape[0]), xp.dtype)
 
     def step(carry, xt):
         h, c = carry
-        z = xt + h @ wh
-        h, c_new, _ = _cell(z, c)
-        return (h, c_new), (h, c_new, z)
+        h_new, c_new, (i, g, f, o) = _cell(xt + h @ wh, c)
+        tc = jnp.tanh(c_new)
+        k = jnp.concatenate([g * i * (1.0 - i), i * (1.0 - g * g), c * f * (1.0 - f),
+                             tc * o * (1.0 - o)], axis=-1)
+        e = jnp.concatenate([o * (1.0 - tc * tc), f], axis=-1)
+        return (h_new, c_new), (h_new, k, e)
 
-    _, (hs, cs, zs) = jax.lax.scan(step, (zero, zero), xp)
-    return hs, (wh, hs, cs, zs)
+    _, (hs, ks, es) = jax.lax.scan(step, (zero, zero), xp)
+    return hs, (wh, hs, ks, es)
 
 
 def _lstm_bwd(res, dhs):
-    wh, hs, cs, zs = res
-    c_prev = jnp.concatenate([jnp.zeros_like(cs[:1]), cs[:-1]])
+    wh, hs, ks, es = res
+    hid = wh.shape[0]
     h_prev = jnp.concatenate([jnp.zeros_like(hs[:1]), hs[:-1]])
+    wt = jax.lax.optimization_barrier(wh.T)  # materialised: [4H, H] rows for the step's product
 
     def step(carry, xs):
         dh_next, dc_next = carry
-        dh_t, c_t, cp_t, z_t = xs
-        _, _, (i, g, f, o) = _cell(z_t, cp_t)  # the gates again from the saved z_t
+        dh_t, k_t, e_t = xs
         dh = dh_t + dh_next
-        tc = jnp.tanh(c_t)
-        dc = dh * o * (1.0 - tc * tc) + dc_next
-        dz = jnp.concatenate([dc * g * i * (1.0 - i), dc * i * (1.0 - g * g),
-                              dc * cp_t * f * (1.0 - f), dh * tc * o * (1.0 - o)], axis=-1)
-        return (dz @ wh.T, dc * f), dz
+        dc = dh * e_t[:, :hid] + dc_next
+        dz = jnp.concatenate([dc, dc, dc, dh], axis=-1) * k_t
+        return (dz @ wt, dc * e_t[:, hid:]), dz
 
     zero = jnp.zeros_like(hs[0])
-    _, dzs = jax.lax.scan(step, (zero, zero), (dhs, cs, c_prev, zs), reverse=True)
-    return dzs, jnp.einsum("tbh,tbg->hg", h_prev, dzs)
+    _, dzs = jax.lax.scan(step, (zero, zero), (dhs, ks, es), reverse=True)
+    flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731 - [T*B, .]: one contraction
+    return dzs, flat(h_prev).T @ flat(dzs)
 
 
 lstm_recurrence.defvjp(_lstm_fwd, _lstm_bwd)
 
 
 class LSTMLayer(nn.Module):
-    """One LSTM layer over [B, T, D] -> [B, T, H], zero initial state."""
+    """One LSTM layer over [B, T, D] -> [B, T, H] (`time_major`: [T, B, D] -> [T, B, H]),
+    zero initial state. The input projection of every position is one [T*B, D] x [D, 4H]
+    product; time-major inputs need no transpose around it."""
 
     hidden: int
+    time_major: bool = False
 
     @nn.compact
     def __call__(self, x):
@@ -175,8 +189,13 @@ class LSTMLayer(nn.Module):
         wi = self.param("wi", nn.initializers.lecun_normal(), (x.shape[-1], 4 * h))
         wh = self.param("wh", nn.initializers.orthogonal(), (h, 4 * h))
         b = self.param("b", nn.initializers.zeros, (4 * h,))
-        xp = jnp.einsum("btd,dg->tbg", x, wi.astype(x.dtype)) + b.astype(x.dtype)
-        return jnp.swapaxes(lstm_recurrence(xp, wh.astype(x.dtype)), 0, 1)
+        if not self.time_major:
+            x = jnp.swapaxes(x, 0, 1)
+        t, bsz, d = x.shape
+        xp = (x.reshape(t * bsz, d) @ wi.astype(x.dtype)).reshape(t, bsz, 4 * h) + b.astype(
+            x.dtype)
+        out = lstm_recurrence(xp, wh.astype(x.dtype))
+        return out if self.time_major else jnp.swapaxes(out, 0, 1)
 
 
 class SeqLSTM(nn.Module):
@@ -185,6 +204,9 @@ class SeqLSTM(nn.Module):
 
     `norm` is accepted for the model registry's signature and unused (token ids are not
     normalised); `vocab_size` and `per_position` are set from the data (`make_model`).
+    The layers run time-major ([T, B, .]: the embedding gathers the transposed ids, the
+    next-token head's logits are transposed back), so no activation is transposed between
+    layers; dropout masks are drawn in the [B, T, .] order all the same.
     """
 
     num_classes: int
@@ -200,17 +222,17 @@ class SeqLSTM(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool = False):
-        mask = x != PAD
-        h = nn.Embed(self.vocab_size, self.embed)(x)
+        h = nn.Embed(self.vocab_size, self.embed)(x.T)  # [T, B, E]
         for i in range(self.layers):
             if self.dropout > 0:
-                h = nn.Dropout(self.dropout, deterministic=not train)(h)
-            h = LSTMLayer(self.hidden, name=f"lstm_{i}")(h)
+                drop = nn.Dropout(self.dropout, deterministic=not train)
+                h = jnp.swapaxes(drop(jnp.swapaxes(h, 0, 1)), 0, 1)
+            h = LSTMLayer(self.hidden, time_major=True, name=f"lstm_{i}")(h)
             if self.tanh:
                 h = jnp.tanh(h)
         if self.per_position:
-            return nn.Dense(self.num_classes)(h)
-        h = last_valid(h, mask)
+            return jnp.swapaxes(nn.Dense(self.num_classes)(h), 0, 1)
+        h = last_valid(jnp.swapaxes(h, 0, 1), x != PAD)
         if self.fc:
             h = nn.Dense(self.fc)(h)
         return nn.Dense(self.num_classes)(h)
