@@ -125,6 +125,17 @@ def duration(s: float | None) -> str:
     return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
 
 
+def cost_text(row: dict[str, Any]) -> str:
+    """The scorecard's cost cell: the report's wall time, and how many of its runs came
+    from the run cache when some did (their cost was paid by an earlier command)."""
+    text = duration(row.get("wall_s"))
+    runs = row.get("runs") or {}
+    cached = runs.get("cached", 0)
+    if cached and row.get("wall_s") is not None:
+        text += f" ({cached} of {cached + runs.get('computed', 0)} runs from the run cache)"
+    return text
+
+
 def main_row(ctx: Any, data: dict) -> dict[str, Any]:
     """The scorecard row of one finished table: its main claim's verdicts from the
     results it wrote (`seeds_until_decided` with `--seeds auto`, else the fixed-n paired
@@ -191,6 +202,7 @@ def committed_rows(root: Path = RESULTS) -> list[dict[str, Any]]:
                 row["verdict"] = TUNED_ONLY  # held at the arms' own lrs, at no shared one
             wall = ((data.get("cost") or {}).get("time") or {}).get("wall")
             row["wall_s"] = wall if isinstance(wall, int | float) else None
+            row["runs"] = (data.get("cost") or {}).get("runs")
             if best is None or row["seeds"] > best[0]:
                 best = (row["seeds"], row)
         rows.append(best[1] if best else {"table": name, "claim": claim.label,
@@ -216,7 +228,7 @@ def scorecard_markdown(rows: list[dict[str, Any]], title: str) -> str:
                 else size_text(r["size"], r["paper_effect"], 1.0, 3))
         table = r["table"] if r.get("folder", r["table"]) == r["table"] else r["folder"]
         lines.append(f"| {table} | {r['claim']} ({r['want']}) | {r['seeds']} | {iv} | "
-                     f"{r['verdict']} | {size} | {duration(r.get('wall_s'))} | "
+                     f"{r['verdict']} | {size} | {cost_text(r)} | "
                      f"{r.get('robust') or '—'} |")
     body = "\n".join(lines) + "\n"
     head = scorecard_line(count_scorecard(body), "this table", count_sizes(body))

@@ -12,7 +12,7 @@ from fedjax_appeal.cli.commands import main
 from papers import reproduce
 from papers.decide import record_claim
 from papers.reproduce import EXPERIMENTS, load_modules
-from papers.scorecard import duration, estimate, scorecard_markdown
+from papers.scorecard import cost_text, duration, estimate, scorecard_markdown
 from papers.tour import logic
 
 load_modules()
@@ -69,6 +69,10 @@ def test_the_scorecard_file_counts_both_verdicts():
     assert "1 smaller, 0 larger, 1 without a size verdict" in head
     assert duration(None) == "unknown" and duration(59.4) == "59 s"
     assert duration(60 * 61) == "1 h 01 min" and duration(600) == "10 min"
+    assert cost_text({"wall_s": 14.2, "runs": {"computed": 1, "cached": 49}}) == (
+        "14 s (49 of 50 runs from the run cache)")
+    assert cost_text({"wall_s": 600.0, "runs": {"computed": 30, "cached": 0}}) == "10 min"
+    assert cost_text({"wall_s": None, "runs": {"computed": 0, "cached": 5}}) == "unknown"
 
 
 def test_the_eta_comes_from_the_reports_cost(tmp_path):
