@@ -412,3 +412,19 @@ def test_step_time_sigma_is_taken_where_step_times_are_simulated():
                          (RunConfig(algorithm="fedbuff"), False)):
         reason = ignored_reason("step_time_sigma", cfg)
         assert (reason is not None) is refused, (cfg.algorithm, cfg.deadline, reason)
+
+
+def test_the_fednova_reading_follows_the_seeds_that_ran():
+    from papers.hetero.tables import nova_reading
+
+    def pr(diffs, lo, hi):
+        return {"diffs": diffs, "mean": sum(diffs) / len(diffs), "t_interval": (lo, hi),
+                "signs": "".join("+" if d > 0 else "-" for d in diffs)}
+    # [1.0, 1.2, 0.8]: mean 1.0, sd 0.2, t(2, .975) = 4.303: 1.0 ± 0.497 -> held;
+    # [1, -1, 1]: mean 1/3, sd 1.155: the interval holds 0 -> inconclusive
+    least = "least local work (smallest tau_k third)"
+    text = nova_reading({0.1: ("", {"paired": {"test_acc": pr([1.0, 1.2, 0.8], 0.503, 1.497)},
+                                    "groups": {least: {"paired": pr([1.0, -1.0, 1.0],
+                                                                    -2.54, 3.2)}}})})
+    assert "at alpha = 0.1, client-mean accuracy +1.00 [t +0.50, +1.50] (+++): held" in text
+    assert "the least-work third +0.33 [t -2.54, +3.20] (+-+): inconclusive." in text
