@@ -197,7 +197,10 @@ def committed_rows(root: Path = RESULTS) -> list[dict[str, Any]]:
                 continue
             row = main_row(ctx, data)
             row["folder"] = folder.name
-            row["robust"] = robust_text(claim, root / name / "robustness.json")
+            # the rerun's own robustness check (same seeds) where it has one
+            own = folder / "robustness.json"
+            row["robust"] = robust_text(claim, own if own.is_file()
+                                        else root / name / "robustness.json")
             if row["verdict"] == "held" and (row["robust"] or "").startswith("held at 0 of"):
                 row["verdict"] = TUNED_ONLY  # held at the arms' own lrs, at no shared one
             wall = ((data.get("cost") or {}).get("time") or {}).get("wall")

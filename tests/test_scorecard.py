@@ -193,6 +193,17 @@ def test_the_committed_scorecard_reads_the_reports_with_the_most_seeds(toys, tmp
     row = scorecard.committed_rows(res)[0]  # held at the table's lrs, at no shared lr
     assert row["robust"] == "held at 0 of 1 shared lrs (3 seeds)"
     assert row["verdict"] == "held at tuned lrs only"
+    # a 10-seed rerun with its own robustness check: the row reads that one, not the 3-seed one
+    ten = [1.0, 1.1, 1.2] * 3 + [1.1]
+    (res / "toy-a-10" / "results.json").write_text(json.dumps(
+        {"seeds": list(range(10)), "paired": {"d": {"diffs": ten}}}))
+    (res / "toy-a-10" / "robustness.json").write_text(json.dumps({"verdicts": [
+        {"path": "paired/d", "per_lr": {"0.1": {"diffs": ten}, "0.01": {"diffs": ten}}}]}))
+    row = scorecard.committed_rows(res)[0]
+    assert row["folder"] == "toy-a-10" and row["robust"] == "held at 2 of 2 shared lrs (10 seeds)"
+    assert row["verdict"] == "held"
+    for f in ("results.json", "robustness.json"):
+        (res / "toy-a-10" / f).unlink()
     (res / "toy-a" / "robustness.json").unlink()
     assert main(["reproduce", "all", "--from-results"]) == 0
     card = (res / "scorecard.md").read_text()
