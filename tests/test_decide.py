@@ -124,6 +124,12 @@ def test_the_paper_tables_name_their_main_claims():
     vals = c.values(data, [0, 1, 2])
     assert vals[0] == 0.01 and vals[1] == 0.03 and math.isnan(vals[2])
     assert c.paper_of(data) == 0.47 and c.want == "+"
+    # IncFL Fig. 2 has no arm numbers; its text's "at least 5% more clients" sizes the claim
+    inc = CLAIMS["incfl-synthetic"]
+    row = {"column": "train ratio 40%", "metric": "gm_appeal_seen", "seeds": [0],
+           "diff": [0.01], "paper_effect": None}
+    assert inc.paper_of({"paired": [row]}) == 0.05
+    assert inc.paper_of({"paired": [{**row, "column": "train ratio 80%"}]}) is None
     # selection: the paper's SubTrunc − DivFL on MNIST, 7.96 − 8.89
     assert CLAIMS["selection-compare"].paper == pytest.approx(-0.93)
     assert CLAIMS["selection-compare"].want == "-"

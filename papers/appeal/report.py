@@ -581,6 +581,7 @@ def report_table(ctx: Context, table: Table, grid: dict) -> None:
     """`report` of a `Table`'s grid, with the table's report options (`plot_tag`,
     `pool_plot`, `target`, `summary`)."""
     opts = dict(table.report)
+    opts.pop("paper_text_effect", None)  # the main claim's size (`tables.main_claim`)
     columns, variants = list(table.settings), list(table.arms)
     summary = opts.pop("summary", None)
     if summary is not None:

@@ -45,8 +45,11 @@ def record(res: dict, data) -> dict[str, Any]:
 def main_claim(table: Table) -> MainClaim:
     """The claim `--seeds auto` decides: the report's target minus the best other arm on
     `table.claim` (setting label, metric), by default the first setting and the first
-    paired metric; the paper's effect comes with each paired row (`report.paired`)."""
+    paired metric; the paper's effect comes with each paired row (`report.paired`), or,
+    where the paper gives no arm numbers but states the gap in its text, from the table's
+    `report["paper_text_effect"]`."""
     target = table.report.get("target", "MaxFL")
+    text_effect = table.report.get("paper_text_effect")
     column, metric = table.claim or (table.settings[0].label, paired_metric_list(
         list(table.metrics), table.report.get("paired_metrics"))[0])
 
@@ -60,6 +63,8 @@ def main_claim(table: Table) -> MainClaim:
 
     def paper(data: dict) -> float | None:
         r = row(data)
+        if r is not None and r.get("paper_effect") is None and text_effect is not None:
+            return text_effect  # the paper states the gap in its text, without arm numbers
         if r is None or "paper_effect" in r:
             return None if r is None else r["paper_effect"]
         # a report whose paired rows predate "paper_effect": from the paper's numbers and
