@@ -34,6 +34,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fedjax_appeal import (
     ConfigError,
     deciding_interval,
@@ -42,6 +44,7 @@ from fedjax_appeal import (
     size_verdict,
     write_outputs,
 )
+from fedjax_appeal.run.paired import no_spread
 from papers import reproduce  # its tables through it: tests replace them
 from papers.decide import paper_effect
 from papers.tour.logic import TUNED_ONLY, count_scorecard, count_sizes, scorecard_line
@@ -154,8 +157,9 @@ def main_row(ctx: Any, data: dict) -> dict[str, Any]:
     rep = paired_report(vals, dict.fromkeys(vals, 0.0), claim.want)
     verdict = rep.verdict if not rep.missing else "inconclusive"
     iv = deciding_interval(rep)
+    kind = "95% sign-flip" if no_spread(np.asarray(rep.diffs, np.float64)) else "95% t"
     return {"table": ctx.name, "claim": claim.label, "want": claim.want, "seeds": rep.n,
-            "mean": rep.mean, "interval": list(iv), "interval_kind": "95% t",
+            "mean": rep.mean, "interval": list(iv), "interval_kind": kind,
             "verdict": verdict, "paper_effect": paper,
             "size": size_verdict(iv, paper, claim.want)}
 

@@ -202,6 +202,14 @@ def test_the_committed_scorecard_reads_the_reports_with_the_most_seeds(toys, tmp
     row = scorecard.committed_rows(res)[0]
     assert row["folder"] == "toy-a-10" and row["robust"] == "held at 2 of 2 shared lrs (10 seeds)"
     assert row["verdict"] == "held"
+    # ten equal differences: no spread, so the sign-flip interval decides and is named;
+    # with 10 seeds it is the point 0 (every shift but 0 has p = 2 / 2^10): inconclusive,
+    # and a paper effect of +0.5 lies outside it
+    (res / "toy-a-10" / "results.json").write_text(json.dumps(
+        {"seeds": list(range(10)), "paired": {"d": {"diffs": [0.0] * 10}}}))
+    row = scorecard.committed_rows(res)[0]
+    assert row["interval_kind"] == "95% sign-flip" and row["interval"] == [0.0, 0.0]
+    assert row["verdict"] == "inconclusive" and row["size"] == "smaller"
     for f in ("results.json", "robustness.json"):
         (res / "toy-a-10" / f).unlink()
     (res / "toy-a" / "robustness.json").unlink()
