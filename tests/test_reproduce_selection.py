@@ -80,6 +80,11 @@ def test_lambda_slopes_and_other_dissimilarity_definitions_by_hand():
     assert rs._slopes(flat) == [0.0]  # equal values: exactly 0, not a float residue
     # the paper's MNIST rows 0.01 -> 0.95: (7.96 - 8.90) / 0.94 = -1.0
     assert rs._paper_slope(specs.TABLE_II.paper, "mnist", (0.01, 0.95)) == pytest.approx(-1.0)
+    # the slopes' line: [-2.5, -2.0, -3.0]: mean -2.5, sd 0.5, t(2, .975) = 4.303:
+    # -2.5 ± 1.242 lies below 0, the paper's side; [-1, +1] contains 0
+    line = rs._slope_line([-2.5, -2.0, -3.0], (0.01, 0.95), -1.0)
+    assert "the paper's rows: -1.00): -2.50, -2.00, -3.00 (---) — held." in line
+    assert rs._slope_line([-1.0, 1.0], (0.01, 0.95), -1.0).endswith("(-+) — inconclusive.\n\n")
     a = [{"seed": 0, "dissimilarity_mad": 2.0, "dissimilarity_range": 10.0}]
     b = [{"seed": 0, "dissimilarity_mad": 1.5, "dissimilarity_range": 12.0}]
     # one seed: no interval

@@ -156,6 +156,16 @@ def _slopes(runs: dict[float, list[dict]], key: str = "dissimilarity") -> list[f
             for r in runs[xs[0]]]
 
 
+def _slope_line(slopes: list[float], lams, paper_slope: float) -> str:
+    """The Table II line of the per-seed slopes of dissimilarity over λ, with their signs
+    and the verdict of the paper's direction (down: the 95% interval of the slopes)."""
+    signs = "".join(sign(x) for x in slopes)
+    return (f"Per-seed least-squares slope of dissimilarity over λ ∈ {list(lams)} (pp per "
+            f"unit λ; the paper's rows: {paper_slope:+.2f}): "
+            + ", ".join(f"{x:+.2f}" for x in slopes)
+            + f" ({signs}) — {verdict({'diffs': slopes}, '-')}.\n\n")
+
+
 def _paper_slope(paper: dict, dataset: str, lams) -> float:
     """Least-squares slope of the paper's Table II dissimilarity over the lambdas `lams`."""
     ys = [float(paper[(dataset, str(lam))]["dissimilarity"].split()[0]) for lam in lams]
@@ -395,12 +405,8 @@ def selection_lambda(ctx: Context) -> None:
                     "first_divergence_from_divfl": {str(k): v for k, v in div.items()},
                     "slope_per_seed": slopes}
         vrows = [[lam, pair_cell(vs_divfl[lam]), div[lam]] for lam in lams]
-        ps = {"signs": "".join(sign(x) for x in slopes)}
-        slope_line = (f"Per-seed least-squares slope of dissimilarity over λ ∈ {list(lams)} "
-                      f"(pp per unit λ; the paper's rows: "
-                      f"{_paper_slope(TABLE_II.paper, ds, lams):+.2f}): "
-                      + ", ".join(f"{x:+.2f}" for x in slopes)
-                      + f" ({ps['signs']}) — {verdict(ps, '-')}.\n\n") if slopes else ""
+        slope_line = (_slope_line(slopes, lams, _paper_slope(TABLE_II.paper, ds, lams))
+                      if slopes else "")
         parts.append(
             f"## {ds}\n\n" + markdown_table(
                 ["lambda", "test acc % (ours)", "test acc % (paper)", "dissimilarity (ours)",
