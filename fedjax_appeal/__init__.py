@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     # the paper's size against our interval, and the seeds a verdict needs
     "size_verdict": ".run.paired", "size_text": ".run.paired",
     "deciding_interval": ".run.paired", "min_seeds": ".run.paired",
+    "no_spread": ".run.paired",
     # seeds until decided: a group-sequential design and its repeated intervals
     "SeedDesign": ".run.sequential", "seed_design": ".run.sequential",
     "parse_auto_seeds": ".run.sequential", "SequentialReport": ".run.sequential",

@@ -39,12 +39,12 @@ import numpy as np
 from fedjax_appeal import (
     ConfigError,
     deciding_interval,
+    no_spread,
     paired_report,
     size_text,
     size_verdict,
     write_outputs,
 )
-from fedjax_appeal.run.paired import no_spread
 from papers import reproduce  # its tables through it: tests replace them
 from papers.decide import paper_effect
 from papers.tour.logic import TUNED_ONLY, count_scorecard, count_sizes, scorecard_line
