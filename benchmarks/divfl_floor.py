@@ -629,4 +629,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    from fedjax_appeal.core.errors import ConfigError
+    try:
+        main()
+    except ConfigError as e:  # e.g. no data directory: one line, not a traceback
+        hint = ("" if os.environ.get("FEDJAX_APPEAL_DATA") else
+                " (this script reads FEDJAX_APPEAL_DATA: the folder holding mnist.npz)")
+        sys.exit(f"divfl_floor.py: {e}{hint}")
