@@ -247,7 +247,7 @@ def markdown(ctx: Context, table: Table, rows: list[dict[str, Any]], lrs: Sequen
              f"{', '.join(f'{x:g}' for x in lrs)} (the grid the table's per-arm lrs were "
              "tuned over); at each lr every arm uses it (solo models too), everything else "
              "as in the table. Per lr: mean ± std over seeds of each arm (accuracies in %), "
-             f"and {target} minus the best other arm at that lr (by mean), seed by seed; a "
+             f"and {target} minus the best other arm at that lr (by mean), seed by seed; "
              f"{pairs.RULE}. "
              "\"Tuned\": the same arms and seeds in the table's own run at each arm's tuned "
              "lr (`results.json` of this folder, as written by its last run); a shared-lr "

@@ -186,6 +186,7 @@ def test_robustness_end_to_end(tmp_path, monkeypatch):
     text = (out / "robustness.md").read_text()
     assert "Verdict" in text and "0.005" not in text and row["text"] in text
     assert "inconclusive" in text and "not held" not in text
+    assert "seed by seed; a direction counts as held only when" in text  # the rule, once
     # a second run is served from the run cache (same numbers)
     assert cli.cmd(args) == 0
     assert json.loads((out / "robustness.json").read_text())["grid"] == res["grid"]
