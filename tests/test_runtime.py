@@ -301,3 +301,26 @@ def test_crowded_process_drops_its_compiled_programs_and_recompiles_them_alike()
     again = [f(jnp.arange(8.0) + i) for i, f in enumerate(fns)]
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(runtime.memory_maps() is None, reason="needs /proc (Linux)")
+def test_a_sweep_in_a_crowded_process_drops_the_programs_before_it_compiles(monkeypatch):
+    # a sweep of many configurations builds a driver per configuration: each must check
+    # the process's mappings, as `run_config` does, or a long sweep crashes in XLA
+    import fedjax_appeal as fa
+
+    cfg = fa.RunConfig(dataset="synthetic", partition="natural", clients=6, cohort=2,
+                       local_steps=2, rounds=2, eval_every=2)
+    data, ds = fa.load_federated(cfg)
+    calm = fa.sweep(cfg, {"client_lr": [0.01, 0.05]}, [0], max_parallel=1, data=data,
+                    dataset=ds)
+    cleared = []
+    clear = jax.clear_caches
+    monkeypatch.setattr(jax, "clear_caches", lambda: (cleared.append(1), clear())[1])
+    limit = runtime.memory_maps()[1]
+    monkeypatch.setattr(runtime, "memory_maps", lambda: (limit, limit))  # at the limit
+    crowded = fa.sweep(cfg, {"client_lr": [0.01, 0.05]}, [0], max_parallel=1, data=data,
+                       dataset=ds)
+    assert cleared  # dropped before the sweep's programs were compiled
+    for a, b in zip(calm.rows, crowded.rows, strict=True):  # and nothing changed
+        assert a["final"] == b["final"]

@@ -14,8 +14,10 @@
 * `release_programs_if_crowded()`: drop JAX's compiled programs held in memory when the
   process nears the kernel's limit on memory mappings (each XLA:CPU program holds about 20;
   at `vm.max_map_count`, 65,530 by default, the next compilation crashes the process). A
-  long process (a test session, `reproduce all`) compiles thousands; a dropped program is
-  read back from the persistent cache when it is needed again, so no value changes.
+  long process (a test session, `reproduce all`, a sweep of many configurations) compiles
+  thousands; every run's driver (`run.driver.Driver`) checks before it compiles. A dropped
+  program is read back from the persistent cache when it is needed again, so no value
+  changes.
 * `CompileLog`: while open, counts the programs XLA compiled or read from the cache and
   the seconds spent tracing, lowering and in XLA (JAX's monitoring events).
 

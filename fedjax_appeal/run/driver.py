@@ -37,6 +37,7 @@ from ..core.config import HParams
 from ..core.memo import shared
 from ..evaluate.metrics import summarize
 from ..execute.distributed import AXIS, fetch, over_rows, replicate, shard_leading
+from ..execute.runtime import release_programs_if_crowded
 from .loop import Hooks, run_loop, stop_points
 from .pre_memo import PRE_MEMO
 from .progress import phase, training
@@ -198,6 +199,10 @@ class Driver:
                  account: Callable | None = None,
                  before_training: Callable[[Any, int], None] | None = None,
                  programs=None, heartbeat=None):
+        # every run, sweep and grid compiles through a driver: a long process (a sweep of
+        # many configurations, `reproduce all`) drops JAX's programs before it runs out of
+        # memory mappings (`execute.runtime.release_programs_if_crowded`)
+        release_programs_if_crowded()
         self.alg, self.runs, self.mesh = alg, runs, mesh
         self.heartbeat = heartbeat
         self._total, self._evals = 0, set()  # the rounds and evaluations of `run`
