@@ -39,7 +39,7 @@ selector's all-client refresh, `Selector.update`) and a Random-selector round (t
 cohort's training and the server step, no features). The greedy and the rest of the round
 are the round less those two.
 
-    python benchmarks/divfl_floor.py --repeats 5
+    python benchmarks/divfl_floor.py --repeats 5 [--profile] [--levers] [--top-ops 12]
 
 Appends a table to benchmarks/RESULTS.md (`--no-append`: print only).
 """
@@ -405,6 +405,50 @@ def profile_round(repeats: int) -> dict:
     return {f"{part} / {kind}": t for (kind, part), t in sorted(table.items())}
 
 
+def op_lines(hlo: str) -> dict[str, dict]:
+    """Operation name -> its opcode, output shape and JAX source (the metadata's op_name)
+    from the compiled HLO text."""
+    import re
+
+    out = {}
+    for line in hlo.splitlines():
+        hit = re.match(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)\s+([\w\-]+)\(", line)
+        if hit:
+            src = re.search(r'op_name="([^"]*)"', line)
+            out[hit[1]] = {"opcode": hit[3], "shape": hit[2], "source": src[1] if src else ""}
+    return out
+
+
+def feature_ops(repeats: int, top: int) -> list[dict]:
+    """The `top` slowest operations of the feature pass on one device (the selector's loop,
+    one client per step): seconds per pass on XLA:CPU's threads (a `jax.profiler` trace),
+    share of all operations, opcode, output shape and the JAX source it came from."""
+    import jax
+    import jax.numpy as jnp
+
+    from fedjax_appeal.select.selectors import client_grad, flatten
+
+    _, model, data, state, _, _, _, _ = assembled("divfl", 1)
+    data, state = jax.device_put((data, state), jax.devices()[0])
+    ids = jnp.arange(data.num_clients)
+    grad = model.for_grad()
+
+    def one(k):
+        loss, g = client_grad(grad, state.params, state.model_state, data.train, k)
+        return flatten(g), loss
+
+    c = jax.jit(lambda: jax.lax.map(one, ids)).lower().compile()
+    secs, _ = trace_ops(c, (), calls=max(1, min(repeats, 3)))
+    info = op_lines(c.as_text())
+    total = sum(secs.values())
+    rows = []
+    for op, t in sorted(secs.items(), key=lambda kv: -kv[1])[:top]:
+        i = info.get(op, {"opcode": "", "shape": "", "source": ""})
+        src = i["source"].split("closed_call/")[-1]  # past the loops' nesting
+        rows.append({"op": op, "seconds": t, "share": t / total, **i, "source": src})
+    return rows
+
+
 def levers(repeats: int) -> list[dict]:
     """The feature pass on one device in other forms, each against the selector's loop
     (one client per loop step, im2col in channels-first form): clients batched into one vmap
@@ -532,6 +576,15 @@ def profile_table(prof: dict) -> str:
     return "\n".join(lines)
 
 
+def ops_table(rows: list[dict]) -> str:
+    lines = ["| operation | opcode | output | JAX source | ms per pass (trace) | share |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['op']} | {r['opcode']} | `{r['shape']}` | `{r['source']}` | "
+                     f"{1e3 * r['seconds']:.1f} | {r['share']:.1%} |")
+    return "\n".join(lines)
+
+
 def levers_table(rows: list[dict]) -> str:
     lines = ["| gradient features of all clients, as | process CPU, s | wall, s | features "
              "equal bit for bit |", "|---|---|---|---|"]
@@ -554,6 +607,9 @@ def main(argv=None):
     ap.add_argument("--levers", action="store_true",
                     help="also time the feature pass in other forms (batched clients, "
                          "other convolutions, two independent loops)")
+    ap.add_argument("--top-ops", type=int, default=0, metavar="N",
+                    help="also trace the feature pass on one device and list its N slowest "
+                         "operations (opcode, output shape, JAX source)")
     ap.add_argument("--cpu-devices", type=int, default=None,
                     help="split the CPU into this many JAX devices (default: as a run of the "
                          "setting does, the automatic layout's split; 0 = one device)")
@@ -583,16 +639,19 @@ def main(argv=None):
     text = table(rows, peak, divfl, rnd, cores) + "\n\n" + products_table(need, times)
     prof = profile_round(args.repeats) if args.profile else None
     lev = levers(args.repeats) if args.levers else None
+    ops = feature_ops(args.repeats, args.top_ops) if args.top_ops else None
     if prof:
         text += "\n\n" + profile_table(prof)
     if lev:
         text += "\n\n" + levers_table(lev)
+    if ops:
+        text += "\n\n" + ops_table(ops)
     print(text)
     if args.json:
         write_json(Path(args.json), {"rows": rows, "peak_dot": peak, "divfl": divfl,
                                      "random": rnd, "times": times, "need": need,
                                      "overhead": overhead, "load_start": load0,
-                                     "profile": prof, "levers": lev})
+                                     "profile": prof, "levers": lev, "ops": ops})
     if not args.no_append:
         notes = (
             f"Setting: the selection tables' paper-literal DivFL run on MNIST (seed "
@@ -623,6 +682,11 @@ def main(argv=None):
         if lev:
             notes += (" Levers: the feature pass alone in each form, best of "
                       f"{args.repeats} calls; bit-for-bit against the form the selector runs.")
+        if ops:
+            notes += (" Slowest operations: the feature pass of all clients on one device "
+                      "(one client per loop step), traced with jax.profiler; a fusion's "
+                      "output shape and JAX source name the layer and pass it belongs to "
+                      "(`transpose(jvp(...))`: the backward).")
         append_results(f"DivFL round against its floor (LeNet-5, MNIST, {cores} cores)",
                        text, notes)
     return rows

@@ -85,3 +85,29 @@ def test_op_kinds_finds_the_products_and_the_cohort(floor):
     assert ("product", "cohort training") in kinds
     assert ("product", "gradient features") in kinds
     assert any(kind == "other" for kind, _ in kinds)
+
+
+def test_op_lines_reads_opcode_shape_and_source_of_each_operation(floor):
+    hlo = "\n".join([
+        "%fused_computation (p: f32[4,6]) -> f32[6,4] {",
+        "  ROOT %t = f32[6,4]{1,0} transpose(%p), dimensions={1,0}",
+        "}",
+        "ENTRY %main () -> f32[6,4] {",
+        '  %dot.3 = f32[4,6]{1,0} dot(%a, %b), lhs_contracting_dims={1}, '
+        'metadata={op_name="jit(f)/while/body/closed_call/jvp(LeNet5)/Conv_0/dot_general"}',
+        '  ROOT %transpose_copy_fusion = f32[6,4]{1,0} fusion(%dot.3), kind=kLoop, '
+        'calls=%fused_computation, metadata={op_name="jit(f)/transpose(jvp(LeNet5))/x"}',
+        "}"])
+    got = floor.op_lines(hlo)
+    assert got["dot.3"] == {"opcode": "dot", "shape": "f32[4,6]{1,0}", "source":
+                            "jit(f)/while/body/closed_call/jvp(LeNet5)/Conv_0/dot_general"}
+    assert got["transpose_copy_fusion"]["opcode"] == "fusion"
+    assert got["transpose_copy_fusion"]["source"] == "jit(f)/transpose(jvp(LeNet5))/x"
+    assert got["t"] == {"opcode": "transpose", "shape": "f32[6,4]{1,0}", "source": ""}
+
+
+def test_ops_table_rows(floor):
+    rows = [{"op": "f", "opcode": "fusion", "shape": "f32[2]", "source": "jvp(M)/relu",
+             "seconds": 0.0125, "share": 0.25}]
+    assert floor.ops_table(rows).splitlines()[-1] == (
+        "| f | fusion | `f32[2]` | `jvp(M)/relu` | 12.5 | 25.0% |")
