@@ -81,7 +81,7 @@ def test_algorithm_is_a_namedtuple_of_pure_functions():
     _, _, alg = _setup()
     assert isinstance(alg, FederatedAlgorithm)
     assert set(alg._fields) == {"name", "init", "round", "evaluate", "account", "pre_init",
-                                "initial"}
+                                "initial", "check"}
     assert alg.account is None  # host-side privacy accounting: DP runs only
     assert alg.pre_init is None  # FedAvg without the appeal protocol: nothing to share
 

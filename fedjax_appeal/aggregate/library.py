@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, refuse_class
 from ..core.hyper import Hyper
 from ..core.parts import WeightRule
 from .aggregation import AGGREGATIONS, EXP_ALPHA_RULES
@@ -64,6 +64,7 @@ class ExpAlpha:
 def weight_rule(choice) -> tuple[WeightRule, tuple[Hyper, ...]]:
     """(the `WeightRule`, its hyperparameters) of a factory's `weights=` argument: one of
     the objects above, or a `WeightRule` of your own (no hyperparameters)."""
+    refuse_class("weights", choice)
     if isinstance(choice, WeightRule):
         return choice, ()
     if hasattr(choice, "rule") and hasattr(choice, "hypers"):

@@ -79,6 +79,10 @@ class FederatedAlgorithm(NamedTuple):
         algorithm has a `pre_init` of its own (the appeal protocol passes its own).
       initial(key) -> (params, model_state): the initial global model of an init key (what
         `compose`'s init starts from).
+      check(data, hp) -> None: refuses, in one line and before anything is traced, what
+        the algorithm's functions would refuse or ignore for this data and the caller's
+        `HParams` (`simulate` and `simulate_grid` call it; a library factory's algorithm
+        refuses there the `HParams` fields it would not read, `algorithms.library`).
     """
 
     name: str
@@ -88,6 +92,7 @@ class FederatedAlgorithm(NamedTuple):
     account: Callable[[int, HParams, int], dict] | None = None
     pre_init: PreInitFn | None = None
     initial: InitialFn | None = None
+    check: Callable[[FederatedData, HParams], None] | None = None
 
 
 @shared

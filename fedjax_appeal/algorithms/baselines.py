@@ -62,6 +62,9 @@ from .scaffold import scaffold_init, scaffold_local, scaffold_post
 def _at_least(what: str, name: str, value, low: float | None, strict: bool = False) -> float:
     """`value` as a float, refused in one line unless a number (> `low` when `strict`,
     else >= `low`; any number when `low` is None)."""
+    if isinstance(value, optax.GradientTransformation):
+        raise ConfigError(f"{what}: {name} must be a number, not an optax optimizer "
+                          f"({what} takes {name} as a plain number)")
     number = not isinstance(value, bool) and isinstance(value, int | float | np.number)
     if not number or (low is not None and not (value > low if strict else value >= low)):
         bound = "" if low is None else f" {'>' if strict else '>='} {low:g}"
@@ -100,7 +103,8 @@ def _baseline(name: str, model, server_optimizer, *, local_steps, batch_size, co
         keys += optimizer_keys(client_optimizer, "client")
     return library_algorithm(name, model, build,
                              hypers=(*hypers, *rule_hypers, *_selector_hypers(selector)),
-                             keys=keys, loss=loss, pre_init=pre_init)
+                             keys=keys, loss=loss, pre_init=pre_init,
+                             client_optimizer=client_optimizer is not None)
 
 
 def scaffold(model, client_lr: float, server_optimizer: optax.GradientTransformation | None = None,

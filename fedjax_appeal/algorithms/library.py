@@ -44,14 +44,22 @@ from ..aggregate.library import Proportional, weight_rule
 from ..core.config import Options
 from ..core.errors import ConfigError
 from ..core.flax_model import as_model
-from ..core.hyper import Hyper, check_keys, optimizer_keys, resolve, value_of, with_hparams
+from ..core.hyper import (
+    Hyper,
+    check_hparams,
+    check_keys,
+    optimizer_keys,
+    resolve,
+    value_of,
+    with_hparams,
+)
 from ..core.models import Model
 from ..core.parts import CohortExecutor, Selector, WeightRule
 from ..core.round import attach_selector, init_state, make_round
 from ..execute.executor import Executor
 from ..local.client import Trained, local_sgd, proximal, reporting
 from ..protocols.appeal.requirement import requirement_values, seen_solo, solo_models
-from ..select.library import RandomCohort, cohort_selector
+from ..select.library import RandomCohort, cohort_selector, selector_hypers
 from .base import FederatedAlgorithm, global_evaluator, initial_model
 from .maxfl import MAXFL_RULE
 
@@ -132,24 +140,50 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def _first_step(tx: optax.GradientTransformation) -> float | None:
+    """The update `tx` gives a scalar parameter 0 on its first step with gradient 1 (None
+    when `tx` cannot step a lone scalar, e.g. one that needs extra arguments)."""
+    p, g = {"w": np.float32(0.0)}, {"w": np.float32(1.0)}
+    try:
+        updates, _ = tx.update(g, tx.init(p), p)
+        return float(np.asarray(updates["w"]))
+    except Exception:  # noqa: BLE001 - not a check this optimizer can take
+        return None
+
+
 def _optimizer(name: str, tx: Any) -> optax.GradientTransformation:
+    """`tx`, refused in one line unless an optax transformation that descends: one whose
+    first step on a positive gradient moves the parameter up has a negative learning rate
+    (the server's steps on sum_k w_k (w - w_k), so the same sign holds there)."""
+    if isinstance(tx, int | float | np.number) and not isinstance(tx, bool):
+        raise ConfigError(f"{name} must be an optax transformation, e.g. optax.sgd({tx}), "
+                          f"not the number {tx}")
     if not isinstance(tx, optax.GradientTransformation):
         raise ConfigError(f"{name} must be an optax transformation, e.g. optax.sgd(0.05) "
                           f"(got {type(tx).__name__})")
+    step = _first_step(tx)
+    if step is not None and step > 0:
+        raise ConfigError(f"{name} ascends: its first step on a gradient of +1 changes the "
+                          f"parameter by {step:+g}; give it a learning rate > 0")
     return tx
 
 
 def library_algorithm(name: str, model: Any, build: Callable[[Model, int], Parts],
                       *, hypers: tuple[Hyper, ...] = (), keys: tuple[str, ...] = (),
-                      loss: Callable | None = None, pre_init: bool = False
-                      ) -> FederatedAlgorithm:
+                      loss: Callable | None = None, pre_init: bool = False,
+                      client_optimizer: bool = False) -> FederatedAlgorithm:
     """The `FederatedAlgorithm` whose functions are `build(model, num_clients)`'s, built on
     first use for the data's shapes (a flax module is wrapped then, `as_model`) and kept.
 
     Every function first refuses a dotted key of `hp.extra` the algorithm does not have
     (`keys` and those of `hypers`) and sets the targets of `hypers` (`core.hyper.resolve`).
     A `Model` given as `model` names the initial model (`FederatedAlgorithm.initial`), as
-    `compose` does, so that the driver computes it in the same program.
+    `compose` does, so that the driver computes it in the same program. Its `check`
+    (called by `simulate` and `simulate_grid` before anything is traced) builds the
+    functions for the data, so that a cohort too large or a model that does not fit the
+    data is refused there, and refuses `HParams` it would ignore (`core.hyper.check_hparams`;
+    `client_optimizer`: its clients step an optax optimizer, whose learning rate an
+    `HParams` "client_lr" would not set).
     """
     known = (*keys, *(h.key for h in hypers))
     fixed = as_model(model, (), None, 0, loss=loss) if isinstance(model, Model) else None
@@ -182,8 +216,14 @@ def library_algorithm(name: str, model: Any, build: Callable[[Model, int], Parts
     def pre(key, data, hp):
         return bound(data).pre_init(key, data, prepared(hp))
 
+    def check(data, hp):
+        check_hparams(hp, hypers, keys, name,
+                      optimizers={"client": client_optimizer, "server": True})
+        bound(data)
+
     return FederatedAlgorithm(name, init, round_fn, evaluate, pre_init=pre if pre_init else None,
-                              initial=None if fixed is None else initial_model(fixed))
+                              initial=None if fixed is None else initial_model(fixed),
+                              check=check)
 
 
 def _sizes(local_steps, batch_size, cohort) -> tuple[int, int, int]:
@@ -198,7 +238,7 @@ def _cohort_check(name: str, cohort: int, clients: int) -> None:
 
 
 def _selector_hypers(selector) -> tuple[Hyper, ...]:
-    return tuple(selector.hypers()) if hasattr(selector, "hypers") else ()
+    return selector_hypers(selector)
 
 
 def _fedavg_like(name: str, model, client_optimizer, server_optimizer, *, local_steps,
@@ -220,7 +260,8 @@ def _fedavg_like(name: str, model, client_optimizer, server_optimizer, *, local_
 
     return library_algorithm(
         name, model, build, hypers=(*own, *rule_hypers, *_selector_hypers(selector)),
-        keys=(*optimizer_keys(ctx, "client"), *optimizer_keys(stx, "server")), loss=loss)
+        keys=(*optimizer_keys(ctx, "client"), *optimizer_keys(stx, "server")), loss=loss,
+        client_optimizer=True)
 
 
 def fedavg(model, client_optimizer: optax.GradientTransformation,
@@ -351,4 +392,4 @@ def maxfl(model, client_optimizer: optax.GradientTransformation,
     return library_algorithm(
         "maxfl", model, build, hypers=(*own, *_selector_hypers(selector)),
         keys=(*optimizer_keys(ctx, "client"), *optimizer_keys(stx, "server")), loss=loss,
-        pre_init=req is None)
+        pre_init=req is None, client_optimizer=True)

@@ -174,6 +174,11 @@ class HParams:
         """The given tunables that components declare (all but the two learning rates)."""
         return {k: v for k, v in self._values.items() if k not in ("client_lr", "server_lr")}
 
+    def given(self) -> dict[str, Any]:
+        """The values given to this `HParams` (by name, in `extra` or filled by
+        `as_arrays`), as they are: nothing is filled in or converted."""
+        return dict(self._values)
+
     def get(self, name: str) -> Any:
         """A hyperparameter by name (works on traced and stacked HParams)."""
         if name in self._values:

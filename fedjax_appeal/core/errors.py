@@ -12,3 +12,11 @@ class UndeclaredOption(LookupError):
     def __init__(self, message: str, option: str = "", component: str = ""):
         super().__init__(message)
         self.option, self.component = option, component
+
+
+def refuse_class(arg: str, value: object) -> None:
+    """Refuse, in one line, a class given as argument `arg` where an instance of it is
+    expected (`selector=DivFL` for `selector=DivFL()`)."""
+    if isinstance(value, type):
+        raise ConfigError(f"{arg}={value.__name__} is a class: give an instance, "
+                          f"{arg}={value.__name__}(...)")

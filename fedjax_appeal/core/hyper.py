@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 import optax
 
 from .config import HParams
@@ -71,6 +72,65 @@ def check_keys(hp: HParams, known: Iterable[str], what: str) -> None:
             + ("; an optimizer's hyperparameters are keys only when it is made with "
                "optax.inject_hyperparams" if unknown[0].split(".")[0] in ("client", "server")
                else ""))
+
+
+def _is_rate(key: str) -> bool:
+    name = key.rsplit(".", 1)[-1]
+    return name == "learning_rate" or name.endswith("_lr")
+
+
+def check_hparams(hp: HParams, hypers: Iterable[Hyper], keys: Iterable[str], what: str,
+                  optimizers: Mapping[str, bool] | None = None) -> None:
+    """Refuse, in one line, `HParams` that algorithm `what` (built by a library factory)
+    would not read as given: a dotted key it does not have (`check_keys`), a negative
+    learning rate under a dotted key, or an `HParams` field ("client_lr", "exp_alpha", ...)
+    given a value other than its default. Such an algorithm reads its hyperparameters from
+    its factory's arguments and from dotted keys only (the fields of a part it reuses are
+    set from those, `resolve`), so a field would be silently ignored; the message names the
+    dotted key or the optimizer that sets it instead.
+
+    Args:
+      hp: the caller's hyperparameters (host values, one run; not yet `as_arrays`).
+      hypers, keys: the algorithm's `Hyper`s and its other dotted keys (an optimizer's).
+      what: the algorithm's name, for messages.
+      optimizers: {"client": has a client optimizer, "server": has a server optimizer}:
+        where a learning-rate field is refused, whether to point at the optimizer.
+    """
+    hypers = tuple(hypers)
+    known = (*keys, *(h.key for h in hypers))
+    check_keys(hp, known, what)
+    by_target = {h.target: h.key for h in hypers if h.target}
+    defaults = HParams()
+    for name, value in hp.given().items():
+        v = np.asarray(value, np.float32)
+        if "." in name:
+            if _is_rate(name) and np.any(v < 0):
+                raise ConfigError(f"hyperparameter '{name}' must be >= 0 (got "
+                                  f"{value!r}): give a non-negative learning rate")
+            continue
+        try:
+            default = np.float32(defaults.get(name))
+        except ConfigError:
+            default = None
+        if default is not None and not np.any(v != default):
+            continue  # its default (as `as_arrays` fills it): not a value that was asked for
+        shown = value if v.ndim == 0 else f"{v.tolist()}"
+        ignored = f"{what} would ignore HParams field {name}={shown}"
+        if name in by_target:
+            raise ConfigError(f"{ignored}; it reads that value from the dotted key "
+                              f"'{by_target[name]}': give HParams(extra={{'{by_target[name]}': "
+                              f"{shown}}}) or set it in the factory")
+        part = {"client_lr": "client", "server_lr": "server"}.get(name)
+        if part is not None and (optimizers or {}).get(part, False):
+            key = f"{part}.learning_rate"
+            how = (f"give HParams(extra={{'{key}': {shown}}})" if key in known else
+                   f"set it in {part}_optimizer, e.g. optax.sgd({shown}); to vary it in "
+                   f"HParams, make that optimizer with optax.inject_hyperparams(optax.sgd)"
+                   f"(learning_rate=...) and give extra={{'{key}': ...}}")
+            raise ConfigError(f"{ignored}: its {part} learning rate is its {part}_optimizer's; "
+                              f"{how}")
+        raise ConfigError(f"{ignored}: it has no such hyperparameter (its dotted keys: "
+                          f"{', '.join(sorted(set(known))) or 'none'})")
 
 
 def resolve(hp: HParams, hypers: Iterable[Hyper]) -> HParams:

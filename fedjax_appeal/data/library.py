@@ -21,6 +21,7 @@ import numpy as np
 
 from ..core.arrays import FederatedData
 from ..core.config import ConfigError
+from ..core.errors import refuse_class
 from . import partition as partitions
 from . import sources
 from .pool import build_federated
@@ -116,17 +117,45 @@ def from_arrays(x: np.ndarray, y: np.ndarray, *, partition=None,
     if (partition is None) == (client_ids is None):
         raise ConfigError("give either partition=Dirichlet(alpha) (or Clusters(...), "
                           "ClassesPerClient(k)) or client_ids, one per row")
-    if unseen_clients < 0 or (clients is not None and clients < 1) or min_samples < 0:
-        raise ConfigError(f"clients must be >= 1 and unseen_clients, min_samples >= 0 (got "
-                          f"{clients}, {unseen_clients}, {min_samples})")
+    if unseen_clients < 0 or (clients is not None and clients < 1) or min_samples < 2:
+        raise ConfigError(f"clients must be >= 1, unseen_clients >= 0 and min_samples >= 2 "
+                          f"(each client needs a train and a test row) (got {clients}, "
+                          f"{unseen_clients}, {min_samples})")
     if partition is not None and clients is None:
         raise ConfigError("with a partition, give the number of clients: clients=N")
+    refuse_class("partition", partition)
     if partition is not None and (isinstance(partition, str) or not hasattr(partition, "split")):
         raise ConfigError(f"partition must be Dirichlet(alpha), Clusters(...), "
                           f"ClassesPerClient(k) or have a split(labels, total, rng, "
                           f"min_samples) method, not {type(partition).__name__}")
     if not 0.0 < train_fraction < 1.0:
         raise ConfigError(f"train_fraction must be in (0, 1) (got {train_fraction})")
+    try:
+        return _federate(x, y, partition, client_ids, clients, unseen_clients, train_fraction,
+                         min_samples, num_classes, seed, name)
+    except ConfigError as e:  # the shared checks name the command line's flags
+        raise ConfigError(as_keywords(str(e))) from None
+
+
+# the command line's flags that the shared data checks name, as `from_arrays` names them
+KEYWORDS = (("--clients/--unseen-clients", "clients/unseen_clients"),
+            ("--num-classes ", "num_classes="), ("--num-classes", "num_classes"),
+            ("--min-samples", "min_samples"), ("--train-fraction", "train_fraction"),
+            ("--clients", "clients"), ("--alpha", "Dirichlet's alpha"),
+            ("--cluster-labels", "Clusters' labels"),
+            ("--classes-per-client", "ClassesPerClient's k"))
+
+
+def as_keywords(message: str) -> str:
+    """A data check's message with the command line's flags replaced by `from_arrays`'s
+    argument names ("give --num-classes 13" -> "give num_classes=13")."""
+    for flag, word in KEYWORDS:
+        message = message.replace(flag, word)
+    return message
+
+
+def _federate(x, y, partition, client_ids, clients, unseen_clients, train_fraction,
+              min_samples, num_classes, seed, name) -> FederatedData:
     ds = arrays_dataset(x, y, client_ids, num_classes, name)
     rng = np.random.default_rng([int(seed), DATA_STREAM])
     if partition is not None:
@@ -135,6 +164,12 @@ def from_arrays(x: np.ndarray, y: np.ndarray, *, partition=None,
         if len(parts) != total:
             raise ConfigError(f"the partition returned {len(parts)} clients, not clients + "
                               f"unseen_clients = {total}")
+        sizes = np.array([len(p) for p in parts])
+        if sizes.min() < min_samples:
+            i = int(np.argmin(sizes))
+            raise ConfigError(f"client {i} of the partition holds {sizes[i]} rows, fewer than "
+                              f"min_samples={min_samples}: lower clients or change the "
+                              "partition")
     else:
         parts = partitions.natural(ds.groups, min_samples)
         clients = len(parts) - unseen_clients if clients is None else clients

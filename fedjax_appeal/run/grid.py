@@ -5,10 +5,12 @@ configuration: every (grid point, seed) pair is a run of the same `FederatedAlgo
 the same data, the points differ only in values of the `HParams` pytree, so all of them
 are stacked on a leading runs axis and trained by the driver of sweeps
 (`sweep.run_batch`): one init, one evaluation and one chunk-of-rounds program for the
-whole grid, whatever its size. A grid key is a field of `HParams` ("client_lr"), a declared
-tunable, or a library algorithm's dotted hyperparameter ("client.momentum", see
-`core.hyper`). Row i equals `simulate` of its point and seed up to float reassociation of
-the batched arithmetic (a grid of one run is `simulate`'s own program, bit for bit).
+whole grid, whatever its size. A grid key is a library algorithm's dotted hyperparameter
+("client.momentum", see `core.hyper`), or, for an algorithm built from a configuration
+(`build`), a field of `HParams` ("client_lr") or a declared tunable; a key the algorithm
+would ignore is refused (`FederatedAlgorithm.check`). Row i equals `simulate` of its point
+and seed up to float reassociation of the batched arithmetic (a grid of one run is
+`simulate`'s own program, bit for bit).
 """
 
 from __future__ import annotations
@@ -110,7 +112,9 @@ def simulate_grid(alg: FederatedAlgorithm, data: FederatedData,
     Args:
       alg, data: the algorithm (a library factory's or `build`'s) and the federated data.
       grid: {key: [values]} (their product) or a list of {key: value} points; keys are
-        `HParams` fields, declared tunables or the algorithm's dotted hyperparameters.
+        the algorithm's dotted hyperparameters (a library factory's algorithm reads no
+        other) or, for an algorithm built from a configuration, `HParams` fields and
+        declared tunables.
       seeds: training seeds; each point runs once per seed (`jax.random.key(seed)`, as
         `simulate`).
       rounds, eval_every: as `simulate`'s.
@@ -123,6 +127,9 @@ def simulate_grid(alg: FederatedAlgorithm, data: FederatedData,
     """
     points = grid_points(grid)
     hps = [point_hparams(p, base) for p in points]
+    if alg.check is not None:
+        for hp in hps:
+            alg.check(data, hp)
     seeds = [int(s) for s in seeds]
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
         raise ConfigError(f"give distinct non-negative seeds (got {seeds})")

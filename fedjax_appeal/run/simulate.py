@@ -19,7 +19,7 @@ import numpy as np
 
 from ..algorithms.base import FederatedAlgorithm
 from ..core.arrays import FederatedData
-from ..core.config import HParams
+from ..core.config import ConfigError, HParams
 from ..core.round import ServerState
 from ..evaluate.metrics import per_client
 from .checkpoint import Checkpointer, Interrupted, NonFiniteError, load
@@ -48,6 +48,17 @@ class SimulationResult:
     final_state: ServerState
     final_eval: dict[str, Any]  # per-client arrays of the last evaluation
     timing: dict[str, float]
+
+
+def check_key(key: Any) -> None:
+    """Refuse, in one line, a `key` that is not one PRNG key (`jax.random.key(seed)`, or a
+    raw `jax.random.PRNGKey(seed)`)."""
+    typed = isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    raw = isinstance(key, jax.Array) and key.dtype == np.uint32 and key.shape == (2,)
+    if not ((typed and key.shape == ()) or raw):
+        shown = (f"an array {key.dtype}{list(key.shape)}" if hasattr(key, "shape")
+                 else f"{type(key).__name__} {key!r}")
+        raise ConfigError(f"key must be one PRNG key, jax.random.key(seed) (got {shown})")
 
 
 def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax.Array, *,
@@ -96,6 +107,9 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
         evaluation, training rounds with the pace and the time left), so that a long one
         gets a line every few seconds; the work is the same with or without it.
     """
+    check_key(key)
+    if alg.check is not None:
+        alg.check(data, hp)
     hp = hp.as_arrays()
     drv = Driver(alg, data, hp, key, mesh=mesh,
                  account=(None if alg.account is None else
@@ -126,7 +140,8 @@ def simulate(alg: FederatedAlgorithm, data: FederatedData, hp: HParams, key: jax
                     checkpoint.save(st, r, history, drv.round_metrics())
                 where = f"; the last good checkpoint (round {r}) is in {checkpoint.directory}"
             raise NonFiniteError(f"server parameters became NaN/Inf in round {bad}{where}; "
-                                 "lower the learning rates (--client-lr, --server-lr)")
+                                 "lower the learning rates (--client-lr, --server-lr, or "
+                                 "the optimizers' learning_rate)")
 
     def after(r, st, entries):  # progress (a Ctrl-C in it is a Ctrl-C after round r), checkpoint
         stop = False

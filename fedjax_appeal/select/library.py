@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..core.config import Options
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, refuse_class
 from ..core.hyper import Hyper
 from ..core.models import Model
 from ..core.parts import Selector
@@ -143,13 +143,24 @@ class UnionFL(SubTrunc):
         return own + (super().hypers() if self.base == "subtrunc" else ())
 
 
+def selector_hypers(choice) -> tuple[Hyper, ...]:
+    """The hyperparameters of a factory's `selector=` argument (one of the objects above,
+    or a `Selector` of your own, which has none); anything else is refused in one line, so
+    a factory refuses it when called."""
+    refuse_class("selector", choice)
+    if isinstance(choice, Selector):
+        return ()
+    if hasattr(choice, "build") and hasattr(choice, "hypers"):
+        return tuple(choice.hypers())
+    raise ConfigError(f"selector must be RandomCohort(), PowerOfChoice(d), DivFL(), "
+                      f"SubTrunc(...), UnionFL(...) or a Selector, not {type(choice).__name__}")
+
+
 def cohort_selector(choice, model: Model, cohort: int, clients: int
                     ) -> tuple[Selector, tuple[Hyper, ...]]:
     """(the `Selector`, its hyperparameters) of a factory's `selector=` argument: one of
     the objects above, or a `Selector` of your own (no hyperparameters)."""
+    hypers = selector_hypers(choice)
     if isinstance(choice, Selector):
         return choice, ()
-    if hasattr(choice, "build") and hasattr(choice, "hypers"):
-        return choice.build(model, cohort, clients), tuple(choice.hypers())
-    raise ConfigError(f"selector must be RandomCohort(), PowerOfChoice(d), DivFL(), "
-                      f"SubTrunc(...), UnionFL(...) or a Selector, not {type(choice).__name__}")
+    return choice.build(model, cohort, clients), hypers
