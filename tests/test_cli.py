@@ -125,7 +125,7 @@ def run_bad(argv, capsys):
 
 PRECHECKS = [
     (["--rounds", "0"], "--rounds must be >= 1"),
-    (["--rounds", "-3"], "use --rounds 1"),
+    (["--rounds", "-3"], "a run trains at least one round"),
     (["--eval-every", "0"], "--eval-every must be >= 1"),
     (["--no-appeal", "--opt-out-after", "3"], "--opt-out-after has no effect here"),
     (["--algorithm", "maxfl", "--aggregation", "uniform"], "--aggregation has no effect here"),
@@ -345,3 +345,17 @@ def test_a_flag_of_the_wrong_type_names_the_type_and_an_example(capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and msg in err, err
+
+
+@pytest.mark.parametrize("files,offers_resume", [(("results.json",), False),
+                                                 (("results.json", "checkpoint.npz"), True)])
+def test_an_occupied_out_folder_offers_resume_only_with_a_checkpoint(tmp_path, files,
+                                                                     offers_resume):
+    from fedjax_appeal.core.config import ConfigError
+    from fedjax_appeal.run.validate import RUN_FILES, check_out
+    for name in files:
+        (tmp_path / name).write_text("{}")
+    with pytest.raises(ConfigError, match="already holds another run") as e:
+        check_out(str(tmp_path), holds=RUN_FILES)
+    assert ("--resume" in str(e.value)) is offers_resume
+    assert "--overwrite" in str(e.value)

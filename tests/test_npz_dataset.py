@@ -136,6 +136,16 @@ def test_corrupt_data_file_is_one_line(tmp_path, capsys, how):
     assert not out.exists()
 
 
+def test_a_file_that_is_not_an_npz_is_named_so(tmp_path, capsys):
+    f = tmp_path / "data.npz"
+    f.write_text("garbage\n")
+    out = tmp_path / "r"
+    assert main(["run", "--dataset", f"npz:{f}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot read {f}: it is not an npz file" in err
+    assert "pickle" not in err and not out.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["truncated", "flipped"])
 def test_corrupt_checkpoint_is_one_line(tmp_path, capsys, how):

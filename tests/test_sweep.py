@@ -103,6 +103,8 @@ def test_cli_sweep_writes_files_and_rejects_bad_input(tmp_path, capsys):
     for bad, msg in ((["--grid", "client_lr"], "KEY=V1,V2"),
                      (["--grid", "nope=1"], "unknown grid key 'nope'"),
                      (["--grid", "client_lr=-1"], "--client-lr must be > 0"),
+                     (["--grid", "client_lr=0.1,,0.2"], "between two commas (or after the "
+                      "last) is empty"),
                      (["--grid", "cohort=20"], "larger than --clients"),
                      (["--seeds", "a"], "--seeds")):
         assert main(["sweep", *TINY, *bad, "--out", str(tmp_path / "bad")]) == 2

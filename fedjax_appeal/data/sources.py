@@ -122,10 +122,20 @@ def read_npz(path: str | Path, fix: str = "replace the file") -> Arrays:
     try:
         with np.load(p, allow_pickle=False) as z:
             return Arrays({k: z[k] for k in z.files})
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
-        raise ConfigError(f"cannot read {p}: the file is corrupt or truncated "
-                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                          f"{fix}") from None
+    except ValueError as e:
+        if "contains pickled" not in str(e):
+            raise _unreadable(p, e, fix) from None
+        # neither a zip archive nor an .npy header: numpy took it for a pickle
+        raise ConfigError(f"cannot read {p}: it is not an npz file (no zip archive or .npy "
+                          f"header in it); {fix}") from None
+    except (OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        raise _unreadable(p, e, fix) from None
+
+
+def _unreadable(p: Path, e: Exception, fix: str) -> ConfigError:
+    return ConfigError(f"cannot read {p}: the file is corrupt or truncated "
+                       f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                       f"{fix}")
 
 
 def _npz(directory: Path, filename: str) -> Arrays:

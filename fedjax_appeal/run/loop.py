@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 from ..core.fields import option
 
 option("rounds", 200, "communication rounds", group="federation", ge=1,
-       hint="a run trains at least one round; to only evaluate the initial model use --rounds 1")
+       hint="a run trains at least one round (its history starts with the initial model's "
+       "evaluation, round 0)")
 option("eval_every", 10, "evaluate all clients every this many rounds", group="output", ge=1,
        hint="to evaluate only at the start and the end use --eval-every equal to --rounds")
 # advance(state, r, stop) -> (state after round stop, host metrics of rounds r+1..stop)

@@ -91,6 +91,10 @@ def plot_lines(path: Path, x_key: str, history: list[dict[str, float]],
             drawn = True
     ax.set_xlabel(x_key)
     ax.set_ylabel(ylabel)
+    if x_key == "round":  # rounds are whole numbers: no tick at round 0.25
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -164,9 +164,12 @@ def parse_grid_arg(text: str) -> tuple[str, list[str]]:
     if "=" not in text:
         raise ConfigError(f"--grid {text!r}: write KEY=V1,V2,... (e.g. client_lr=0.1,0.05)")
     key, _, vals = text.partition("=")
-    items = [v.strip() for v in vals.split(",") if v.strip()]
-    if not key.strip() or not items:
+    items = [v.strip() for v in vals.split(",")]
+    if not key.strip() or not any(items):
         raise ConfigError(f"--grid {text!r}: write KEY=V1,V2,... (e.g. client_lr=0.1,0.05)")
+    if not all(items):
+        raise ConfigError(f"--grid {text!r}: a value between two commas (or after the last) is "
+                          "empty: write KEY=V1,V2,... with every value given")
     return key.strip(), items
 
 

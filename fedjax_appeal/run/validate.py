@@ -240,6 +240,8 @@ def check_out(out: str, flag: str = "--out", holds: tuple[str, ...] = (),
     if p.is_dir() and not reuse:
         held = [n for n in holds if (p / n).exists()]
         if held:
+            resume = (f", --resume {out} to continue it" if "checkpoint.npz" in held
+                      else "")
             raise ConfigError(f"{flag} {out} already holds another run ({', '.join(held)}): "
-                              f"pass --overwrite to replace it, --resume {out} to continue it, "
-                              "or choose another folder")
+                              f"pass --overwrite to replace it{resume}, or choose another "
+                              "folder")
