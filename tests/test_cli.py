@@ -270,7 +270,7 @@ def test_a_misspelled_flag_gets_the_closest_one(tmp_path, capsys, argv, msg):
 
 def test_help_shows_one_true_default_per_option(capsys):
     with pytest.raises(SystemExit):
-        main(["run", "--help"])
+        main(["run", "--dataset", "mnist", "--help"])  # a dataset of the npz data folder
     text = " ".join(capsys.readouterr().out.split())
     assert "--data-dir DATA_DIR directory with the npz data files (default: $FEDJAX_APPEAL_DATA)" \
         in text
@@ -359,3 +359,13 @@ def test_an_occupied_out_folder_offers_resume_only_with_a_checkpoint(tmp_path, f
         check_out(str(tmp_path), holds=RUN_FILES)
     assert ("--resume" in str(e.value)) is offers_resume
     assert "--overwrite" in str(e.value)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["run", "--data-dir", "/nonexistent"], "--data-dir has no effect here: the dataset reads "
+     "no file of the npz data folder (fmnist: --fmnist-dir"),
+    (["run", "--dataset", "mnist", "--fmnist-dir", "/nonexistent"],
+     "--fmnist-dir has no effect here: it applies to --dataset fmnist only"),
+])
+def test_a_data_folder_the_dataset_does_not_read_is_refused(tmp_path, capsys, argv, msg):
+    assert_refused([*argv, "--out", str(tmp_path / "r")], tmp_path / "r", capsys, msg)

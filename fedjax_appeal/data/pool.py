@@ -26,10 +26,17 @@ NPZ_FILE = when(lambda cfg: cfg.dataset.startswith("npz:"),
                 "scale)")
 option("dataset", "fmnist", "dataset name (or npz:PATH, your own arrays)", DATASETS,
        group="data", prefixes=("npz:",), data=True)
+# the built-in datasets that read no file of the npz data folder (a plugin's dataset may)
+NO_DATA_DIR = ("fmnist", "synthetic")
 option("data_dir", "", "directory with the npz data files", group="data",
-       shown="$FEDJAX_APPEAL_DATA", data=True)
+       shown="$FEDJAX_APPEAL_DATA", data=True,
+       applies=when(lambda cfg: cfg.dataset not in NO_DATA_DIR
+                    and not cfg.dataset.startswith(("npz:", "tfds:")),
+                    "the dataset reads no file of the npz data folder (fmnist: --fmnist-dir; "
+                    "npz:PATH: its path; tfds:NAME: TensorFlow Datasets' own folder)"))
 option("fmnist_dir", "/usr/share/datasets/fashion-mnist", "directory with the Fashion-MNIST "
-       "IDX .gz files", group="data", data=True)
+       "IDX .gz files", group="data", data=True,
+       applies=when(lambda cfg: cfg.dataset == "fmnist", "it applies to --dataset fmnist only"))
 option("cache_dir", "", "cache for decoded arrays", group="data",
        shown="$FEDJAX_APPEAL_CACHE, else ~/.cache/fedjax_appeal", data=True)
 option("max_samples", 0, "at most this many samples (0 = all)", group="data",
