@@ -369,3 +369,4 @@ def test_an_occupied_out_folder_offers_resume_only_with_a_checkpoint(tmp_path, f
 ])
 def test_a_data_folder_the_dataset_does_not_read_is_refused(tmp_path, capsys, argv, msg):
     assert_refused([*argv, "--out", str(tmp_path / "r")], tmp_path / "r", capsys, msg)
+
