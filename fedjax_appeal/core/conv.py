@@ -25,6 +25,11 @@ checkpoints and the same function with any implementation:
     sizes, strides, or few input channels, where the products are small and the transforms
     cost more than they save) as ``"patches_cf"``.
   * ``"winograd_train"``: ``"winograd"`` in training mode, ``"xla"`` in evaluation mode.
+  * ``"pooled_cf"``: a layer that the model follows by a ReLU and a 2x2 max-pooling
+    (`Conv(relu_pool=True)`: LeNet-5's and the CIFAR-10 CNN's two layers) runs the three as
+    one channels-first product over the pooling windows, the kernel placed at the window's
+    four offsets (`core/conv_pool.py`); every other layer as ``"winograd"``.
+  * ``"pooled_cf_train"``: ``"pooled_cf"`` in training mode, ``"xla"`` in evaluation mode.
     The CPU default.
 
 Why: on XLA:CPU a convolution's gradient inside a loop body (the `lax.scan` of local steps,
@@ -41,16 +46,18 @@ with the cohort in one vmap (faster in 23 of 25 interleaved pairs, benchmarks/RE
 Winograd's F(2x2, 3x3) lowered a `simple_cnn` SGD step in the local-steps scan from 10.5
 to 9.2 ms (`benchmarks/conv_loop_diagnostic.py`) and the peer workloads' median s/round by
 6% (FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs; F(4x4, 3x3) took the step in the
-scan from 9.9 to 7.8 ms against the channels-first im2col, so ``"auto"`` is
-``"winograd_train"`` (F(4x4, 3x3)) there. Vmapped over clients, F(4x4, 3x3) was the slower
-one (12.1-13.0 against 9.0-10.3 ms per client step at cohorts 2, 4 and 10), so where a
-device trains several clients side by side in one vmap (`execute.layout.vmap_width` > 1: an
-odd cohort on 2 cores, `--client-lanes 0`, chunks of clients, a sweep's cohort) ``"auto"``
-is ``"patches_cf_train"`` on the CPU (`AUTO_VMAPPED`; a run resolves it for its layout with
-`execute.layout.conv_impl_for`).
-The Winograd form's gradients are written out (`jax.custom_vjp`), so forward-mode
-differentiation (`jax.jvp` of a training-mode loss) cannot go through it; choose
-``"patches_cf_train"`` for that.
+scan from 9.9 to 7.8 ms against the channels-first im2col, and folding the pooling into
+LeNet-5's layers took its gradient on a 71-row client from 7.1-7.6 to 4.9-5.0 ms and 100 of
+its 32-row SGD steps from 0.31 to 0.25 CPU s, so ``"auto"`` is ``"pooled_cf_train"`` there
+(F(4x4, 3x3) for the 3x3 layers that are not pooled). Vmapped over clients, F(4x4, 3x3)
+was the slower one (12.1-13.0 against 9.0-10.3 ms per client step at cohorts 2, 4 and 10),
+so where a device trains several clients side by side in one vmap
+(`execute.layout.vmap_width` > 1: an odd cohort on 2 cores, `--client-lanes 0`, chunks of
+clients, a sweep's cohort) ``"auto"`` is ``"patches_cf_train"`` on the CPU
+(`AUTO_VMAPPED`; a run resolves it for its layout with `execute.layout.conv_impl_for`).
+The Winograd and the pooled forms' gradients are written out (`jax.custom_vjp`), so
+forward-mode differentiation (`jax.jvp` of a training-mode loss) cannot go through them;
+choose ``"patches_cf_train"`` for that.
 
 On a GPU the cohort's vmapped convolutions (per-client kernels) are grouped convolutions
 too: on an H100 (jax 0.11.2, `benchmarks/gpu_round_throughput.py --conv-impls`) the CIFAR-10
@@ -68,14 +75,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from .conv_pool import conv_relu_pool, foldable
 from .winograd import winograd_conv
 
 CONV_IMPLS = ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train",
-              "winograd", "winograd_train")
+              "winograd", "winograd_train", "pooled_cf", "pooled_cf_train")
 # each training-mode form -> what it runs in training mode (evaluation mode runs "xla")
 TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf",
-               "winograd_train": "winograd"}
-AUTO = {"cpu": "winograd_train", "gpu": "patches_train"}
+               "winograd_train": "winograd", "pooled_cf_train": "pooled_cf"}
+AUTO = {"cpu": "pooled_cf_train", "gpu": "patches_train"}
 # "auto" where a device trains several clients side by side in one vmap (per backend; the
 # others as `AUTO`): on the CPU, F(4x4, 3x3) vmapped over clients ran slower than the
 # channels-first im2col (`benchmarks/conv_loop_diagnostic.py`, vmapped scan)
@@ -89,7 +97,7 @@ DIMS = ("NHWC", "HWIO", "NHWC")
 
 def resolve_conv_impl(impl: str, backend: str | None = None,
                       clients_vmapped: bool = False) -> str:
-    """``"auto"`` -> ``"winograd_train"`` on the CPU (``"patches_cf_train"`` where
+    """``"auto"`` -> ``"pooled_cf_train"`` on the CPU (``"patches_cf_train"`` where
     `clients_vmapped`: a device trains several clients in one vmap), ``"patches_train"``
     on the GPU, ``"xla"`` elsewhere; any other name is returned as it is."""
     if impl not in CONV_IMPLS:
@@ -216,13 +224,14 @@ def xla_conv(x, kernel, strides, padding):
 
 
 CONVS = {"xla": xla_conv, "patches": patches_conv, "patches_cf": patches_cf_conv,
-         "winograd": winograd_cf_conv}
+         "winograd": winograd_cf_conv, "pooled_cf": winograd_cf_conv}
 
 
 def conv_for(impl: str, train: bool) -> str:
     """The implementation a layer runs: a training-mode form ("patches_train",
-    "patches_cf_train", "winograd_train") -> its form in training mode, "xla" in evaluation
-    mode; "xla", "patches", "patches_cf" and "winograd" as they are."""
+    "patches_cf_train", "winograd_train", "pooled_cf_train") -> its form in training mode,
+    "xla" in evaluation mode; "xla", "patches", "patches_cf", "winograd" and "pooled_cf" as
+    they are."""
     if impl in TRAIN_FORMS:
         return TRAIN_FORMS[impl] if train else "xla"
     if impl not in CONVS:
@@ -239,10 +248,14 @@ class Conv(nn.Module):
       strides: (sh, sw).
       padding: "SAME", "VALID" or explicit ((lo, hi), (lo, hi)).
       use_bias: add a learned bias.
-      impl: "xla", "patches", "patches_cf", "winograd" or a training-mode form
-        "patches_train", "patches_cf_train", "winograd_train" (module docstring; the call's
-        `train` flag picks for those); resolve "auto" with `resolve_conv_impl`.
+      impl: "xla", "patches", "patches_cf", "winograd", "pooled_cf" or a training-mode
+        form "patches_train", "patches_cf_train", "winograd_train", "pooled_cf_train" (module
+        docstring; the call's `train` flag picks for those); resolve "auto" with
+        `resolve_conv_impl`.
       kernel_init: as `flax.linen.Conv` (LeCun normal).
+      relu_pool: follow the convolution by a ReLU and `max_pool_2x2`; "pooled_cf" runs the
+        three as one folded product (`core/conv_pool.py`) where the layer folds (odd kernel
+        sizes, stride 1).
     """
 
     features: int
@@ -252,14 +265,22 @@ class Conv(nn.Module):
     use_bias: bool = True
     impl: str = "xla"
     kernel_init: nn.initializers.Initializer = nn.linear.default_kernel_init
+    relu_pool: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
         kh, kw = self.kernel_size
         kernel = self.param("kernel", self.kernel_init, (kh, kw, x.shape[-1], self.features))
+        bias = (self.param("bias", nn.initializers.zeros_init(), (self.features,))
+                if self.use_bias else None)
         padding = self.padding if isinstance(self.padding, str) else tuple(
             tuple(p) for p in self.padding)
-        y = CONVS[conv_for(self.impl, train)](x, kernel, tuple(self.strides), padding)
-        if self.use_bias:
-            y = y + self.param("bias", nn.initializers.zeros_init(), (self.features,))
-        return y
+        impl = conv_for(self.impl, train)
+        if self.relu_pool and impl == "pooled_cf" and foldable((kh, kw), self.strides):
+            if bias is None:
+                bias = jnp.zeros((self.features,), kernel.dtype)
+            return conv_relu_pool(x, kernel, bias, _pads(x.shape, (kh, kw), (1, 1), padding))
+        y = CONVS[impl](x, kernel, tuple(self.strides), padding)
+        if bias is not None:
+            y = y + bias
+        return max_pool_2x2(nn.relu(y)) if self.relu_pool else y

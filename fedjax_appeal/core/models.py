@@ -78,9 +78,8 @@ class CNN(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
-        for ch in (6, 16):
-            x = nn.relu(Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl)(x, train))
-            x = max_pool_2x2(x)
+        for ch in (6, 16):  # conv, ReLU and 2x2 max-pooling (Conv's relu_pool)
+            x = Conv(ch, (5, 5), padding="VALID", impl=self.conv_impl, relu_pool=True)(x, train)
         x = x.reshape((x.shape[0], -1))
         for h in self.fc:
             x = nn.relu(nn.Dense(h)(x))
@@ -98,10 +97,9 @@ class LeNet5(nn.Module):
     def __call__(self, x, train: bool = False):
         x = _as_image(self.norm(x))
         pad = "SAME" if x.shape[1] < 32 else "VALID"
-        x = nn.relu(Conv(6, (5, 5), padding=pad, impl=self.conv_impl)(x, train))
-        x = max_pool_2x2(x)
-        x = nn.relu(Conv(16, (5, 5), padding="VALID", impl=self.conv_impl)(x, train))
-        x = max_pool_2x2(x)
+        # each: conv, ReLU and 2x2 max-pooling (Conv's relu_pool)
+        x = Conv(6, (5, 5), padding=pad, impl=self.conv_impl, relu_pool=True)(x, train)
+        x = Conv(16, (5, 5), padding="VALID", impl=self.conv_impl, relu_pool=True)(x, train)
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(120)(x))
         x = nn.relu(nn.Dense(84)(x))
@@ -222,7 +220,7 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     """Build the registered model `name` (`model_for` resolves `auto`).
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
-    "auto" = "winograd_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere
+    "auto" = "pooled_cf_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere
     (`core.conv.resolve_conv_impl`; a run resolves "auto" for its layout before it builds
     the model, `execute.layout.conv_impl_for`).
     Models without a `conv_impl` field (the MLPs, user-registered modules) ignore it.
