@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -216,3 +217,26 @@ def test_greedy_epsilon_sets_the_candidate_count(data10, tiny_model, monkeypatch
     state = alg.init(jax.random.key(0), data10, hp)
     make_selector(tiny_model, cfg).select(jax.random.key(0), state, data10, hp)
     assert seen == [math.ceil(10 / 3 * math.log(2))]
+
+
+@pytest.mark.parametrize("r, dense", [(4, True), (2, False), (0, True)])
+def test_stochastic_greedy_takes_the_dense_distances_when_it_would_read_every_column(
+        r, dense, data10, tiny_model):
+    """cohort x candidates >= clients (3 x 4 >= 10): one [10, 10] Gram product of the
+    features; fewer (3 x 2): only the [10, 2] columns each pick reads."""
+    cfg = _cfg(selector="divfl", greedy_candidates=r)
+    hp = HParams().as_arrays()
+    state = build("fedavg", tiny_model, cfg).init(jax.random.key(0), data10, hp)
+    sel = make_selector(tiny_model, cfg)
+    jaxpr = jax.make_jaxpr(sel.select)(jax.random.key(0), state, data10, hp)
+    shapes = set()
+
+    def walk(j):
+        for e in j.eqns:
+            if e.primitive.name == "dot_general":
+                shapes.add(tuple(e.outvars[0].aval.shape))
+            for sub in jax.extend.core.jaxprs_in_params(e.params):
+                walk(sub)
+
+    walk(jaxpr.jaxpr)
+    assert ((10, 10) in shapes) == dense and ((10, r) in shapes) == (not dense), shapes

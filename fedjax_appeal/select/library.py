@@ -66,7 +66,8 @@ class DivFL:
       the cohort's are refreshed every round).
     feature_dim: random projection of the gradients to this many dimensions (0 = none).
     objective: "raw" (the paper's sum of gradient distances) or "normalized".
-    distance_budget_mb: largest distance matrix the exact greedy holds.
+    distance_budget_mb: largest distance matrix the greedy holds (the stochastic greedy:
+      where cohort x candidates >= clients; else it computes the columns each pick reads).
     """
 
     candidates: int = 0

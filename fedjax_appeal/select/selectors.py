@@ -114,8 +114,9 @@ option("feature_refresh", 0, "recompute every client's selector features every R
 option("feature_dim", 0, "random Gaussian projection of the selector features to this many "
        "dimensions (0 = the flattened parameter-sized vector)", applies=GREEDY,
        group="selection", ge=0)
-option("distance_budget_mb", 256.0, "largest N x N distance matrix (MB) the exact greedy "
-       "materialises; above it columns are computed in blocks", applies=GREEDY,
+option("distance_budget_mb", 256.0, "largest N x N distance matrix (MB) the greedy "
+       "materialises (the stochastic greedy: where its cohort x candidates >= N); above it "
+       "columns are computed in blocks", applies=GREEDY,
        group="selection", gt=0)
 option("selector_objective", "raw", "DivFL/SubTrunc/UnionFL objective scale: raw = the paper's "
        "sum of ||g_i - g_j|| over clients; normalized = distances / (2 max ||g||), averaged "
@@ -265,7 +266,10 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
         n = f.shape[0]
         top = 2.0 * jnp.max(jnp.linalg.norm(f, axis=-1)) + 1e-12  # >= max_ij D_ij
         scale, c0 = (top, 1.0) if normalized else (1.0, top)
-        if r > 0 or n * n * 4 > budget:
+        # the N x N distances at once where they fit and the stochastic greedy would compute
+        # at least as many columns (m picks x r candidates: one product instead of m passes
+        # over the features); else only the columns each pick reads
+        if n * n * 4 > budget or 0 < m * r < n:
             oracle = submodular.feature_oracle(f, scale, block=max(1, int(budget // (4 * n))))
         else:
             oracle = submodular.dense_oracle(submodular.pairwise_distances(f, scale, block=256))
