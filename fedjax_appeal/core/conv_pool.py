@@ -69,9 +69,10 @@ def windows(x_cf: jax.Array, window: tuple[int, int], pooled: tuple[int, int]) -
     (wh, ww), (p, q) = window, pooled
     c, n = x_cf.shape[:2]
     xr = _parity(x_cf, 2 * p + wh - 2, 2 * q + ww - 2)
-    cols = [xr[:, :, u // 2:u // 2 + p, u % 2, v // 2:v // 2 + q, v % 2]
-            for u in range(wh) for v in range(ww)]
-    return jnp.concatenate(cols, axis=0).reshape(wh * ww * c, n * p * q)
+    # rows first, then columns: wh + ww slices of the input instead of wh * ww
+    rows = jnp.stack([xr[:, :, u // 2:u // 2 + p, u % 2] for u in range(wh)])
+    cols = jnp.stack([rows[..., v // 2:v // 2 + q, v % 2] for v in range(ww)], axis=1)
+    return cols.reshape(wh * ww * c, n * p * q)
 
 
 def windows_adjoint(d: jax.Array, window: tuple[int, int], pooled: tuple[int, int],
