@@ -19,7 +19,7 @@ from fedjax_appeal.local.client import client_loss
 from fedjax_appeal.run.simulate import simulate
 from fedjax_appeal.select import submodular as sm
 from fedjax_appeal.select.selection import weighted
-from fedjax_appeal.select.selectors import client_grad, flatten, make_selector
+from fedjax_appeal.select.selectors import client_grad, flatten, make_selector, tail_sizes
 
 
 def _cfg(**kw):
@@ -240,3 +240,31 @@ def test_stochastic_greedy_takes_the_dense_distances_when_it_would_read_every_co
 
     walk(jaxpr.jaxpr)
     assert ((10, 10) in shapes) == dense and ((10, r) in shapes) == (not dense), shapes
+
+
+def test_tail_sizes_by_hand():
+    # fractions 0.75 and 0.875 of the chunk, rounded up to 4 rows, and the chunk
+    assert tail_sizes(71) == (56, 64, 71)  # 53.25 -> 56, 62.1 -> 64
+    assert tail_sizes(256) == (192, 224, 256)
+    assert tail_sizes(16) == (12, 16)  # 14 -> 16 twice
+    assert tail_sizes(3) == (3,)
+
+
+@pytest.mark.parametrize("chunk", [3, 8, 16, 256])
+def test_client_grad_equals_the_gradient_over_exactly_the_clients_rows(chunk, tiny_model):
+    """Full chunks as many as a client holds, its rest at the ladder's next size: the same
+    loss and gradient as one pass over its rows alone, for clients whose rows fill 0, 1 or
+    several chunks and leave a rest of every size (sizes 2-40 rows)."""
+    sizes = [2, 3, 7, 8, 11, 12, 13, 15, 16, 17, 24, 29, 33, 40]
+    data = make_tiny_data(num_clients=len(sizes), sizes=sizes, seed=5)
+    params, _ = tiny_model.init(jax.random.key(0))
+    params = jax.tree.map(lambda a: a + 0.3, params)
+    grad = jax.jit(lambda k: client_grad(tiny_model, params, {}, data.train, k, chunk))
+    for k in range(len(sizes)):
+        x, y = data.train.client_numpy(k)
+        assert len(y) == sizes[k]
+        want_loss, want = jax.value_and_grad(lambda p, x=x, y=y: tiny_model.loss(
+            p, {}, jnp.asarray(x), jnp.asarray(y), train=False)[0])(params)
+        loss, got = grad(k)
+        np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+        np.testing.assert_allclose(flatten(got), flatten(want), rtol=1e-4, atol=1e-6)

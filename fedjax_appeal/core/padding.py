@@ -15,9 +15,11 @@ A padded split gains rows that no client owns (owner = M, x and y zero) and a la
 * the evaluation of every client (`evaluate.evaluation.evaluate_split`) runs over the
   extra rows too, in the same chunks, and `jax.ops.segment_sum` drops the values of rows
   whose owner is out of range;
-* a per-client sweep (`local.client.client_loss`, DivFL's `client_grad`) takes
-  ceil(max_count / chunk) steps of chunk = min(256, max_count) rows: the extra steps are
-  all masked and add exact zeros.
+* a per-client sweep takes chunks of chunk = min(256, max_count) rows:
+  `local.client.client_loss` ceil(max_count / chunk) of them, the extra ones all masked
+  (they add exact zeros); DivFL's `client_grad` the client's own count // chunk, then its
+  rest at the next of `select.selectors.tail_sizes(chunk)`, which depend on the chunk and
+  the client's count only.
 
 So every value stays the same, to the last bit, as long as no chunk changes size: rows
 are added only to a split of at least `MIN_ROWS` rows (the evaluation's chunk is

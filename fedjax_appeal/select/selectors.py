@@ -50,6 +50,7 @@ visible in `timing["sec_per_round"]`.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -173,26 +174,52 @@ def project_rows(x: jax.Array, dim: int, block: int = 4096) -> jax.Array:
     return jax.lax.fori_loop(0, nb, body, jnp.zeros((b, dim), jnp.float32)) / jnp.sqrt(dim)
 
 
+# A client's last (or only) chunk of rows runs at the smallest of these sizes that holds its
+# remaining rows: fractions of the chunk, rounded up to 4 rows, and the chunk itself (one
+# compiled gradient each, about 1 s of compilation apiece for LeNet-5). LeNet-5's features
+# of 100 MNIST clients of 50-71 rows then take 56, 64 or 71 rows each instead of 71: 0.42
+# -> 0.36 CPU s per pass on 2 cores (benchmarks/RESULTS.md).
+TAIL_FRACTIONS = (0.75, 0.875)
+
+
+def tail_sizes(chunk: int) -> tuple[int, ...]:
+    """The row counts a client's last chunk may run at (`TAIL_FRACTIONS`), ascending."""
+    sizes = {min(chunk, -(-math.ceil(chunk * f) // 4) * 4) for f in TAIL_FRACTIONS}
+    return tuple(sorted(sizes | {chunk}))
+
+
 def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
                 chunk: int = 256):
-    """(F_k(w), grad F_k(w)) of client k over all its rows, in fixed masked chunks."""
+    """(F_k(w), grad F_k(w)) of client k over all its rows: its full chunks of `chunk` rows
+    (as many as it holds), then the rest in the smallest of `tail_sizes(chunk)` that holds
+    it, the rows beyond the client's masked."""
     model = model.for_grad()
     chunk = max(1, min(chunk, arrays.max_count))
-    n_chunks = -(-arrays.max_count // chunk)
+    sizes = tail_sizes(chunk)
+    count = arrays.count[k]
+    full = count // chunk
+    rest = count - full * chunk
 
-    def chunk_loss(p, i):
-        x, y, valid = client_chunk(arrays, k, i * chunk, chunk)
-        loss, _ = model.per_sample(p, state, x, y)
-        return jnp.sum(loss * valid)
+    def chunk_grad(rows, size):
+        def loss(p):
+            x, y, valid = (a[:size] for a in rows)
+            per_row, _ = model.per_sample(p, state, x, y)
+            return jnp.sum(per_row * valid)
+        return jax.value_and_grad(loss)(params)
 
     def body(i, acc):
-        v, g = jax.value_and_grad(chunk_loss)(params, i)
+        v, g = chunk_grad(client_chunk(arrays, k, i * chunk, chunk), chunk)
         return acc[0] + v, jax.tree.map(jnp.add, acc[1], g)
 
-    zero = jax.tree.map(jnp.zeros_like, params)
-    tot, grad = jax.lax.fori_loop(0, n_chunks, body, (jnp.zeros(()), zero))
+    zero = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
+    tot, grad = jax.lax.fori_loop(0, full, body, zero)
+    # the tail's rows gathered once, outside the branches, which take only them
+    tail = client_chunk(arrays, k, full * chunk, chunk)
+    branches = [lambda rows: zero] + [lambda rows, s=s: chunk_grad(rows, s) for s in sizes]
+    pick = jnp.where(rest == 0, 0, 1 + jnp.searchsorted(jnp.asarray(sizes), rest))
+    v, g = jax.lax.switch(pick, branches, tail)
     n = client_norms(arrays)[0][k]  # rows; counted tokens for per-position targets
-    return tot / n, jax.tree.map(lambda g: g / n, grad)
+    return (tot + v) / n, jax.tree.map(lambda a, b: (a + b) / n, grad, g)
 
 
 def _batch(m: int) -> int:
