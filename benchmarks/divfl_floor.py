@@ -22,9 +22,11 @@ CPU: every product is timed on random operands of one instance's exact sizes (fe
 client's n = 60 rows, the mean, 100 instances; training: n = 32 rows, 100 client steps),
 kept in the caches (the same operands every call, as a round's freshly computed operands
 are), in each form XLA offers for it (`dot_general` in the row and the transposed
-orientation; for the convolutions also `lax.conv_general_dilated` and its gradients), the
-cost of an empty call subtracted; a product's floor is its fastest form's process CPU time
-times its instances. The floor of the round is their sum in CPU seconds, and that spread
+orientation; for the convolutions also `lax.conv_general_dilated` and its gradients), each in this
+process (XLA's threads on every core) and in a child process pinned to one core (alone, a
+small product split over two threads costs more CPU time than on one), the cost of an empty
+call subtracted; a product's floor is its fastest form's process CPU time times its
+instances. The floor of the round is their sum in CPU seconds, and that spread
 perfectly over the cores as wall seconds. Everything else a round runs (im2col copies,
 activations, pooling, the loss, the gather of the rows, the update, the greedy's
 bookkeeping) counts as zero. A second, stricter line divides the FLOPs by the best
@@ -108,9 +110,16 @@ def part_flops(part: dict) -> float:
 
 # ------------------------------------------------------------------------- timing (JAX)
 
+# A timed loop lasts at least this long: Linux adds a thread's CPU time to the process's
+# clock when it is switched out or at a scheduler tick (1-4 ms), so a loop of a few ms can
+# miss most of the time XLA's threads spent on the other core (measured here: an fc1 kernel
+# gradient at 9 us of CPU per call in a 5 ms loop, 120 us in loops of 10 ms to 0.4 s).
+LOOP_S = 0.25
+
+
 def _best_time(fn, args, repeats: int, calls: int = 0) -> tuple[float, float]:
     """(best wall, best process CPU) seconds per call of jit(fn)(*args): `repeats` timed
-    loops of `calls` calls each (0: as many as last at least 5 ms), the same operands
+    loops of `calls` calls each (0: as many as last at least `LOOP_S`), the same operands
     every call (so they stay in the caches, as a round's freshly computed operands are)."""
     import jax
 
@@ -119,7 +128,7 @@ def _best_time(fn, args, repeats: int, calls: int = 0) -> tuple[float, float]:
     if calls <= 0:
         t = time.perf_counter()
         jax.block_until_ready(c(*args))
-        calls = max(20, int(5e-3 / max(time.perf_counter() - t, 1e-7)))
+        calls = max(3, int(LOOP_S / max(time.perf_counter() - t, 1e-7)))
     wall = cpu = float("inf")
     for _ in range(repeats):
         t, p = time.perf_counter(), time.process_time()
@@ -136,7 +145,7 @@ def call_overhead(repeats: int) -> tuple[float, float]:
     scalar add): the dispatch cost every timed product carries, subtracted from them."""
     import jax.numpy as jnp
 
-    return _best_time(lambda a: a + 1.0, (jnp.float32(1.0),), repeats, calls=200)
+    return _best_time(lambda a: a + 1.0, (jnp.float32(1.0),), repeats)
 
 
 def conv_program(prod: dict, geometry: tuple):
@@ -184,6 +193,35 @@ def time_product(prod: dict, repeats: int, geometry: tuple | None,
     return out
 
 
+ONE_CORE = " (1 core)"  # the forms' names when timed in a process pinned to one core
+
+
+def product_times(need: dict, repeats: int) -> tuple[dict, tuple[float, float]]:
+    """(part -> [each product's `time_product`], the call overhead) for `need`."""
+    convs = {name: g for name, kind, g in LAYERS if kind == "conv"}
+    overhead = call_overhead(repeats)
+    return {part: [time_product(p, repeats, convs.get(p["layer"]), overhead)
+                   for p in spec["products"]] for part, spec in need.items()}, overhead
+
+
+def one_core_times(need: dict, repeats: int) -> dict:
+    """`product_times` in a child process pinned to one core: a product alone on the CPU,
+    XLA splits it over both cores' threads, and their coordination costs CPU time (an fc1
+    forward: 0.11 ms of CPU on 2 cores against 0.07 on one); the floor takes the faster."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "need.json", Path(tmp) / "times.json"
+        write_json(src, need)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--one-core-products",
+                        str(src), str(dst), "--repeats", str(repeats)], check=True)
+        import json
+        times = json.loads(dst.read_text())
+    return {part: [{f + ONE_CORE: v for f, v in t.items()} for t in ts]
+            for part, ts in times.items()}
+
+
 def peak_dot(repeats: int, n: int = 1024) -> tuple[float, float]:
     """(FLOP/s per wall second, per process CPU second) of an [n, n] x [n, n] `jnp.dot`,
     the best of `repeats` loops (every thread XLA uses)."""
@@ -191,7 +229,7 @@ def peak_dot(repeats: int, n: int = 1024) -> tuple[float, float]:
     import jax.numpy as jnp
 
     a = jax.random.normal(jax.random.key(0), (n, n))
-    wall, cpu = _best_time(jnp.dot, (a, a), repeats, calls=3)
+    wall, cpu = _best_time(jnp.dot, (a, a), repeats)
     return 2.0 * n ** 3 / wall, 2.0 * n ** 3 / cpu
 
 
@@ -552,13 +590,15 @@ def table(rows: list[dict], peak: float, divfl: dict, rnd: dict, cores: int) -> 
 
 def products_table(need: dict, times: dict) -> str:
     lines = ["| part | layer | product | m × k × n (per instance) | instances | GFLOP | "
-             "CPU ms per instance: dot / dot^T / conv | best GFLOP/s (CPU) |",
+             "CPU ms per instance: dot / dot^T / conv; the same on one core | "
+             "best GFLOP/s (CPU) |",
              "|---|---|---|---|---|---|---|---|"]
     for part, spec in need.items():
         for prod, t in zip(spec["products"], times[part], strict=True):
             m, k, n = prod["mkn"]
-            ms = " / ".join(f"{1e3 * t[f]['cpu']:.3f}" if f in t else "—"
-                            for f in ("dot", "dot^T", "conv"))
+            ms = "; ".join(" / ".join(f"{1e3 * t[f + tag]['cpu']:.3f}" if f + tag in t
+                                      else "—" for f in ("dot", "dot^T", "conv"))
+                           for tag in ("", ONE_CORE))
             best = min(v["cpu"] for v in t.values())
             rate = f"{prod['flops'] / best / 1e9:.1f}" if best > 0 else "—"
             lines.append(f"| {part} | {prod['layer']} | {prod['product']} | {m} × {k} × {n} | "
@@ -615,7 +655,15 @@ def main(argv=None):
                          "setting does, the automatic layout's split; 0 = one device)")
     ap.add_argument("--no-append", action="store_true", help="print only")
     ap.add_argument("--json", default="", help="also write the measurements to this file")
+    ap.add_argument("--one-core-products", nargs=2, metavar=("NEED", "OUT"),
+                    help=argparse.SUPPRESS)  # the child of `one_core_times`
     args = ap.parse_args(argv)
+    if args.one_core_products:
+        import json
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # before JAX starts
+        need = json.loads(Path(args.one_core_products[0]).read_text())
+        write_json(Path(args.one_core_products[1]), product_times(need, args.repeats)[0])
+        return None
 
     split(args.cpu_devices)  # before JAX's first operation
 
@@ -627,10 +675,10 @@ def main(argv=None):
     rnd = time_round("random", args.rounds, args.repeats)
     need = round_products(divfl["clients"], divfl["rows"], divfl["cohort"], divfl["steps"],
                           divfl["batch"], divfl["params"])
-    convs = {name: g for name, kind, g in LAYERS if kind == "conv"}
-    overhead = call_overhead(args.repeats)
-    times = {part: [time_product(p, args.repeats, convs.get(p["layer"]), overhead)
-                    for p in spec["products"]] for part, spec in need.items()}
+    times, overhead = product_times(need, args.repeats)
+    pinned = one_core_times(need, args.repeats)
+    times = {part: [{**t, **u} for t, u in zip(times[part], pinned[part], strict=True)]
+             for part in times}
     peak = peak_dot(args.repeats)
     again = time_round("divfl", args.rounds, args.repeats)  # after the products: the better
     for k in ("wall", "wall_median", "cpu", "features_wall", "features_cpu"):
@@ -662,10 +710,11 @@ def main(argv=None):
             f"{divfl['layout']}, conv {divfl['conv_impl']}, jax {jax.__version__}; load "
             f"average {load0:.1f} at the start. Floor: each product of the round timed alone "
             f"on random operands of one instance's sizes (best of {args.repeats} loops of at "
-            f"least 20 calls and 5 ms, the same operands each call, the cost of an empty call "
+            f"least 3 calls and {LOOP_S:g} s, the same operands each call, the cost of an "
+            f"empty call "
             f"subtracted: {1e6 * overhead[1]:.0f} µs CPU), in each XLA form (dot_general in "
             f"the row and the transposed orientation, lax.conv and its gradients for the "
-            f"convolutions); a "
+            f"convolutions), in this process and in one pinned to one core; a "
             f"part's floor is the sum over its products of the fastest form's process CPU "
             f"time times the instances, and that over {cores} cores as a perfectly parallel "
             f"wall time; nothing else of the round counts. Measured: the driver's chunk of "
