@@ -188,7 +188,7 @@ def ours(name: str, rounds: int, quick: bool = False, data_dir: str = "",
     rounds). `program`: ``chunk`` = the library's compiled chunk (`make_chunk`, a scan over
     the rounds of a call, as `simulate` runs it); ``round`` = the algorithm's round jitted
     alone, one call per round (no loop around it). `local_unroll`: `RunConfig.local_unroll`;
-    `conv_impl`: `RunConfig.conv_impl` (core/conv.py; auto = winograd_train on CPU,
+    `conv_impl`: `RunConfig.conv_impl` (core/conv.py; auto = pooled_winograd_train on CPU,
     patches_train on GPU).
     `devices` > 1 shards the cohort over that many devices (`run --devices`; on CPU after
     `split_cpu`), `client_lanes`: `RunConfig.client_lanes` (each device's clients that many
@@ -684,7 +684,7 @@ def main(argv=None):
     ap.add_argument("--local-unroll", type=int, default=1,
                     help="RunConfig.local_unroll of our side (0 = local steps unrolled)")
     ap.add_argument("--conv-impl", default="auto", choices=CONV_IMPLS,
-                    help="RunConfig.conv_impl of our side (auto = winograd_train on CPU, "
+                    help="RunConfig.conv_impl of our side (auto = pooled_winograd_train on CPU, "
                          "patches_train on GPU)")
     ap.add_argument("--cpu-devices", type=int, default=-1,
                     help="our side: split the CPU into this many devices and shard the cohort "

@@ -97,10 +97,11 @@ def test_patches_program_has_no_convolution_and_train_mode_picks(form):
     assert jaxpr.count("conv_general_dilated") == 2  # XLA's: forward + weight gradient
     assert [conv_for(form, t) for t in (True, False)] == [TRAIN_FORMS[form], "xla"]
     assert TRAIN_FORMS == {"patches_train": "patches", "patches_cf_train": "patches_cf",
-                           "winograd_train": "winograd", "pooled_cf_train": "pooled_cf"}
+                           "winograd_train": "winograd", "pooled_cf_train": "pooled_cf",
+                           "pooled_winograd_train": "pooled_winograd"}
     assert [conv_for(i, t) for i in CONVS for t in (True, False)] == [
         "xla", "xla", "patches", "patches", "patches_cf", "patches_cf", "winograd", "winograd",
-        "pooled_cf", "pooled_cf"]
+        "pooled_cf", "pooled_cf", "pooled_winograd", "pooled_winograd"]
     layer = Conv(4, (3, 3), impl=form)
     v = layer.init(jax.random.key(0), x)
     for train, n in ((True, 0), (False, 1)):
@@ -240,7 +241,8 @@ def test_winograd_is_reverse_mode_only():
 
 
 def test_resolve_conv_impl():
-    assert resolve_conv_impl("auto", "cpu") == "pooled_cf_train"
+    assert resolve_conv_impl("auto", "cpu") == "pooled_winograd_train"
+    assert resolve_conv_impl("auto", "cpu", clients_vmapped=True) == "pooled_cf_train"
     assert resolve_conv_impl("auto", "gpu") == "patches_train"
     assert resolve_conv_impl("auto", "tpu") == "xla"
     assert resolve_conv_impl("xla", "cpu") == "xla"
@@ -301,7 +303,7 @@ def test_for_grad_uses_patches_for_training_form_models_only(form):
     grad_jaxpr = str(jax.make_jaxpr(jax.grad(
         lambda q: m.for_grad().per_sample(q, s, x, jnp.zeros(2, jnp.int32))[0].sum()))(p))
     assert "conv_general_dilated" not in grad_jaxpr
-    for other in ("xla", "patches", "patches_cf", "winograd", "pooled_cf"):
+    for other in ("xla", "patches", "patches_cf", "winograd", "pooled_cf", "pooled_winograd"):
         m2 = make_model("lenet5", "x", 10, (28, 28), jnp.uint8, conv_impl=other)
         assert m2.for_grad() is m2
     mlp = make_model("mlp", "x", 10, (28, 28), jnp.uint8)

@@ -115,6 +115,8 @@ def test_conv_module_folds_only_with_pooled_cf_in_training_and_a_foldable_layer(
     v = base.init(jax.random.key(1), x)
     want = base.apply(v, x, True)
     for impl, train, folded in (("pooled_cf", True, True), ("pooled_cf_train", True, True),
+                                ("pooled_winograd", True, True),
+                                ("pooled_winograd_train", True, True),
                                 ("pooled_cf_train", False, False), ("winograd", True, False)):
         layer = base.clone(impl=impl)
         jaxpr = str(jax.make_jaxpr(lambda p, layer=layer, t=train: layer.apply(p, x, t))(v))

@@ -140,21 +140,23 @@ def test_vmap_width_by_hand():
 
 
 def test_conv_impl_follows_the_layout():
-    """"auto" convolves by the pooled form (Winograd for the 3x3 layers it does not fold)
-    where each device trains one client at a time, by the
+    """"auto" convolves by the pooled form with Winograd for the layers it does not fold
+    where each device trains one client at a time, by the pooled form with the
     channels-first im2col where a device trains several in one vmap (CPU); a name given
     is kept; the GPU's form does not depend on the layout."""
     from fedjax_appeal.execute.layout import conv_impl_for
 
     split = RunConfig(cohort=10, devices=2, client_lanes=1)
-    assert conv_impl_for(split, backend="cpu") == "pooled_cf_train"
-    assert conv_impl_for(RunConfig(cohort=10), backend="cpu") == "patches_cf_train"
-    assert conv_impl_for(RunConfig(cohort=1), backend="cpu") == "pooled_cf_train"
-    assert conv_impl_for(RunConfig(cohort=10, client_lanes=1), backend="cpu") == "pooled_cf_train"
-    assert conv_impl_for(split.replace(client_chunk=4), backend="cpu") == "patches_cf_train"
-    assert conv_impl_for(split, 1, backend="cpu") == "pooled_cf_train"  # one device, in turn
+    assert conv_impl_for(split, backend="cpu") == "pooled_winograd_train"
+    assert conv_impl_for(RunConfig(cohort=10), backend="cpu") == "pooled_cf_train"
+    assert conv_impl_for(RunConfig(cohort=1), backend="cpu") == "pooled_winograd_train"
+    one_lane = RunConfig(cohort=10, client_lanes=1)
+    assert conv_impl_for(one_lane, backend="cpu") == "pooled_winograd_train"
+    assert conv_impl_for(split.replace(client_chunk=4), backend="cpu") == "pooled_cf_train"
+    # one device, in turn
+    assert conv_impl_for(split, 1, backend="cpu") == "pooled_winograd_train"
     odd = RunConfig(cohort=9, devices=2, client_lanes=1)  # 2 does not divide 9: one vmap
-    assert conv_impl_for(odd, backend="cpu") == "patches_cf_train"
+    assert conv_impl_for(odd, backend="cpu") == "pooled_cf_train"
     assert conv_impl_for(RunConfig(cohort=10, conv_impl="winograd"), backend="cpu") == "winograd"
     for cfg in (split, RunConfig(cohort=10)):
         assert conv_impl_for(cfg, backend="gpu") == "patches_train"
@@ -162,7 +164,7 @@ def test_conv_impl_follows_the_layout():
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's rule")
-@pytest.mark.parametrize("lanes, want", [(1, "pooled_cf_train"), (0, "patches_cf_train")])
+@pytest.mark.parametrize("lanes, want", [(1, "pooled_winograd_train"), (0, "pooled_cf_train")])
 def test_assemble_builds_the_model_with_the_layouts_convolution(lanes, want):
     """What a run and a sweep build (`assemble`): the model convolves as its layout says."""
     from fedjax_appeal.run.assemble import assemble

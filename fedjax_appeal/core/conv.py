@@ -28,9 +28,12 @@ checkpoints and the same function with any implementation:
   * ``"pooled_cf"``: a layer that the model follows by a ReLU and a 2x2 max-pooling
     (`Conv(relu_pool=True)`: LeNet-5's and the CIFAR-10 CNN's two layers) runs the three as
     one channels-first product over the pooling windows, the kernel placed at the window's
-    four offsets (`core/conv_pool.py`); every other layer as ``"winograd"``.
-  * ``"pooled_cf_train"``: ``"pooled_cf"`` in training mode, ``"xla"`` in evaluation mode.
-    The CPU default.
+    four offsets (`core/conv_pool.py`); every other layer as ``"patches_cf"``.
+  * ``"pooled_winograd"``: the same pooled layers; every other layer as ``"winograd"``.
+  * ``"pooled_cf_train"``, ``"pooled_winograd_train"``: that form in training mode,
+    ``"xla"`` in evaluation mode. The CPU defaults: ``"pooled_winograd_train"`` where a
+    device trains one client at a time, ``"pooled_cf_train"`` where it trains several in
+    one vmap.
 
 Why: on XLA:CPU a convolution's gradient inside a loop body (the `lax.scan` of local steps,
 or the scan over rounds) runs tens of times slower than the same gradient alone (reported
@@ -48,12 +51,13 @@ to 9.2 ms (`benchmarks/conv_loop_diagnostic.py`) and the peer workloads' median 
 6% (FEMNIST) and 12-22% (CIFAR-10) in interleaved pairs; F(4x4, 3x3) took the step in the
 scan from 9.9 to 7.8 ms against the channels-first im2col, and folding the pooling into
 LeNet-5's layers took its gradient on a 71-row client from 7.1-7.6 to 4.9-5.0 ms and 100 of
-its 32-row SGD steps from 0.31 to 0.25 CPU s, so ``"auto"`` is ``"pooled_cf_train"`` there
-(F(4x4, 3x3) for the 3x3 layers that are not pooled). Vmapped over clients, F(4x4, 3x3)
-was the slower one (12.1-13.0 against 9.0-10.3 ms per client step at cohorts 2, 4 and 10),
-so where a device trains several clients side by side in one vmap
-(`execute.layout.vmap_width` > 1: an odd cohort on 2 cores, `--client-lanes 0`, chunks of
-clients, a sweep's cohort) ``"auto"`` is ``"patches_cf_train"`` on the CPU
+its 32-row SGD steps from 0.31 to 0.25 CPU s, so ``"auto"`` is ``"pooled_winograd_train"``
+there (F(4x4, 3x3) for the 3x3 layers that are not pooled). Vmapped over clients, F(4x4,
+3x3) was the slower one (12.1-13.0 against 9.0-10.3 ms per client step at cohorts 2, 4 and
+10), and the pooled layers the faster (a LeNet-5 FedAvg round of 10 clients in one vmap:
+0.47-0.48 against 0.23 CPU s), so where a device trains several clients side by side in one
+vmap (`execute.layout.vmap_width` > 1: an odd cohort on 2 cores, `--client-lanes 0`, chunks
+of clients, a sweep's cohort) ``"auto"`` is ``"pooled_cf_train"`` on the CPU
 (`AUTO_VMAPPED`; a run resolves it for its layout with `execute.layout.conv_impl_for`).
 The Winograd and the pooled forms' gradients are written out (`jax.custom_vjp`), so
 forward-mode differentiation (`jax.jvp` of a training-mode loss) cannot go through them;
@@ -79,15 +83,19 @@ from .conv_pool import conv_relu_pool, foldable
 from .winograd import winograd_conv
 
 CONV_IMPLS = ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train",
-              "winograd", "winograd_train", "pooled_cf", "pooled_cf_train")
+              "winograd", "winograd_train", "pooled_cf", "pooled_cf_train", "pooled_winograd",
+              "pooled_winograd_train")
 # each training-mode form -> what it runs in training mode (evaluation mode runs "xla")
 TRAIN_FORMS = {"patches_train": "patches", "patches_cf_train": "patches_cf",
-               "winograd_train": "winograd", "pooled_cf_train": "pooled_cf"}
-AUTO = {"cpu": "pooled_cf_train", "gpu": "patches_train"}
+               "winograd_train": "winograd", "pooled_cf_train": "pooled_cf",
+               "pooled_winograd_train": "pooled_winograd"}
+# the forms that fold a layer followed by ReLU and 2x2 max-pooling (`core/conv_pool.py`)
+POOLED = ("pooled_cf", "pooled_winograd")
+AUTO = {"cpu": "pooled_winograd_train", "gpu": "patches_train"}
 # "auto" where a device trains several clients side by side in one vmap (per backend; the
 # others as `AUTO`): on the CPU, F(4x4, 3x3) vmapped over clients ran slower than the
 # channels-first im2col (`benchmarks/conv_loop_diagnostic.py`, vmapped scan)
-AUTO_VMAPPED = {"cpu": "patches_cf_train"}
+AUTO_VMAPPED = {"cpu": "pooled_cf_train"}
 # "winograd" takes 3x3 stride-1 convolutions with at least this many input channels (one
 # core, `simple_cnn`'s first layer: with 1 or 3 channels the step ran ~2% slower by
 # Winograd F(2x2, 3x3))
@@ -97,7 +105,7 @@ DIMS = ("NHWC", "HWIO", "NHWC")
 
 def resolve_conv_impl(impl: str, backend: str | None = None,
                       clients_vmapped: bool = False) -> str:
-    """``"auto"`` -> ``"pooled_cf_train"`` on the CPU (``"patches_cf_train"`` where
+    """``"auto"`` -> ``"pooled_winograd_train"`` on the CPU (``"pooled_cf_train"`` where
     `clients_vmapped`: a device trains several clients in one vmap), ``"patches_train"``
     on the GPU, ``"xla"`` elsewhere; any other name is returned as it is."""
     if impl not in CONV_IMPLS:
@@ -224,14 +232,14 @@ def xla_conv(x, kernel, strides, padding):
 
 
 CONVS = {"xla": xla_conv, "patches": patches_conv, "patches_cf": patches_cf_conv,
-         "winograd": winograd_cf_conv, "pooled_cf": winograd_cf_conv}
+         "winograd": winograd_cf_conv, "pooled_cf": patches_cf_conv,
+         "pooled_winograd": winograd_cf_conv}
 
 
 def conv_for(impl: str, train: bool) -> str:
     """The implementation a layer runs: a training-mode form ("patches_train",
-    "patches_cf_train", "winograd_train", "pooled_cf_train") -> its form in training mode,
-    "xla" in evaluation mode; "xla", "patches", "patches_cf", "winograd" and "pooled_cf" as
-    they are."""
+    "patches_cf_train", "winograd_train", "pooled_cf_train", "pooled_winograd_train") ->
+    its form in training mode, "xla" in evaluation mode; the other forms as they are."""
     if impl in TRAIN_FORMS:
         return TRAIN_FORMS[impl] if train else "xla"
     if impl not in CONVS:
@@ -248,13 +256,13 @@ class Conv(nn.Module):
       strides: (sh, sw).
       padding: "SAME", "VALID" or explicit ((lo, hi), (lo, hi)).
       use_bias: add a learned bias.
-      impl: "xla", "patches", "patches_cf", "winograd", "pooled_cf" or a training-mode
-        form "patches_train", "patches_cf_train", "winograd_train", "pooled_cf_train" (module
-        docstring; the call's `train` flag picks for those); resolve "auto" with
-        `resolve_conv_impl`.
+      impl: "xla", "patches", "patches_cf", "winograd", "pooled_cf", "pooled_winograd" or a
+        training-mode form "patches_train", "patches_cf_train", "winograd_train",
+        "pooled_cf_train", "pooled_winograd_train" (module docstring; the call's `train`
+        flag picks for those); resolve "auto" with `resolve_conv_impl`.
       kernel_init: as `flax.linen.Conv` (LeCun normal).
-      relu_pool: follow the convolution by a ReLU and `max_pool_2x2`; "pooled_cf" runs the
-        three as one folded product (`core/conv_pool.py`) where the layer folds (odd kernel
+      relu_pool: follow the convolution by a ReLU and `max_pool_2x2`; the pooled forms run
+        the three as one folded product (`core/conv_pool.py`) where the layer folds (odd kernel
         sizes, stride 1).
     """
 
@@ -276,7 +284,7 @@ class Conv(nn.Module):
         padding = self.padding if isinstance(self.padding, str) else tuple(
             tuple(p) for p in self.padding)
         impl = conv_for(self.impl, train)
-        if self.relu_pool and impl == "pooled_cf" and foldable((kh, kw), self.strides):
+        if self.relu_pool and impl in POOLED and foldable((kh, kw), self.strides):
             if bias is None:
                 bias = jnp.zeros((self.features,), kernel.dtype)
             return conv_relu_pool(x, kernel, bias, _pads(x.shape, (kh, kw), (1, 1), padding))

@@ -220,7 +220,7 @@ def make_model(name: str, dataset_name: str, num_classes: int, input_shape: tupl
     """Build the registered model `name` (`model_for` resolves `auto`).
 
     `conv_impl` picks how the built-in convolutional models convolve (`core/conv.py`):
-    "auto" = "pooled_cf_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere
+    "auto" = "pooled_winograd_train" on the CPU, "patches_train" on the GPU, "xla" elsewhere
     (`core.conv.resolve_conv_impl`; a run resolves "auto" for its layout before it builds
     the model, `execute.layout.conv_impl_for`).
     Models without a `conv_impl` field (the MLPs, user-registered modules) ignore it.

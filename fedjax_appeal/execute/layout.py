@@ -61,15 +61,16 @@ def model_of(cfg) -> str:
 
 option("conv_impl", "auto", "how convolutional models convolve (core/conv.py): xla (lax.conv), "
        "patches (im2col slices + matmul), patches_cf (the same, channels-first), winograd (3x3 "
-       "stride-1 layers by Winograd F(4x4,3x3), others as patches_cf), pooled_cf (a layer "
-       "followed by ReLU and 2x2 max-pooling as one product over the pooling windows, "
-       "core/conv_pool.py; others as winograd) or patches_train / patches_cf_train / "
-       "winograd_train / pooled_cf_train (that form in training, xla in evaluation: XLA on CPU "
-       "runs a convolution's gradient inside a loop tens of times slower, "
-       "benchmarks/RESULTS.md); auto = pooled_cf_train on CPU (patches_cf_train where a device "
-       "trains several clients in one vmap), patches_train on GPU, xla elsewhere",
+       "stride-1 layers by Winograd F(4x4,3x3), others as patches_cf), pooled_cf / "
+       "pooled_winograd (a layer followed by ReLU and 2x2 max-pooling as one product over the "
+       "pooling windows, core/conv_pool.py; others as patches_cf / winograd) or the _train "
+       "forms of these (that form in training, xla in evaluation: XLA on CPU runs a "
+       "convolution's gradient inside a loop tens of times slower, benchmarks/RESULTS.md); "
+       "auto = pooled_winograd_train on CPU (pooled_cf_train where a device trains several "
+       "clients in one vmap), patches_train on GPU, xla elsewhere",
        ("auto", "xla", "patches", "patches_train", "patches_cf", "patches_cf_train", "winograd",
-        "winograd_train", "pooled_cf", "pooled_cf_train"), group="algorithm", applies=when(
+        "winograd_train", "pooled_cf", "pooled_cf_train", "pooled_winograd",
+        "pooled_winograd_train"), group="algorithm", applies=when(
            lambda cfg: convolutional(model_of(cfg)),
            lambda cfg: f"it configures convolutional models, and --model {model_of(cfg)} has "
            "no convolution"))
