@@ -135,9 +135,17 @@ with jax.set_mesh(make_mesh(2)):
     g2 = jax.jit(grads)(jax.numpy.arange(16), gsh)
 want = np.asarray(jax.lax.map(lambda r: fn(r, 10.0), rows))
 g1 = jax.jit(grads)(jax.numpy.arange(16), gsh)
+# grouped: row i runs fns[i % 3] (group 2 of rows 2 and 5 on different devices)
+fns = [lambda r, sh, j=j: (j + 1) * fn(r, sh) for j in range(3)]
+grp = lambda r, sh: r[0].astype(jax.numpy.int32) % 3
+with jax.set_mesh(make_mesh(2)):
+    gm = jax.jit(lambda r, s: map_spread(fns, r, s, group=grp))(rows, 10.0)
+gp = jax.jit(lambda r, s: map_spread(fns, r, s, group=grp))(rows, 10.0)
+want_g = [(i % 3 + 1) * w for i, w in enumerate(want.tolist())]
 out["map_spread"] = [np.asarray(got).tolist() == want.tolist(), jm.count("shard_map"),
                      jm.count("sharding_constraint"),
-                     bool(np.array_equal(np.asarray(g1), np.asarray(g2)))]
+                     bool(np.array_equal(np.asarray(g1), np.asarray(g2))),
+                     np.asarray(gm).tolist() == want_g, np.asarray(gp).tolist() == want_g]
 out["spread"] = {"plain": "sharding_constraint" in jp_plain,
                  "mesh": jp_spread.count("sharding_constraint"),
                  "same": bool(all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(
@@ -167,8 +175,10 @@ def test_eight_fake_devices_equal_one_device():
     # numbers of one device
     assert out.pop("spread") == {"plain": False, "mesh": 19, "same": True}
     # one program per device (a shard_map), its output collected (one constraint); the
-    # gradients of 16 clients on 2 devices equal one device's bit for bit
-    assert out.pop("map_spread") == [True, 1, 1, True]
+    # gradients of 16 clients on 2 devices equal one device's bit for bit; grouped (each
+    # row the function its group names): the same under the mesh and without, both the
+    # per-row product by hand
+    assert out.pop("map_spread") == [True, 1, 1, True, True, True]
     swept = {k: out.pop(k) for k in list(out) if k.startswith("sweep")}
     for name in ("sweep 2/0", "sweep 2/1"):  # every row of every layout equals 1 device's
         for rows_a, rows_b in zip(swept["sweep 1/0"], swept[name], strict=True):

@@ -19,7 +19,13 @@ from fedjax_appeal.local.client import client_loss
 from fedjax_appeal.run.simulate import simulate
 from fedjax_appeal.select import submodular as sm
 from fedjax_appeal.select.selection import weighted
-from fedjax_appeal.select.selectors import client_grad, flatten, make_selector, tail_sizes
+from fedjax_appeal.select.selectors import (
+    client_grad,
+    flatten,
+    make_selector,
+    tail_class,
+    tail_sizes,
+)
 
 
 def _cfg(**kw):
@@ -268,3 +274,36 @@ def test_client_grad_equals_the_gradient_over_exactly_the_clients_rows(chunk, ti
         loss, got = grad(k)
         np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
         np.testing.assert_allclose(flatten(got), flatten(want), rtol=1e-4, atol=1e-6)
+
+
+def test_tail_class_by_hand_and_a_fixed_tail_equals_the_branch(tiny_model):
+    """`tail_class`: 0 for rows filling whole chunks, else 1 + the index of the smallest
+    `tail_sizes` that holds the rest; `client_grad` at that fixed tail is the switch's result
+    to the bit."""
+    sizes = [2, 8, 9, 12, 13, 15, 16, 17, 24, 31, 32]
+    data = make_tiny_data(num_clients=len(sizes), sizes=sizes, seed=6)
+    chunk = 16  # tail_sizes(16) == (12, 16)
+    got = [int(tail_class(data.train, k, chunk)) for k in range(len(sizes))]
+    # rests 2 8 9 12 13 15 0 1 8 15 0
+    assert got == [1, 1, 1, 1, 2, 2, 0, 1, 1, 2, 0]
+    params, _ = tiny_model.init(jax.random.key(1))
+    for k, t in enumerate(got):
+        a = jax.jit(lambda k: client_grad(tiny_model, params, {}, data.train, k, chunk))(k)
+        b = jax.jit(lambda k, t=t: client_grad(tiny_model, params, {}, data.train, k, chunk,
+                                               tail=t))(k)
+        assert np.array_equal(a[0], b[0])
+        assert np.array_equal(flatten(a[1]), flatten(b[1]))
+
+
+def test_map_grouped_runs_each_row_in_its_groups_function():
+    """Rows in any order of groups, one group empty: each row's result is its group's
+    function's, at the row's place (against a per-row switch by hand)."""
+    from fedjax_appeal.execute.distributed import map_grouped
+
+    rows = (jnp.arange(9.0), jnp.asarray([2, 0, 2, 1, 0, 2, 2, 0, 1]))
+    fns = [lambda r, sh, j=j: {"v": (j + 1) * r[0] + sh, "w": jnp.full((2,), j)}
+           for j in range(4)]  # group 3: no row
+    got = jax.jit(lambda r: map_grouped(fns, lambda r, sh: r[1], r, 0.5))(rows)
+    g = [2, 0, 2, 1, 0, 2, 2, 0, 1]
+    assert np.asarray(got["v"]).tolist() == [(g[i] + 1) * i + 0.5 for i in range(9)]
+    assert np.asarray(got["w"]).tolist() == [[x, x] for x in g]

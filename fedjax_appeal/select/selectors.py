@@ -50,6 +50,7 @@ visible in `timing["sec_per_round"]`.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -188,17 +189,25 @@ def tail_sizes(chunk: int) -> tuple[int, ...]:
     return tuple(sorted(sizes | {chunk}))
 
 
+def tail_class(arrays: ClientArrays, k: jax.Array, chunk: int = 256) -> jax.Array:
+    """Which row count client k's last chunk runs at in `client_grad`: 0 when its rows fill
+    whole chunks, else 1 + the index in `tail_sizes` of the smallest that holds the rest."""
+    chunk = max(1, min(chunk, arrays.max_count))
+    rest = arrays.count[k] % chunk
+    return jnp.where(rest == 0, 0, 1 + jnp.searchsorted(jnp.asarray(tail_sizes(chunk)), rest))
+
+
 def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
-                chunk: int = 256):
+                chunk: int = 256, tail: int | None = None):
     """(F_k(w), grad F_k(w)) of client k over all its rows: its full chunks of `chunk` rows
     (as many as it holds), then the rest in the smallest of `tail_sizes(chunk)` that holds
-    it, the rows beyond the client's masked."""
+    it, the rows beyond the client's masked. `tail` = `tail_class` of the client fixes that
+    size (no branch: the caller has grouped its clients by it)."""
     model = model.for_grad()
     chunk = max(1, min(chunk, arrays.max_count))
     sizes = tail_sizes(chunk)
     count = arrays.count[k]
     full = count // chunk
-    rest = count - full * chunk
 
     def chunk_grad(rows, size):
         def loss(p):
@@ -213,11 +222,16 @@ def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
 
     zero = (jnp.zeros(()), jax.tree.map(jnp.zeros_like, params))
     tot, grad = jax.lax.fori_loop(0, full, body, zero)
-    # the tail's rows gathered once, outside the branches, which take only them
-    tail = client_chunk(arrays, k, full * chunk, chunk)
     branches = [lambda rows: zero] + [lambda rows, s=s: chunk_grad(rows, s) for s in sizes]
-    pick = jnp.where(rest == 0, 0, 1 + jnp.searchsorted(jnp.asarray(sizes), rest))
-    v, g = jax.lax.switch(pick, branches, tail)
+    if tail == 0:
+        v, g = zero
+    else:
+        # the tail's rows gathered once, outside the branches, which take only them
+        rows = client_chunk(arrays, k, full * chunk, chunk)
+        if tail is None:
+            v, g = jax.lax.switch(tail_class(arrays, k, chunk), branches, rows)
+        else:
+            v, g = branches[tail](rows)
     n = client_norms(arrays)[0][k]  # rows; counted tokens for per-position targets
     return (tot + v) / n, jax.tree.map(lambda a, b: (a + b) / n, grad, g)
 
@@ -267,9 +281,9 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
     normalized = opts.selector_objective == "normalized"
 
     def grad_features(params, mstate, data, ks, hp):
-        def one(k, shared):
+        def one(k, shared, tail):
             params, mstate, train, lr = shared
-            loss, g = client_grad(model, params, mstate, train, k)
+            loss, g = client_grad(model, params, mstate, train, k, tail=tail)
             v = flatten(g)
             if delta_mode:
                 v = v * lr * opts.local_steps
@@ -279,7 +293,12 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
         # XLA's CPU backend runs about 3x slower than these sequential plain ones (LeNet-5,
         # MNIST, 100 clients: 97 s -> 34 s). With a mesh, each device its share of the
         # clients, as a program of its own.
-        return map_spread(one, ks, (params, mstate, data.train, hp.client_lr))
+        # ... and grouped by the row count of their last chunk (`tail_class`): one loop per
+        # count, no branch per client
+        fns = [functools.partial(one, tail=t)
+               for t in range(1 + len(tail_sizes(min(256, data.train.max_count))))]
+        return map_spread(fns, ks, (params, mstate, data.train, hp.client_lr),
+                          group=lambda k, shared: tail_class(shared[2], k))
 
     def init(key, state, data, hp):
         feats, loss = grad_features(state.params, state.model_state, data,
