@@ -458,24 +458,21 @@ def op_lines(hlo: str) -> dict[str, dict]:
 
 
 def feature_ops(repeats: int, top: int) -> list[dict]:
-    """The `top` slowest operations of the feature pass on one device (the selector's loop,
-    one client per step): seconds per pass on XLA:CPU's threads (a `jax.profiler` trace),
-    share of all operations, opcode, output shape and the JAX source it came from."""
+    """The `top` slowest operations of the feature pass on one device (the selector's
+    loops, one client per step, `select.selectors.client_grads`): seconds per pass on
+    XLA:CPU's threads (a `jax.profiler` trace), share of all operations, opcode, output
+    shape and the JAX source it came from."""
     import jax
     import jax.numpy as jnp
 
-    from fedjax_appeal.select.selectors import client_grad, flatten
+    from fedjax_appeal.select.selectors import client_grads, flatten
 
     _, model, data, state, _, _, _, _ = assembled("divfl", 1)
     data, state = jax.device_put((data, state), jax.devices()[0])
     ids = jnp.arange(data.num_clients)
-    grad = model.for_grad()
-
-    def one(k):
-        loss, g = client_grad(grad, state.params, state.model_state, data.train, k)
-        return flatten(g), loss
-
-    c = jax.jit(lambda: jax.lax.map(one, ids)).lower().compile()
+    shared = (state.params, state.model_state, data.train)
+    c = jax.jit(lambda: client_grads(model, ids, shared, lambda loss, g, _: (flatten(g), loss))
+                ).lower().compile()
     secs, _ = trace_ops(c, (), calls=max(1, min(repeats, 3)))
     info = op_lines(c.as_text())
     total = sum(secs.values())
@@ -499,33 +496,36 @@ def levers(repeats: int) -> list[dict]:
     import jax.numpy as jnp
     import numpy as np
 
-    from fedjax_appeal.select.selectors import client_grad, flatten
+    from fedjax_appeal.select.selectors import client_grad, client_grads, flatten, tail_sizes
 
     _, model, data, state, _, _, _, _ = assembled("divfl", 1)
     data, state = jax.device_put((data, state), jax.devices()[0])  # one device's forms
     ids = jnp.arange(data.num_clients)
     grad = model.for_grad()
+    shared = (state.params, state.model_state, data.train)
+    whole = len(tail_sizes(min(256, data.train.max_count)))  # every client at the chunk
 
-    def one(m):
-        def f(k):
-            loss, g = client_grad(m, state.params, state.model_state, data.train, k)
-            return flatten(g), loss
-        return f
+    def loop(m, ks):  # the selector's loops
+        return client_grads(m, ks, shared, lambda loss, g, _: (flatten(g), loss))
 
-    def loops(fn, s):
+    def one(k):  # a vmap runs its clients at one row count: the largest
+        loss, g = client_grad(grad, *shared, k, tail=whole)
+        return flatten(g), loss
+
+    def loops(s):
         cut = [i * len(ids) // s for i in range(s + 1)]
-        parts = [jax.lax.map(fn, ids[lo:hi]) for lo, hi in zip(cut[:-1], cut[1:], strict=True)]
+        parts = [loop(grad, ids[lo:hi]) for lo, hi in zip(cut[:-1], cut[1:], strict=True)]
         return jax.tree.map(lambda *p: jnp.concatenate(p), *parts)
 
     forms = {
-        "one client per step (the selector's loop)": lambda: jax.lax.map(one(grad), ids),
-        "10 clients per step (vmap)": lambda: jax.lax.map(one(grad), ids, batch_size=10),
-        "all 100 clients in one vmap": lambda: jax.vmap(one(grad))(ids),
-        "row-form im2col (patches)": lambda: jax.lax.map(one(dataclasses.replace(
-            grad, module=grad.module.clone(conv_impl="patches"))), ids),
-        "XLA convolution (xla)": lambda: jax.lax.map(one(dataclasses.replace(
-            grad, module=grad.module.clone(conv_impl="xla"))), ids),
-        "two independent loops": lambda: loops(one(grad), 2),
+        "one client per step (the selector's loops)": lambda: loop(grad, ids),
+        "10 clients per step (vmap)": lambda: jax.lax.map(one, ids, batch_size=10),
+        "all 100 clients in one vmap": lambda: jax.vmap(one)(ids),
+        "row-form im2col (patches)": lambda: loop(dataclasses.replace(
+            model, module=model.module.clone(conv_impl="patches")), ids),
+        "XLA convolution (xla)": lambda: loop(dataclasses.replace(
+            model, module=model.module.clone(conv_impl="xla")), ids),
+        "two independent loops": lambda: loops(2),
     }
     rows, ref = [], None
     for name, fn in forms.items():

@@ -236,6 +236,22 @@ def client_grad(model: Model, params, state, arrays: ClientArrays, k: jax.Array,
     return (tot + v) / n, jax.tree.map(lambda a, b: (a + b) / n, grad, g)
 
 
+def client_grads(model: Model, ks: jax.Array, shared, then, chunk: int = 256):
+    """`then(F_k, grad F_k, shared)` for every client k of `ks` (`client_grad` at the params,
+    model state and `ClientArrays` of `shared[:3]`), one client at a time (`map_spread`: each
+    device its share under a mesh), the clients grouped by `tail_class`: one loop per row
+    count of their last chunk, no branch per client."""
+    arrays = shared[2]
+    classes = 1 + len(tail_sizes(max(1, min(chunk, arrays.max_count))))
+
+    def one(k, sh, tail):
+        loss, g = client_grad(model, sh[0], sh[1], sh[2], k, chunk, tail=tail)
+        return then(loss, g, sh)
+
+    return map_spread([functools.partial(one, tail=t) for t in range(classes)], ks, shared,
+                      group=lambda k, sh: tail_class(sh[2], k, chunk))
+
+
 def _batch(m: int) -> int:
     """Clients evaluated together by the forward-only passes (`lax.map` batch size)."""
     return max(1, min(m, 16))
@@ -281,24 +297,17 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
     normalized = opts.selector_objective == "normalized"
 
     def grad_features(params, mstate, data, ks, hp):
-        def one(k, shared, tail):
-            params, mstate, train, lr = shared
-            loss, g = client_grad(model, params, mstate, train, k, tail=tail)
+        def then(loss, g, shared):
             v = flatten(g)
             if delta_mode:
-                v = v * lr * opts.local_steps
+                v = v * shared[3] * opts.local_steps
             return project(v, opts.feature_dim), loss
         # One client at a time: vmapping per-client gradients at shared parameters turns
         # the weight gradient of every convolution into a batch-grouped convolution, which
         # XLA's CPU backend runs about 3x slower than these sequential plain ones (LeNet-5,
         # MNIST, 100 clients: 97 s -> 34 s). With a mesh, each device its share of the
         # clients, as a program of its own.
-        # ... and grouped by the row count of their last chunk (`tail_class`): one loop per
-        # count, no branch per client
-        fns = [functools.partial(one, tail=t)
-               for t in range(1 + len(tail_sizes(min(256, data.train.max_count))))]
-        return map_spread(fns, ks, (params, mstate, data.train, hp.client_lr),
-                          group=lambda k, shared: tail_class(shared[2], k))
+        return client_grads(model, ks, (params, mstate, data.train, hp.client_lr), then)
 
     def init(key, state, data, hp):
         feats, loss = grad_features(state.params, state.model_state, data,
