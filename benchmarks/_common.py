@@ -42,7 +42,14 @@ def machine() -> str:
 
 
 def command() -> str:
-    return "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    """The command line as run, an absolute path in it cut to its file name (a report
+    names no folder of the machine it ran on)."""
+    def part(a: str) -> str:
+        k, eq, v = a.partition("=")
+        if eq and v.startswith("/"):
+            return f"{k}={os.path.basename(v)}"
+        return os.path.basename(a) if a.startswith("/") else a
+    return "python " + " ".join([os.path.relpath(sys.argv[0])] + [part(a) for a in sys.argv[1:]])
 
 
 def time_repeats(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:

@@ -93,3 +93,12 @@ def test_plain_table_names_each_torch_variant_after_the_fixed_sides(bench):
     assert order[0] < order[1] < min(order[2:])  # fixed sides first, in LABELS order
     assert "0.040 / 0.050; 2.50×" in table and "0.080 / 0.090; 4.50×" in table
     assert plain.torch_side("loop") == "torch" and plain.torch_side("graph") == "torch_graph"
+
+
+def test_the_recorded_command_names_no_folder_of_the_machine(bench, monkeypatch):
+    common, _, _ = bench
+    monkeypatch.setattr(sys, "argv", [str(BENCH / "divfl_floor.py"), "--json", "/a/b/c.json",
+                                      "--out=/x/y", "rel/d.json", "--repeats", "3"])
+    got = common.command()
+    assert got.endswith("divfl_floor.py --json c.json --out=y rel/d.json --repeats 3"), got
+    assert "/a/" not in got and "/x/" not in got
