@@ -302,11 +302,12 @@ def submodular_selector(model: Model, opts: Options, kind: str) -> Selector:
             if delta_mode:
                 v = v * shared[3] * opts.local_steps
             return project(v, opts.feature_dim), loss
-        # One client at a time: vmapping per-client gradients at shared parameters turns
-        # the weight gradient of every convolution into a batch-grouped convolution, which
-        # XLA's CPU backend runs about 3x slower than these sequential plain ones (LeNet-5,
-        # MNIST, 100 clients: 97 s -> 34 s). With a mesh, each device its share of the
-        # clients, as a program of its own.
+        # One client at a time: vmapping per-client gradients at shared parameters makes
+        # every weight gradient a batched product (a batch-grouped convolution for XLA's
+        # convolutions), which XLA:CPU runs slower than these sequential plain ones
+        # (LeNet-5, MNIST, 100 clients on one device, pooled layers: 10 clients per vmap
+        # step 0.65 CPU s against 0.41, benchmarks/RESULTS.md). With a mesh, each device its
+        # share of the clients, as a program of its own.
         return client_grads(model, ks, (params, mstate, data.train, hp.client_lr), then)
 
     def init(key, state, data, hp):
